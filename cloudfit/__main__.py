@@ -1,0 +1,3 @@
+from cloudfit.cli.main import run
+
+run()

@@ -1,0 +1,168 @@
+"""Load and validate offering catalogs (``catalogs/gcp.csv`` and any file of the same columns).
+
+A catalog is a CSV with one row per (machine type with its accelerators) × zone; see
+``catalogs/README.md`` for columns, units and the pricing rule. Loading uses only the standard
+library so that ``recommend`` starts fast.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from cloudfit import hardware
+from cloudfit.errors import CatalogError, UnknownAcceleratorError
+from cloudfit.types import ClusterConfig, Offering
+
+COLUMNS: tuple[str, ...] = (
+    "machine_type", "accelerator", "accelerators_per_node", "vcpus", "memory_gib",
+    "region", "zone", "price_per_hour", "spot_price_per_hour",
+)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Validated offerings of one catalog file, plus its identity (path and content digest)."""
+
+    offerings: tuple[Offering, ...]
+    path: str
+    digest: str  # "sha256:<hex>" of the file's bytes; recorded in plans
+
+    def __len__(self) -> int:
+        return len(self.offerings)
+
+    @property
+    def accelerators(self) -> list[str]:
+        return sorted({o.accelerator for o in self.offerings})
+
+    @property
+    def regions(self) -> list[str]:
+        return sorted({o.region for o in self.offerings})
+
+    def filter(
+        self,
+        *,
+        accelerators: Sequence[str] = (),
+        regions: Sequence[str] = (),
+        spot: bool = False,
+    ) -> "Catalog":
+        """Offerings matching any accelerator and any region (names or globs); ``spot`` keeps only
+        offerings with a spot price. Unknown names that match nothing raise ``CatalogError``."""
+        offs = self.offerings
+        if accelerators:
+            wanted = _match_names(accelerators, self.accelerators, "accelerator", canonicalise=True)
+            offs = tuple(o for o in offs if o.accelerator in wanted)
+        if regions:
+            wanted = _match_names(regions, self.regions, "region")
+            offs = tuple(o for o in offs if o.region in wanted)
+        if spot:
+            offs = tuple(o for o in offs if o.spot_price_per_hour is not None)
+        return Catalog(offs, self.path, self.digest)
+
+
+def _match_names(patterns: Iterable[str], names: list[str], what: str, canonicalise: bool = False) -> set[str]:
+    out: set[str] = set()
+    for p in patterns:
+        if canonicalise and not any(ch in p for ch in "*?["):
+            try:
+                p = hardware.canonical_name(p)
+            except UnknownAcceleratorError as e:
+                raise CatalogError(str(e)) from None
+        hits = [n for n in names if fnmatch.fnmatchcase(n.lower(), p.lower())]
+        if not hits:
+            raise CatalogError(f"no {what} in the catalog matches {p!r} (have: {', '.join(names)})")
+        out.update(hits)
+    return out
+
+
+def load(path: str | Path | None = None) -> Catalog:
+    """Read and validate a catalog file (default: the shipped GCP catalog).
+
+    Raises ``CatalogError`` naming the file and line of the first bad row: a missing column, a
+    negative, NaN or missing price, a non-positive size, or an unknown accelerator.
+    """
+    if path is None:
+        from cloudfit.resources import default_catalog
+
+        path = default_catalog()
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise CatalogError(f"{p}: cannot read catalog ({e.strerror or e})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise CatalogError(f"{p}: not a UTF-8 CSV file") from None
+    reader = csv.DictReader(text.splitlines())
+    missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise CatalogError(f"{p}:1: missing column(s) {', '.join(missing)}")
+    offerings = []
+    for lineno, row in enumerate(reader, start=2):
+        offerings.append(_parse_row(row, p, lineno))
+    if not offerings:
+        raise CatalogError(f"{p}: catalog has no offerings")
+    digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+    return Catalog(tuple(offerings), str(p), digest)
+
+
+def _parse_row(row: dict[str, str | None], path: Path, lineno: int) -> Offering:
+    where = f"{path}:{lineno}"
+
+    def text(col: str) -> str:
+        v = (row.get(col) or "").strip()
+        if not v:
+            raise CatalogError(f"{where}: empty {col}")
+        return v
+
+    def number(col: str, *, optional: bool = False, positive: bool = False) -> float | None:
+        v = (row.get(col) or "").strip()
+        if v == "":
+            if optional:
+                return None
+            raise CatalogError(f"{where}: empty {col}")
+        try:
+            x = float(v)
+        except ValueError:
+            raise CatalogError(f"{where}: {col} {v!r} is not a number") from None
+        if math.isnan(x) or math.isinf(x):
+            raise CatalogError(f"{where}: {col} is {v}")
+        if x < 0 or (positive and x == 0):
+            raise CatalogError(f"{where}: {col} must be {'positive' if positive else 'non-negative'}, got {v}")
+        return x
+
+    try:
+        acc = hardware.canonical_name(text("accelerator"))
+    except UnknownAcceleratorError as e:
+        raise CatalogError(f"{where}: {e}") from None
+    count = number("accelerators_per_node", positive=True)
+    assert count is not None
+    if count != int(count):
+        raise CatalogError(f"{where}: accelerators_per_node must be a whole number, got {count:g}")
+    region, zone = text("region"), text("zone")
+    if not zone.startswith(region + "-"):
+        raise CatalogError(f"{where}: zone {zone!r} is not in region {region!r}")
+    price = number("price_per_hour", positive=True)
+    assert price is not None
+    return Offering(
+        machine_type=text("machine_type"),
+        accelerator=acc,
+        accelerators_per_node=int(count),
+        vcpus=number("vcpus", positive=True) or 0.0,
+        memory_gib=number("memory_gib", positive=True) or 0.0,
+        region=region,
+        zone=zone,
+        price_per_hour=price,
+        spot_price_per_hour=number("spot_price_per_hour", optional=True, positive=True),
+    )
+
+
+def price_per_hour(config: ClusterConfig) -> float:
+    """USD/hour for a cluster: nodes × (host + accelerators), at the spot price when ``spot``."""
+    return config.price_per_hour

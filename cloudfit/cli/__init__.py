@@ -1,0 +1,1 @@
+"""The ``cloudfit`` command line (typer + rich): the only part of cloudfit that prints."""

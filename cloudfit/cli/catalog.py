@@ -1,0 +1,86 @@
+"""``cloudfit catalog …``: browse the offering catalog and refresh its prices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from cloudfit.cli.render import console, money, print_json
+
+app = typer.Typer(help="Browse GPU offerings and their prices; refresh prices from the Cloud Billing API.", no_args_is_help=True)
+
+CatalogOpt = typer.Option(None, "--catalog", help="Catalog CSV (default: the shipped GCP catalog).", dir_okay=False)
+
+
+@app.command("list")
+def list_(
+    accelerator: Optional[list[str]] = typer.Option(None, "--accelerator", "-a", help="Accelerator name or glob (repeatable), e.g. A100 or 'H*'."),
+    region: Optional[list[str]] = typer.Option(None, "--region", "-r", help="Region name or glob (repeatable), e.g. us-central1 or 'europe-*'."),
+    spot: bool = typer.Option(False, "--spot", help="Only offerings with a spot price, sorted by it."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
+    catalog_path: Optional[Path] = CatalogOpt,
+) -> None:
+    """List offerings (machine type × accelerators × zone) with on-demand and spot prices."""
+    from cloudfit import catalog
+
+    cat = catalog.load(catalog_path).filter(accelerators=accelerator or (), regions=region or (), spot=spot)
+    key = (lambda o: (o.spot_price_per_hour, o.zone)) if spot else (lambda o: (o.price_per_hour, o.zone))
+    offs = sorted(cat.offerings, key=key)
+    if as_json:
+        print_json([o.to_dict() for o in offs])
+        return
+    from rich.table import Table
+
+    t = Table(title=f"{len(offs)} offerings ({Path(cat.path).name})", title_justify="left")
+    for col, just in [("machine type", "left"), ("accelerators", "left"), ("vCPUs", "right"), ("memory GiB", "right"),
+                      ("zone", "left"), ("$/h", "right"), ("spot $/h", "right")]:
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for o in offs:
+        t.add_row(o.machine_type, f"{o.accelerators_per_node}× {o.accelerator}", f"{o.vcpus:g}", f"{o.memory_gib:g}",
+                  o.zone, money(o.price_per_hour), money(o.spot_price_per_hour))
+    console().print(t)
+
+
+@app.command("gpus")
+def gpus(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
+    catalog_path: Optional[Path] = CatalogOpt,
+) -> None:
+    """Per accelerator: counts per VM and the cheapest on-demand and spot $/GPU-hour, and where."""
+    from cloudfit import catalog, hardware
+
+    cat = catalog.load(catalog_path)
+    rows = []
+    for acc in sorted(cat.accelerators, key=lambda a: (hardware.get(a).year, a)):
+        offs = [o for o in cat.offerings if o.accelerator == acc]
+        od = min(offs, key=lambda o: (o.price_per_hour / o.accelerators_per_node, o.zone))
+        spots = [o for o in offs if o.spot_price_per_hour is not None]
+        sp = min(spots, key=lambda o: (o.spot_price_per_hour / o.accelerators_per_node, o.zone)) if spots else None
+        spec = hardware.get(acc)
+        rows.append({
+            "accelerator": acc,
+            "memory_gib": spec.memory_gib,
+            "counts_per_vm": sorted({o.accelerators_per_node for o in offs}),
+            "regions": len({o.region for o in offs}),
+            "cheapest_usd_per_gpu_hour": round(od.price_per_hour / od.accelerators_per_node, 5),
+            "cheapest_where": {"machine_type": od.machine_type, "zone": od.zone},
+            "cheapest_spot_usd_per_gpu_hour": None if sp is None else round(sp.spot_price_per_hour / sp.accelerators_per_node, 5),
+            "cheapest_spot_where": None if sp is None else {"machine_type": sp.machine_type, "zone": sp.zone},
+        })
+    if as_json:
+        print_json(rows)
+        return
+    from rich.table import Table
+
+    t = Table(title="GPUs in the catalog ($/GPU-hour includes the host VM's share)", title_justify="left")
+    for col, just in [("GPU", "left"), ("GiB", "right"), ("per VM", "left"), ("regions", "right"),
+                      ("on-demand $/GPU-h", "right"), ("where", "left"), ("spot $/GPU-h", "right"), ("where", "left")]:
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for r in rows:
+        sw = r["cheapest_spot_where"]
+        t.add_row(r["accelerator"], f"{r['memory_gib']:g}", ",".join(map(str, r["counts_per_vm"])), str(r["regions"]),
+                  money(r["cheapest_usd_per_gpu_hour"]), f"{r['cheapest_where']['zone']}",
+                  money(r["cheapest_spot_usd_per_gpu_hour"]), sw["zone"] if sw else "—")
+    console().print(t)

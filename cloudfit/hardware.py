@@ -1,0 +1,203 @@
+"""Accelerator specifications: the features the performance model sees (never the GPU's name).
+
+Keyed by the canonical accelerator names the catalog uses (``A100``, ``A100-80GB``, ``H100``,
+``H100-MEGA``, ``H200``, ``B200``, ``L4``, ``T4``, ``V100``, ``P100``, ``P4``) plus accelerators that
+only appear in training measurements (``K80``, ``GH200``, ``L40S``, ``A10``, ``H100-PCIe``).
+
+Provenance: ``data/raw/gpus/gpu_specs.csv`` (copied from the shared data set; see
+``data/raw/gpus/PROVENANCE.md``): NVIDIA datasheets cross-checked against stas00/ml-engineering.
+Memory sizes of catalog GPUs are the catalog's own ``GpuInfo`` (MiB → GiB). Dense tensor-core
+numbers (no sparsity). PCIe generation per NVIDIA datasheets. Network bandwidth per VM from the
+GCP document "Networking and GPU machines" (``data/raw/network/gcp_gpu_vm_network_bandwidth.csv``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+from cloudfit.errors import UnknownAcceleratorError
+
+#: PCIe x16 one-direction bandwidth in GB/s by generation.
+_PCIE_GBPS = {3: 15.75, 4: 31.5, 5: 63.0}
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    name: str
+    arch: str
+    memory_gib: float
+    memory_bandwidth_gbps: float  # GB/s
+    fp32_tflops: float
+    tf32_tflops: float | None  # dense tensor-core TF32; None = no TF32 tensor cores
+    fp16_tflops: float | None  # dense; None = no fast FP16
+    bf16_tflops: float | None
+    fp8_tflops: float | None
+    nvlink_gbps: float | None  # NVLink per GPU, GB/s (both directions, as NVIDIA quotes it)
+    pcie_gen: int
+    tdp_w: float
+    year: int
+
+    def peak_tflops(self, precision: str) -> float:
+        """Dense peak at ``precision``, falling back to the next precision the chip really runs.
+
+        fp8 without FP8 units runs as fp16/bf16; bf16 without bf16 units falls back to fp32 (emulated
+        bf16 is no faster); fp16 without tensor cores runs at the FP32 rate (or the chip's 2× FP16
+        rate where it has one, e.g. P100); tf32 without tensor cores is fp32.
+        """
+        p = precision.lower()
+        if p == "fp8":
+            return self.fp8_tflops or self.peak_tflops("fp16")
+        if p == "bf16":
+            return self.bf16_tflops or self.fp32_tflops
+        if p == "fp16":
+            return self.fp16_tflops or self.fp32_tflops
+        if p == "tf32":
+            return self.tf32_tflops or self.fp32_tflops
+        if p == "fp32":
+            return self.fp32_tflops
+        raise ValueError(f"unknown precision {precision!r} (expected fp32, tf32, fp16, bf16 or fp8)")
+
+    @property
+    def pcie_gbps(self) -> float:
+        return _PCIE_GBPS[self.pcie_gen]
+
+    @property
+    def interconnect(self) -> str:
+        return f"NVLink {self.nvlink_gbps:g} GB/s" if self.nvlink_gbps else f"PCIe gen{self.pcie_gen}"
+
+
+def _a(name, arch, mem, bw, fp32, tf32, fp16, bf16, fp8, nvlink, pcie, tdp, year) -> Accelerator:
+    return Accelerator(name, arch, mem, bw, fp32, tf32, fp16, bf16, fp8, nvlink, pcie, tdp, year)
+
+
+# name, arch, memory GiB, mem BW GB/s, FP32, TF32, FP16, BF16, FP8 (dense TFLOPS), NVLink GB/s, PCIe gen, TDP W, year
+ACCELERATORS: dict[str, Accelerator] = {
+    a.name: a
+    for a in (
+        _a("K80", "Kepler", 12, 240, 4.37, None, None, None, None, None, 3, 150, 2014),
+        _a("P4", "Pascal", 8, 192, 5.5, None, None, None, None, None, 3, 75, 2016),
+        _a("P100", "Pascal", 16, 732, 9.3, None, 18.7, None, None, None, 3, 250, 2016),
+        _a("V100", "Volta", 16, 900, 15.7, None, 125, None, None, 300, 3, 300, 2017),
+        _a("T4", "Turing", 16, 320, 8.1, None, 65, None, None, None, 3, 70, 2018),
+        _a("A100", "Ampere", 40, 1555, 19.5, 156, 312, 312, None, 600, 4, 400, 2020),
+        _a("A100-80GB", "Ampere", 80, 2039, 19.5, 156, 312, 312, None, 600, 4, 400, 2020),
+        _a("A10", "Ampere", 24, 600, 31.2, 62.5, 125, 125, None, None, 4, 150, 2021),
+        _a("L4", "Ada Lovelace", 24, 300, 30.3, 60, 121, 121, 242.5, None, 4, 72, 2023),
+        _a("L40S", "Ada Lovelace", 48, 864, 91.6, 183, 362, 362, 733, None, 4, 350, 2023),
+        _a("H100", "Hopper", 80, 3350, 67, 494.5, 989, 989, 1979, 900, 5, 700, 2022),
+        # Same H100 SXM GPU as H100; a3-megagpu-8g differs only by its network (see vm_network_gbps).
+        _a("H100-MEGA", "Hopper", 80, 3350, 67, 494.5, 989, 989, 1979, 900, 5, 700, 2022),
+        _a("H100-PCIe", "Hopper", 80, 2000, 51, 378, 756, 756, 1513, None, 5, 350, 2022),
+        _a("H200", "Hopper", 141, 4800, 67, 494.5, 989, 989, 1979, 900, 5, 700, 2024),
+        _a("GH200", "Hopper", 96, 4000, 67, 494.5, 989, 989, 1979, 900, 5, 900, 2023),
+        _a("B200", "Blackwell", 180, 8000, 80, 1125, 2250, 2250, 4500, 1800, 5, 1000, 2025),
+    )
+}
+
+#: Spellings users, GCP and CUDA device names use → canonical name.
+_ALIASES = {
+    "A100-40GB": "A100",
+    "A100-SXM4-40GB": "A100",
+    "NVIDIA-TESLA-A100": "A100",
+    "A100-SXM4-80GB": "A100-80GB",
+    "NVIDIA-A100-80GB": "A100-80GB",
+    "H100-80GB": "H100",
+    "H100-SXM": "H100",
+    "NVIDIA-H100-80GB": "H100",
+    "NVIDIA-H100-MEGA-80GB": "H100-MEGA",
+    "NVIDIA-H200-141GB": "H200",
+    "NVIDIA-B200": "B200",
+    "NVIDIA-L4": "L4",
+    "NVIDIA-TESLA-T4": "T4",
+    "NVIDIA-TESLA-V100": "V100",
+    "NVIDIA-TESLA-P100": "P100",
+    "NVIDIA-TESLA-P4": "P4",
+    "NVIDIA-TESLA-K80": "K80",
+}
+
+
+def canonical_name(name: str) -> str:
+    """The canonical accelerator name for ``name`` (case-insensitive, GCP and alias spellings).
+
+    Raises ``UnknownAcceleratorError`` naming the known accelerators.
+    """
+    key = name.strip().upper().replace(" ", "-").replace("_", "-")
+    for canon in ACCELERATORS:
+        if canon.upper() == key:
+            return canon
+    if key in _ALIASES:
+        return _ALIASES[key]
+    known = ", ".join(ACCELERATORS)
+    raise UnknownAcceleratorError(f"unknown accelerator {name!r} (known: {known})")
+
+
+def get(name: str) -> Accelerator:
+    """The spec of accelerator ``name`` (any spelling ``canonical_name`` accepts)."""
+    return ACCELERATORS[canonical_name(name)]
+
+
+def match(patterns: tuple[str, ...] | list[str], names: list[str]) -> list[str]:
+    """Names among ``names`` matching any of ``patterns`` (canonical names or globs like ``A100*``)."""
+    out = []
+    for n in names:
+        if any(fnmatch.fnmatchcase(n.upper(), p.upper()) for p in patterns):
+            out.append(n)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Links
+
+
+def intra_node_gbps(accelerator: str, accelerators_per_node: int) -> float:
+    """Effective one-direction GB/s a ring all-reduce gets between GPUs inside one VM.
+
+    NVLink: NCCL's measured bus bandwidth is about 40% of NVIDIA's bidirectional per-GPU NVLink
+    figure on 8-GPU HGX boards (e.g. ~230 of 600 GB/s on A100, ~360 of 900 on H100); PCIe: about
+    75% of one direction of the slot. With one GPU there is nothing to reduce.
+    """
+    acc = get(accelerator)
+    if accelerators_per_node <= 1:
+        return float("inf")
+    if acc.nvlink_gbps:
+        return 0.4 * acc.nvlink_gbps
+    return 0.75 * acc.pcie_gbps
+
+
+#: Max total VM bandwidth (Gbps) by machine family at its largest shape, from GCP's
+#: "Networking and GPU machines" table; A2/G2 "scale with machine type", N1 depends on vCPUs.
+_FAMILY_MAX_GBPS = {
+    "a4-highgpu": 3600.0,
+    "a3-ultragpu": 3600.0,
+    "a3-megagpu": 1800.0,
+    "a3-highgpu": 1000.0,
+    "a3-edgegpu": 600.0,
+    "a2-highgpu": 100.0,
+    "a2-megagpu": 100.0,
+    "a2-ultragpu": 100.0,
+    "g2-standard": 100.0,
+}
+
+
+def vm_network_gbps(machine_type: str, accelerator: str, accelerators_per_node: int, vcpus: float) -> float:
+    """Max network bandwidth of one VM in Gbit/s (the inter-node link for all-reduce).
+
+    Rules (documented in catalogs/README.md), from GCP's "Networking and GPU machines" table:
+    8-GPU A3/A4 shapes get their family's total; A2/G2 "scale with machine type": the family maximum
+    times the shape's share of the largest shape's vCPUs, floored at min(2 Gbps × vCPUs, 24); A3
+    shapes with 1–4 GPUs have a single NIC: 200 Gbps × their vCPU share of the 8-GPU shape; N1 gets
+    2 Gbps per vCPU capped at 32 Gbps, or at 100 Gbps with T4/V100.
+    """
+    if machine_type.startswith("n1-"):
+        cap = 100.0 if canonical_name(accelerator) in ("T4", "V100") else 32.0
+        return min(2.0 * vcpus, cap)
+    for prefix, top in _FAMILY_MAX_GBPS.items():
+        if not machine_type.startswith(prefix):
+            continue
+        if prefix.startswith(("a4", "a3")):
+            if accelerators_per_node >= 8:
+                return top
+            return 200.0 * vcpus / 208.0
+        return max(top * vcpus / 96.0, min(2.0 * vcpus, 24.0))
+    return min(2.0 * vcpus, 32.0)

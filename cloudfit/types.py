@@ -1,0 +1,263 @@
+"""The records that flow through cloudfit (see DESIGN.md's vocabulary). Frozen, no heavy imports.
+
+Units are in the names: ``price_per_hour`` (USD), ``memory_gib``, ``samples_per_second``,
+``max_cost_usd``. FLOPs count a multiply-add as two FLOPs, as accelerator peak TFLOPS do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
+
+#: Op classes the profiler splits FLOPs and bytes into; the roofline prices each separately.
+OP_CLASSES: tuple[str, ...] = ("matmul", "conv", "attention", "normalization", "elementwise", "other")
+
+SpotPolicy = Literal["allow", "never", "only"]
+Objective = Literal["cost", "time"]
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Dataclasses, tuples and mappings → plain JSON types (dict, list, str, float, int, None)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    return obj
+
+
+# --------------------------------------------------------------------------------------------
+# Catalog
+
+
+@dataclass(frozen=True)
+class Offering:
+    """One catalog row: a VM shape with its accelerators, in one zone, at its hourly prices."""
+
+    machine_type: str
+    accelerator: str
+    accelerators_per_node: int
+    vcpus: float
+    memory_gib: float
+    region: str
+    zone: str
+    price_per_hour: float  # host + accelerators, on-demand, USD
+    spot_price_per_hour: float | None  # None where the source lists no spot price
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Offering":
+        return cls(
+            machine_type=str(d["machine_type"]),
+            accelerator=str(d["accelerator"]),
+            accelerators_per_node=int(d["accelerators_per_node"]),
+            vcpus=float(d["vcpus"]),
+            memory_gib=float(d["memory_gib"]),
+            region=str(d["region"]),
+            zone=str(d["zone"]),
+            price_per_hour=float(d["price_per_hour"]),
+            spot_price_per_hour=None if d.get("spot_price_per_hour") is None else float(d["spot_price_per_hour"]),
+        )
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """A candidate cluster: an offering × a number of identical nodes × spot or on-demand."""
+
+    offering: Offering
+    nodes: int = 1
+    spot: bool = False
+
+    @property
+    def accelerators(self) -> int:
+        """Total accelerators in the cluster."""
+        return self.nodes * self.offering.accelerators_per_node
+
+    @property
+    def price_per_hour(self) -> float:
+        """USD per hour for the whole cluster (every node billed: host + accelerators)."""
+        per_node = self.offering.spot_price_per_hour if self.spot else self.offering.price_per_hour
+        if per_node is None:
+            raise ValueError(f"{self.offering.machine_type} in {self.offering.zone} has no spot price")
+        return self.nodes * per_node
+
+    def label(self) -> str:
+        o = self.offering
+        kind = "spot" if self.spot else "on-demand"
+        return f"{self.nodes}× {o.machine_type} ({o.accelerators_per_node}×{o.accelerator}) {o.zone} {kind}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ClusterConfig":
+        return cls(offering=Offering.from_dict(d["offering"]), nodes=int(d["nodes"]), spot=bool(d["spot"]))
+
+
+# --------------------------------------------------------------------------------------------
+# Profiles
+
+
+@dataclass(frozen=True)
+class OpClassStats:
+    """FLOPs and bytes moved per training sample (forward + backward) by one op class."""
+
+    flops: float
+    bytes: float
+
+
+@dataclass(frozen=True)
+class ModelStats:
+    """Device-independent facts about a model at a batch size; what the physics prior reads."""
+
+    parameters: int
+    flops_per_sample: float  # forward + backward; multiply-add = 2 FLOPs
+    forward_flops_per_sample: float
+    gradient_bytes: int  # bytes all-reduced per step (fp32 gradients of trainable parameters)
+    activation_bytes_per_sample: float  # saved activations per sample for backward
+    op_classes: Mapping[str, OpClassStats]
+    batch_size: int  # the batch per device the profile was made at (the default for predictions)
+    input: str = ""  # e.g. "3x224x224 image" or "384 tokens"
+    task: str = ""  # e.g. "image classification"
+
+    @property
+    def weight_bytes(self) -> int:
+        return 4 * self.parameters
+
+
+@dataclass(frozen=True)
+class StepTime:
+    median: float
+    p90: float
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Samples/s of the model on some hardware: measured here, reported elsewhere, or probed."""
+
+    accelerator: str  # canonical catalog name (A100, H100, T4, …) or "cpu"
+    count: int  # accelerators per node
+    nodes: int
+    batch_size_per_device: int
+    precision: str
+    samples_per_second: float
+    step_time_s: StepTime | None = None
+    source: str = "measured"  # measured | reported | probe
+    note: str = ""
+    peak_memory_bytes: int | None = None
+    op_time_share: Mapping[str, float] | None = None  # share of step time per op class, where measured
+    device_name: str = ""  # raw device name before canonicalisation
+    torch_version: str = ""
+    host: str = ""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A model's stats plus every measurement of its throughput (``profiles/*.json``)."""
+
+    model: str
+    stats: ModelStats
+    measurements: tuple[Measurement, ...] = ()
+    schema_version: int = 1
+
+    def with_measurement(self, m: Measurement) -> "Profile":
+        return dataclasses.replace(self, measurements=self.measurements + (m,))
+
+
+# --------------------------------------------------------------------------------------------
+# Predictions and plans
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The performance model's answer for one hardware configuration."""
+
+    samples_per_second: float
+    low: float  # 10% quantile of the calibrated band
+    high: float  # 90% quantile
+    step_time_s: float
+    compute_s: float
+    communication_s: float
+    basis: str  # which measurement anchored it, or "stats-only"
+    fits: bool = True
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What to train and under which limits."""
+
+    model: str
+    samples: float  # total training samples (epochs × dataset size)
+    deadline_hours: float | None = None
+    budget_usd: float | None = None
+    objective: Objective = "cost"
+    regions: tuple[str, ...] = ()  # names or globs; empty = every region
+    accelerators: tuple[str, ...] = ()  # empty = every accelerator
+    spot: SpotPolicy = "allow"
+    max_nodes: int = 64
+    confidence: float = 0.9  # required P(meeting the deadline)
+    precision: str = "fp16"
+    batch_size_per_device: int | None = None  # None = the profile's
+    profile_path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Workload":
+        kw = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d}
+        for name in ("regions", "accelerators"):
+            if name in kw:
+                kw[name] = tuple(kw[name])
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The prediction for one ClusterConfig, priced and risk-weighted."""
+
+    config: ClusterConfig
+    samples_per_second: float
+    low: float
+    high: float
+    hours: float  # expected wall-clock hours including preemption overhead
+    hours_p90: float
+    cost_usd: float  # expected
+    cost_p90_usd: float
+    p_on_time: float  # P(finishing by the deadline); 1.0 when there is no deadline
+    feasible: bool = True
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Estimate":
+        kw = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d and f.name != "config"}
+        return cls(config=ClusterConfig.from_dict(d["config"]), **kw)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The recommendation: the chosen estimate, ranked fallbacks, the Pareto front, provenance.
+
+    ``plan.json`` is its serialised form and the only input ``cloudfit launch`` needs.
+    """
+
+    workload: Workload
+    chosen: Estimate
+    alternatives: tuple[Estimate, ...] = ()  # ranked, best first, excluding ``chosen``
+    pareto: tuple[Estimate, ...] = ()  # cost × time front, fastest first
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    schema_version: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable(self)
