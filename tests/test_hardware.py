@@ -1,0 +1,48 @@
+"""The accelerator table: names, precision fallbacks, links."""
+
+from __future__ import annotations
+
+import pytest
+
+from cloudfit import catalog, hardware
+from cloudfit.errors import UnknownAcceleratorError, UsageError
+
+
+def test_every_catalog_accelerator_has_specs():
+    for acc in catalog.load().accelerators:
+        spec = hardware.get(acc)
+        assert spec.memory_gib > 0 and spec.memory_bandwidth_gbps > 0 and spec.fp32_tflops > 0
+
+
+@pytest.mark.parametrize("raw, canon", [("a100", "A100"), ("A100-40GB", "A100"), ("nvidia-tesla-v100", "V100"),
+                                        ("H100_MEGA", "H100-MEGA"), ("nvidia l4", "L4"), ("b200", "B200")])
+def test_canonical_names(raw, canon):
+    assert hardware.canonical_name(raw) == canon
+
+
+def test_unknown_accelerator_is_a_usage_error():
+    with pytest.raises(UnknownAcceleratorError) as e:
+        hardware.get("TPU-v9")
+    assert isinstance(e.value, UsageError) and "unknown accelerator 'TPU-v9'" in str(e.value)
+
+
+def test_precision_fallbacks():
+    v100, p4, a100, h100 = (hardware.get(n) for n in ("V100", "P4", "A100", "H100"))
+    assert v100.peak_tflops("fp16") == 125 and v100.peak_tflops("bf16") == v100.fp32_tflops
+    assert p4.peak_tflops("fp16") == p4.fp32_tflops
+    assert a100.peak_tflops("fp8") == 312 and h100.peak_tflops("fp8") == 1979
+    assert a100.peak_tflops("tf32") == 156
+    with pytest.raises(ValueError):
+        a100.peak_tflops("int4")
+
+
+def test_links():
+    assert hardware.intra_node_gbps("A100", 1) == float("inf")
+    assert hardware.intra_node_gbps("A100", 8) == pytest.approx(240)
+    assert hardware.intra_node_gbps("T4", 4) < hardware.intra_node_gbps("L4", 4) < hardware.intra_node_gbps("V100", 4)
+    assert hardware.vm_network_gbps("a3-megagpu-8g", "H100-MEGA", 8, 208) == 1800
+    assert hardware.vm_network_gbps("a2-highgpu-1g", "A100", 1, 12) == 24
+    assert hardware.vm_network_gbps("a2-highgpu-8g", "A100", 8, 96) == 100
+    assert hardware.vm_network_gbps("n1-highmem-8", "P100", 1, 8) == 16
+    assert hardware.vm_network_gbps("n1-highmem-64", "V100", 8, 64) == 100
+    assert hardware.vm_network_gbps("n1-highmem-64", "P4", 4, 64) == 32
