@@ -38,6 +38,10 @@ class PlanError(UsageError):
     """A plan file is missing, corrupt or from a schema this version does not read."""
 
 
+class BillingError(CloudfitError):
+    """The Cloud Billing Catalog API could not be reached, refused the request, or priced nothing."""
+
+
 class ModelError(CloudfitError):
     """The performance model cannot be loaded, fitted or asked this question."""
 

@@ -84,3 +84,62 @@ def gpus(
                   money(r["cheapest_usd_per_gpu_hour"]), f"{r['cheapest_where']['zone']}",
                   money(r["cheapest_spot_usd_per_gpu_hour"]), sw["zone"] if sw else "—")
     console().print(t)
+
+
+@app.command("refresh")
+def refresh(
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write the refreshed catalog CSV (written atomically, validated first).", dir_okay=False),
+    base: Optional[Path] = typer.Option(None, "--base", help="Catalog whose rows (shapes, zones) are kept (default: the shipped GCP catalog).", dir_okay=False),
+    billing_endpoint: Optional[str] = typer.Option(None, "--billing-endpoint", envvar="CLOUDFIT_BILLING_ENDPOINT",
+                                                   help="Cloud Billing API endpoint (default https://cloudbilling.googleapis.com)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the refresh report as JSON to stdout."),
+) -> None:
+    """Reprice every catalog row from the Cloud Billing Catalog API (host vCPU/RAM + GPU SKUs, on-demand and Spot).
+
+    Uses Google application-default credentials (or an API key in $CLOUDFIT_BILLING_API_KEY). A price with
+    no matching SKU keeps its old value and is reported; no row is dropped.
+    """
+    import os
+
+    from cloudfit import catalog
+    from cloudfit import refresh as refreshing
+
+    base_cat = catalog.load(base)
+    offerings, report = refreshing.refresh_catalog(base_cat, endpoint=billing_endpoint,
+                                                   api_key=os.environ.get("CLOUDFIT_BILLING_API_KEY") or None)
+    written = refreshing.write_catalog(offerings, out)
+    if as_json:
+        print_json({"out": written.path, "digest": written.digest, "base": base_cat.path, **report.to_dict()})
+        return
+    from rich.table import Table
+
+    c = console()
+    c.print(f"Repriced {report.rows} offerings of {Path(base_cat.path).name} from {report.service_name} SKUs.")
+    c.print(f"  {report.skus_read:,} SKUs read ({report.sku_pages} pages), {report.skus_used} used, from {report.endpoint}")
+    c.print(f"  on-demand: {report.on_demand_updated} from billing, {report.on_demand_kept} kept;  "
+            f"spot: {report.spot_updated} from billing, {report.spot_kept} kept")
+    c.print(f"  {len(report.changed)} rows changed price, {report.rows_dropped} dropped")
+    if report.regions_without_skus:
+        c.print(f"  regions without any SKU (prices kept): {', '.join(report.regions_without_skus)}")
+    if report.kept_reasons:
+        t = Table(title="Prices kept from the base catalog (no matching SKU)", title_justify="left")
+        t.add_column("prices", justify="right")
+        t.add_column("reason")
+        for reason, n in report.kept_reasons[:15]:
+            t.add_row(str(n), reason)
+        if len(report.kept_reasons) > 15:
+            t.add_row("…", f"{len(report.kept_reasons) - 15} more reasons (see --json)")
+        c.print(t)
+    if report.changed:
+        moved = sorted(report.changed, key=lambda ch: -abs(ch.new_price_per_hour / ch.old_price_per_hour - 1))[:10]
+        t = Table(title="Largest on-demand changes", title_justify="left")
+        for col, just in [("machine type", "left"), ("zone", "left"), ("old $/h", "right"), ("new $/h", "right"),
+                          ("old spot", "right"), ("new spot", "right")]:
+            t.add_column(col, justify=just)  # type: ignore[arg-type]
+        for ch in moved:
+            t.add_row(ch.machine_type, ch.zone, money(ch.old_price_per_hour), money(ch.new_price_per_hour),
+                      money(ch.old_spot_price_per_hour), money(ch.new_spot_price_per_hour))
+        c.print(t)
+    for w in report.warnings:
+        c.print(f"  note: {w}")
+    c.print(f"Wrote {written.path} ({len(written)} offerings, {written.digest[:19]}…).")
