@@ -1,0 +1,111 @@
+"""Revocation hazards per node-hour, looked up in the fitted ``cloudfit/data/spot_hazards.json``.
+
+Lookup order for (accelerator, region) on GCP, each step documented in the JSON's ``method``:
+1. the region's empirical-Bayes rate for that accelerator (data: CM-DARE 2019 lifetimes);
+2. the accelerator's own rate (a region the data did not cover);
+3. the pooled GPU rate (an accelerator the data did not cover: everything newer than V100).
+``CPU`` (no accelerator) uses the Can't Be Late GCP c3 Spot trace the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from cloudfit.errors import ModelError
+
+PARAMS_PATH = Path(__file__).resolve().parents[1] / "data" / "spot_hazards.json"
+SCHEMA_VERSION = 1
+_ZONE = re.compile(r"^([a-z]+-[a-z]+\d+)-[a-z]$")  # us-central1-a → us-central1 (GCP)
+_AWS_AZ = re.compile(r"^([a-z]+-[a-z]+-\d+)[a-z]$")  # us-east-1f → us-east-1
+
+
+@cache
+def load_params(path: str | None = None) -> dict[str, Any]:
+    """The fitted parameter file (cached). Raises ``ModelError`` if it is missing or of another schema."""
+    p = Path(path) if path else PARAMS_PATH
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot read spot parameters {p}: {e}; rebuild with `python scripts/fit_spot.py`") from e
+    if d.get("schema_version") != SCHEMA_VERSION:
+        raise ModelError(f"{p} has schema_version {d.get('schema_version')!r}, this cloudfit reads {SCHEMA_VERSION}")
+    return d
+
+
+@dataclass(frozen=True)
+class HazardInfo:
+    """One looked-up hazard and where it came from (for explanations and reports)."""
+
+    accelerator: str
+    region: str
+    rate_per_node_hour: float
+    source: str  # "region", "accelerator" or "fallback"
+    detail: str  # one human sentence naming the data behind the number
+
+
+def _region_of(name: str) -> str:
+    name = name.strip().lower()
+    m = _ZONE.match(name) or _AWS_AZ.match(name)
+    return m.group(1) if m else name
+
+
+def _canonical(accelerator: str | None) -> str:
+    if accelerator is None or accelerator.strip() == "" or accelerator.strip().upper() in ("CPU", "NONE"):
+        return "CPU"
+    from cloudfit.hardware import canonical_name  # raises UnknownAcceleratorError on typos
+
+    return canonical_name(accelerator)
+
+
+def hazard_info(accelerator: str | None, region: str, *, cloud: str = "gcp") -> HazardInfo:
+    """The hazard of one node of ``accelerator`` in ``region`` (a zone is accepted too)."""
+    return _lookup(accelerator, region, cloud)
+
+
+@cache
+def _lookup(accelerator: str | None, region: str, cloud: str) -> HazardInfo:
+    params = load_params()
+    acc = _canonical(accelerator)
+    reg = _region_of(region)
+    block = params.get(cloud)
+    if block is None:
+        raise ModelError(f"no spot hazards for cloud {cloud!r} (known: gcp, aws)")
+    table = block.get("accelerators", block)
+    entry = block.get("CPU") if acc == "CPU" and "CPU" in block else table.get(acc)
+    if entry is not None:
+        r = entry.get("regions", {}).get(reg)
+        if r is not None:
+            return HazardInfo(acc, reg, float(r["rate_per_node_hour"]), "region",
+                              f"{acc} in {reg}: {r['revocations']} revocations in {r['exposure_node_hours']:g} "
+                              f"node-hours, shrunk toward the {acc} rate")
+        return HazardInfo(acc, reg, float(entry["rate_per_node_hour"]), "accelerator",
+                          f"{acc} (no data for {reg}): {entry['revocations']} revocations in "
+                          f"{entry['exposure_node_hours']:g} node-hours across its measured regions")
+    fb = block.get("fallback")
+    if fb is None:
+        raise ModelError(f"no {cloud} spot hazard for {acc} and no fallback in {PARAMS_PATH.name}")
+    lo, hi = fb["range_of_accelerator_rates"]
+    return HazardInfo(acc, reg, float(fb["rate_per_node_hour"]), "fallback",
+                      f"no revocation data for {acc}: pooled GPU rate ({fb['revocations']} revocations in "
+                      f"{fb['exposure_node_hours']:g} node-hours; measured GPUs ranged {lo:.3g}–{hi:.3g}/h)")
+
+
+def hazards(accelerators: Sequence[str], regions: Sequence[str], *, cloud: str = "gcp") -> np.ndarray:
+    """Revocations per node per hour for each (accelerator, region) pair, element-wise.
+
+    Lookups are cached per distinct pair, so a call over the catalog's offerings costs well under a
+    millisecond after the first; call it per offering and index the result by candidate.
+    """
+    if len(accelerators) != len(regions):
+        from cloudfit.errors import UsageError
+
+        raise UsageError(f"hazards(): {len(accelerators)} accelerators but {len(regions)} regions")
+    return np.fromiter((_lookup(a, r, cloud).rate_per_node_hour for a, r in zip(accelerators, regions)),
+                       dtype=float, count=len(accelerators))
