@@ -156,6 +156,7 @@ class Measurement:
     device_name: str = ""  # raw device name before canonicalisation
     torch_version: str = ""
     host: str = ""
+    measured_at: str = ""  # ISO-8601 date-time (UTC) the measurement was taken or added
 
 
 @dataclass(frozen=True)
@@ -257,7 +258,14 @@ class Plan:
     alternatives: tuple[Estimate, ...] = ()  # ranked, best first, excluding ``chosen``
     pareto: tuple[Estimate, ...] = ()  # cost × time front, fastest first
     provenance: Mapping[str, Any] = field(default_factory=dict)
+    explanation: str = ""  # why the chosen config beats the runner-up, in one sentence
+    sensitivity: str = ""  # what relaxing the limit would buy, in one sentence
     schema_version: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable(self)
+
+    def candidates(self, k: int | None = None) -> tuple[Estimate, ...]:
+        """The chosen estimate followed by the ranked alternatives (best first)."""
+        out = (self.chosen,) + tuple(self.alternatives)
+        return out if k is None else out[:k]

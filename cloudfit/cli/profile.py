@@ -1,0 +1,243 @@
+"""``cloudfit profile run|add|show``: measure a model, record measurements from elsewhere, read a profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from cloudfit.cli.render import console, print_json
+
+app = typer.Typer(help="Profile a model (a short real training run), add measurements from elsewhere, show a profile.",
+                  no_args_is_help=True)
+
+DEFAULT_STEPS = 10  # keep equal to cloudfit.profiling.runner.DEFAULT_STEPS (not imported: --help stays light)
+DEFAULT_WARMUP = 2
+
+
+@app.command("run")
+def run(
+    model: str = typer.Argument(..., help="A zoo model (see `cloudfit models`), or the name to record for --model-file."),
+    model_file: Optional[str] = typer.Option(
+        None, "--model-file", metavar="PATH.py:FACTORY",
+        help="Profile your own model: FACTORY() returns (model, make_batch[, loss]); make_batch(batch_size, device)."),
+    batch_size: Optional[int] = typer.Option(
+        None, "--batch-size", "-b",
+        help="Batch per device to time (default: the zoo's CPU batch on a CPU, its per-GPU batch on a GPU)."),
+    steps: int = typer.Option(DEFAULT_STEPS, "--steps", help="Timed optimizer steps."),
+    warmup: int = typer.Option(DEFAULT_WARMUP, "--warmup", help="Untimed warm-up steps before the timed ones."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32, fp16 or bf16 (autocast; fp16 with loss scaling)."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", dir_okay=False,
+        help="Profile file to write (default ./MODEL.json). An existing profile of MODEL keeps its other measurements."),
+    stats_only: bool = typer.Option(False, "--stats-only", help="Count FLOPs/bytes/parameters only (seconds, no training); writes only with --out."),
+    replace: bool = typer.Option(False, "--replace", help="Overwrite --out instead of merging into it."),
+    as_json: bool = typer.Option(False, "--json", help="Print the profile as JSON to stdout."),
+) -> None:
+    """Run a short real training run of MODEL and write its throughput profile."""
+    from cloudfit.errors import ProfileError
+    from cloudfit.profiling import io, zoo
+    from cloudfit.types import Profile
+
+    if batch_size is not None and batch_size < 1:
+        raise ProfileError(f"batch size must be a positive integer, got {batch_size}")
+    if not stats_only:
+        from cloudfit.profiling.runner import check_run_options
+
+        check_run_options(steps=steps, warmup=warmup, precision=precision, device=device, batch_size=batch_size)
+    with _Progress() as bar:
+        bar.phase(f"building {model}")
+        if model_file:
+            zm = zoo.load_user_model(model_file)
+            zm.name = model
+        else:
+            # Counting alone needs no weights: build on the meta device (instant, no memory).
+            zm = zoo.build(model, device="meta" if stats_only else None)
+        bar.phase(f"counting FLOPs of {model}")
+        from cloudfit.profiling.stats import model_stats
+
+        if stats_only:
+            profile = Profile(model=model, stats=model_stats(zm, batch_size))
+        else:
+            from cloudfit.profiling.runner import profile_run
+
+            stats = model_stats(zm)
+            bar.phase(f"training {model}")
+            profile = profile_run(zm, batch_size=batch_size, steps=steps, warmup=warmup, device=device,
+                                  precision=precision, progress=bar.steps, stats=stats)
+    path = None if (stats_only and out is None) else (out or Path(f"{model}.json"))
+    kept = 0
+    if path is not None:
+        profile, kept = _merge_into(path, profile, replace)
+        io.save_profile(profile, path)
+    if as_json:
+        print_json(io.profile_to_dict(profile))
+        return
+    render_profile(profile, path)
+    if path is not None:
+        extra = f" (kept {kept} earlier measurement{'s' if kept != 1 else ''})" if kept else ""
+        console().print(f"wrote {path}{extra}", markup=False, soft_wrap=True)
+
+
+def _merge_into(path: Path, profile, replace: bool):
+    """The profile to write at ``path``: merged with what is there unless --replace; refuses to clobber."""
+    from cloudfit.errors import ProfileError
+    from cloudfit.profiling import io
+
+    if replace or not path.exists():
+        return profile, 0
+    try:
+        old = io.load_profile(path)
+    except ProfileError as e:
+        raise ProfileError(f"{path} exists and is not a profile this version can read ({e}); "
+                           "choose another --out or pass --replace") from None
+    if old.model != profile.model:
+        raise ProfileError(f"{path} holds a profile of {old.model!r}, not {profile.model!r}; "
+                           "choose another --out or pass --replace")
+    merged = io.merge_measurements(old, profile)
+    return merged, len(merged.measurements) - len(profile.measurements)
+
+
+@app.command("add")
+def add(
+    profile: str = typer.Argument(..., help="Profile file, or a shipped profile name (e.g. resnet50)."),
+    accelerator: str = typer.Option(..., "--accelerator", "-a", help="Accelerator (A100, H100, T4 …) or cpu."),
+    count: int = typer.Option(1, "--count", help="Accelerators per node."),
+    nodes: int = typer.Option(1, "--nodes", help="Nodes."),
+    batch_size: int = typer.Option(..., "--batch-size", "-b", help="Batch per device."),
+    precision: str = typer.Option(..., "--precision", help="fp32, tf32, fp16, bf16 or fp8."),
+    samples_per_second: float = typer.Option(..., "--samples-per-second", help="Training throughput of the whole cluster."),
+    source: str = typer.Option("reported", "--source", help="measured, reported or probe."),
+    note: str = typer.Option("", "--note", help="Where the number comes from (paper, URL, run id)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the updated profile as JSON to stdout."),
+) -> None:
+    """Append a measurement taken elsewhere (validated) to a profile."""
+    import datetime as dt
+
+    from cloudfit.profiling import io
+    from cloudfit.types import Measurement
+
+    path = io.resolve_profile(profile)
+    m = Measurement(accelerator=accelerator, count=count, nodes=nodes, batch_size_per_device=batch_size,
+                    precision=precision.lower(), samples_per_second=samples_per_second, source=source, note=note,
+                    measured_at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat())
+    updated = io.add_measurement(path, m)
+    if as_json:
+        print_json(io.profile_to_dict(updated))
+        return
+    added = updated.measurements[-1]
+    console().print(f"added {added.count}× {added.accelerator} × {added.nodes} node(s), batch {added.batch_size_per_device}, "
+                    f"{added.precision}: {added.samples_per_second:g} samples/s to {path} "
+                    f"({len(updated.measurements)} measurements)", markup=False, soft_wrap=True)
+
+
+@app.command("show")
+def show(
+    profile: str = typer.Argument(..., help="Profile file, or a shipped profile name (e.g. resnet50)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the profile as JSON to stdout."),
+) -> None:
+    """Show a profile's model stats and measurements."""
+    from cloudfit.profiling import io
+
+    path = io.resolve_profile(profile)
+    p = io.load_profile(path)
+    if as_json:
+        print_json(io.profile_to_dict(p))
+        return
+    render_profile(p, path)
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+
+
+def _si(x: float, unit: str) -> str:
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= factor:
+            return f"{x / factor:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def _seconds(x: float) -> str:
+    return f"{x * 1000:.3g} ms" if x < 1 else f"{x:.3g} s"
+
+
+def render_profile(p, path: Optional[Path]) -> None:
+    """Model stats, op-class split and measurements as rich tables on stdout."""
+    from rich import box
+    from rich.table import Table
+
+    s = p.stats
+    con = console()
+    where = f"  [{path}]" if path else ""
+    con.print(f"{p.model} — {s.task or 'model'}, {s.input or 'one sample'}{where}", markup=False)
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(justify="left")
+    t.add_column(justify="right")
+    rows = [
+        ("parameters", f"{s.parameters / 1e6:.2f} M"),
+        ("FLOPs per sample, forward + backward", _si(s.flops_per_sample, "FLOP")),
+        ("FLOPs per sample, forward", _si(s.forward_flops_per_sample, "FLOP")),
+        ("gradient bytes per step", _si(s.gradient_bytes, "B")),
+        ("saved activations per sample", _si(s.activation_bytes_per_sample, "B")),
+        ("stats batch size", str(s.batch_size)),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    con.print(t)
+    ops = Table(title="per sample by op class (multiply-add = 2 FLOPs)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("op class", "FLOPs", "bytes moved", "FLOP/byte"):
+        ops.add_column(col, justify="left" if col == "op class" else "right", no_wrap=True)
+    for name, oc in s.op_classes.items():
+        if oc.flops or oc.bytes:
+            ops.add_row(name, _si(oc.flops, "FLOP"), _si(oc.bytes, "B"), f"{oc.flops / oc.bytes:.1f}" if oc.bytes else "—")
+    con.print(ops)
+    if not p.measurements:
+        con.print("no measurements (stats only)")
+        return
+    mt = Table(title=f"{len(p.measurements)} measurement(s)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("device", "n×nodes", "batch", "prec.", "samples/s", "step", "p90", "peak mem"):
+        mt.add_column(col, justify="left" if col in ("device", "prec.") else "right", no_wrap=True)
+    notes = []
+    for i, m in enumerate(p.measurements, 1):
+        med, p90 = (_seconds(m.step_time_s.median), _seconds(m.step_time_s.p90)) if m.step_time_s else ("—", "—")
+        mem = _si(m.peak_memory_bytes, "B") if m.peak_memory_bytes else "—"
+        rate = f"{m.samples_per_second:,.0f}" if m.samples_per_second >= 100 else f"{m.samples_per_second:.3g}"
+        mt.add_row(f"{i}. {m.accelerator}", f"{m.count}×{m.nodes}", str(m.batch_size_per_device), m.precision, rate,
+                   med, p90, mem)
+        where = ", ".join(x for x in (m.device_name, m.host, m.torch_version and f"torch {m.torch_version}", m.measured_at) if x)
+        notes.append(f"  {i}. {m.source}" + (f": {m.note}" if m.note else "") + (f" [{where}]" if where else ""))
+    con.print(mt)
+    for line in notes:
+        con.print(line, overflow="fold", markup=False)
+
+
+class _Progress:
+    """A rich progress bar on stderr: a spinner per phase, then a bar over the training steps."""
+
+    def __init__(self) -> None:
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        err = console(stderr=True)
+        # Only on a terminal: in a pipe or a log a live bar is noise.
+        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True,
+                                  disable=not err.is_terminal)
+        self._task: Any = None
+
+    def __enter__(self) -> "_Progress":
+        self._progress.__enter__()
+        self._task = self._progress.add_task("starting", total=None)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._progress.__exit__(*exc)
+
+    def phase(self, description: str) -> None:
+        self._progress.update(self._task, description=description, total=None, completed=0)
+
+    def steps(self, done: int, total: int) -> None:
+        self._progress.update(self._task, total=total, completed=done)
