@@ -1,0 +1,28 @@
+"""The performance model: predict training samples/s for any accelerator × count × nodes, with a band.
+
+Public API (numpy + standard library only at import and prediction time)::
+
+    predict(profile, accelerator, count=1, nodes=1, *, precision=None, batch_size=None,
+            machine_type=None, network_gbps=None, parallelism="allreduce") -> Prediction
+    predict_many(profile, queries: Sequence[HardwareQuery]) -> PredictionTable
+    memory_fits(profile, accelerator, batch_size, precision) -> (bool, reason)
+    model_version() -> str
+
+How it works: ``prior`` (roofline per op class + all-reduce / parameter-server communication) ×
+a learned correction (xgboost fitted by ``cloudfit model fit``, evaluated here as numpy trees),
+anchored on the profile's own GPU measurements when it has any; the 10–90% band is conformal on
+grouped cross-validation residuals. ``cloudfit model eval`` reports the accuracy.
+"""
+
+from __future__ import annotations
+
+from cloudfit.perf.model import (
+    HardwareQuery,
+    PredictionTable,
+    memory_fits,
+    model_version,
+    predict,
+    predict_many,
+)
+
+__all__ = ["HardwareQuery", "PredictionTable", "memory_fits", "model_version", "predict", "predict_many"]

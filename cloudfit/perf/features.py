@@ -1,0 +1,167 @@
+"""Features of a query for the learned correction: hardware specs, model stats, configuration.
+
+Never names: an accelerator enters as its datasheet numbers (``cloudfit.hardware``), a model as its
+counted stats (``ModelStats``). Hardware features carry monotone constraints (+1: more of it never
+predicts slower; −1 for pressure/ratios that fall as the hardware gets better) so the fitted model
+stays monotone in every spec by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from cloudfit import hardware
+from cloudfit.perf.prior import CONSTANTS, TENSOR, PriorResult, Setup, Work, activation_scale, memory_needed_bytes
+from cloudfit.types import OP_CLASSES, ModelStats
+
+#: Big stand-in for "no such link" (one device, one node) so log features stay finite.
+NO_LINK_GBPS = 1e4
+
+# name → monotone constraint for xgboost (+1 increasing, −1 decreasing, 0 free)
+FEATURES: tuple[tuple[str, int], ...] = (
+    ("log_peak_tflops", 1),
+    ("log_vector_tflops", 1),
+    ("log_mem_bw", 1),
+    ("memory_pressure", -1),  # needed / capacity: falls as memory grows
+    ("log_intra_gbps", 1),
+    ("log_network_gbps", 1),
+    ("log_comm_s", -1),  # prior's gradient exchange time per step (before overlap): falls as links get faster
+    ("log_devices", 0),
+    ("log_nodes", 0),
+    ("log_batch", 0),
+    ("is_ps", 0),
+    ("framework_tf", 0),
+    ("log_flops_per_sample", 0),
+    ("log_flops_per_step", 0),
+    ("log_params", 0),
+    ("log_intensity", 0),  # tensor FLOPs per byte moved (model only)
+    ("conv_share", 0),
+    ("matmul_share", 0),
+    ("attention_share", 0),
+    ("memory_bytes_share", 0),  # bytes of non-tensor classes / all bytes (model only)
+    ("log_act_bytes_per_sample", 0),
+    ("reduced_precision", 0),
+)
+FEATURE_NAMES = tuple(n for n, _ in FEATURES)
+MONOTONE = tuple(m for _, m in FEATURES)
+
+
+@dataclass(frozen=True)
+class HardwareArrays:
+    peak_tflops: np.ndarray
+    vector_tflops: np.ndarray
+    mem_bw_gbps: np.ndarray
+    memory_gib: np.ndarray
+
+
+def hardware_arrays(accelerators: Sequence[str], precisions: Sequence[str] | str) -> HardwareArrays:
+    """Spec arrays for canonical accelerator names at their precisions (one lookup per distinct pair)."""
+    accs = list(accelerators)
+    precs = [precisions] * len(accs) if isinstance(precisions, str) else list(precisions)
+    cache: dict[tuple[str, str], tuple[float, float, float, float]] = {}
+    out = np.empty((len(accs), 4))
+    for i, key in enumerate(zip(accs, precs)):
+        v = cache.get(key)
+        if v is None:
+            a = hardware.get(key[0])
+            v = cache[key] = (a.peak_tflops(key[1]), a.fp32_tflops, a.memory_bandwidth_gbps, a.memory_gib)
+        out[i] = v
+    return HardwareArrays(out[:, 0], out[:, 1], out[:, 2], out[:, 3])
+
+
+def work_from_stats(stats: ModelStats | Sequence[ModelStats]) -> Work:
+    """Per-sample arrays from one ModelStats (scalars broadcast) or a sequence (one per row)."""
+    many = not isinstance(stats, ModelStats)
+    seq = list(stats) if many else [stats]
+
+    def oc(s: ModelStats, attr: str) -> list[float]:
+        return [float(getattr(s.op_classes[c], attr)) if c in s.op_classes else 0.0 for c in OP_CLASSES]
+
+    flops = np.array([oc(s, "flops") for s in seq])
+    byts = np.array([oc(s, "bytes") for s in seq])
+    params = np.array([float(s.parameters) for s in seq])
+    grad = np.array([float(s.gradient_bytes) for s in seq])
+    act = np.array([float(s.activation_bytes_per_sample) for s in seq])
+    if not many:
+        return Work(flops[0], byts[0], params[0], grad[0], act[0])
+    return Work(flops, byts, params, grad, act)
+
+
+def _log(x) -> np.ndarray:
+    return np.log(np.maximum(np.asarray(x, dtype=float), 1e-30))
+
+
+def feature_matrix(w: Work, s: Setup, p: PriorResult, framework_tf) -> np.ndarray:
+    """(n, len(FEATURES)) float32-safe feature matrix (xgboost compares in float32)."""
+    n = np.broadcast(s.batch, s.count, s.nodes, s.peak_tflops).shape
+    flops = np.broadcast_to(np.asarray(w.flops, dtype=float), n + (len(OP_CLASSES),))
+    byts = np.broadcast_to(np.asarray(w.bytes, dtype=float), n + (len(OP_CLASSES),))
+    tensor_idx = [OP_CLASSES.index(c) for c in TENSOR]
+    tensor_flops = flops[..., tensor_idx].sum(-1)
+    tensor_bytes = byts[..., tensor_idx].sum(-1)
+    all_bytes = byts.sum(-1)
+    batch = np.broadcast_to(np.asarray(s.batch, dtype=float), n)
+    need = memory_needed_bytes(w, s)
+    cap = np.asarray(s.memory_gib, dtype=float) * 2**30
+    intra = np.where(np.asarray(s.count) > 1, np.asarray(s.intra_gbps, dtype=float), NO_LINK_GBPS)
+    net = np.where(np.asarray(s.nodes) > 1, np.asarray(s.network_gbps, dtype=float), NO_LINK_GBPS)
+    cols = {
+        "log_peak_tflops": _log(s.peak_tflops),
+        "log_vector_tflops": _log(s.vector_tflops),
+        "log_mem_bw": _log(s.mem_bw_gbps),
+        "memory_pressure": need / cap,
+        "log_intra_gbps": _log(np.minimum(intra, NO_LINK_GBPS)),
+        "log_network_gbps": _log(np.minimum(net, NO_LINK_GBPS)),
+        # Independent of the accelerator's compute speed on purpose: a faster chip must never look worse.
+        "log_comm_s": np.log10(np.asarray(p.comm_total_s, dtype=float) + 1e-6),
+        "log_devices": _log(np.asarray(s.count, dtype=float) * np.asarray(s.nodes, dtype=float)),
+        "log_nodes": _log(s.nodes),
+        "log_batch": _log(batch),
+        "is_ps": np.asarray(s.ps, dtype=float),
+        "framework_tf": np.asarray(framework_tf, dtype=float),
+        "log_flops_per_sample": _log(tensor_flops),
+        "log_flops_per_step": _log(tensor_flops * batch),
+        "log_params": _log(w.parameters),
+        "log_intensity": _log(tensor_flops / np.maximum(tensor_bytes, 1.0)),
+        "conv_share": flops[..., OP_CLASSES.index("conv")] / np.maximum(tensor_flops, 1.0),
+        "matmul_share": flops[..., OP_CLASSES.index("matmul")] / np.maximum(tensor_flops, 1.0),
+        "attention_share": flops[..., OP_CLASSES.index("attention")] / np.maximum(tensor_flops, 1.0),
+        "memory_bytes_share": (all_bytes - tensor_bytes) / np.maximum(all_bytes, 1.0),
+        "log_act_bytes_per_sample": _log(w.activation_bytes),
+        "reduced_precision": (np.asarray(s.act_scale, dtype=float) < 1.0).astype(float),
+    }
+    X = np.column_stack([np.broadcast_to(np.asarray(cols[k], dtype=float), n).ravel() for k in FEATURE_NAMES])
+    # xgboost compares float32 features with float32 thresholds: round here so the numpy trees agree.
+    return X.astype(np.float32).astype(np.float64)
+
+
+def setup(accelerators: Sequence[str], precisions: Sequence[str] | str, *, batch, count, nodes, intra_gbps,
+          network_gbps, ps=0.0, ps_count=1.0, ps_network_gbps=np.nan) -> Setup:
+    """Build a :class:`Setup` for rows of (canonical accelerator, precision, configuration)."""
+    hw = hardware_arrays(accelerators, precisions)
+    precs = [precisions] * len(hw.peak_tflops) if isinstance(precisions, str) else list(precisions)
+    act = np.array([activation_scale(p) for p in precs])
+    mixed = (act < 1.0).astype(float)
+    return Setup(hw.peak_tflops, hw.vector_tflops, hw.mem_bw_gbps, hw.memory_gib, act, mixed,
+                 np.asarray(batch, dtype=float), np.asarray(count, dtype=float), np.asarray(nodes, dtype=float),
+                 np.asarray(intra_gbps, dtype=float), np.asarray(network_gbps, dtype=float),
+                 np.asarray(ps, dtype=float), np.asarray(ps_count, dtype=float), np.asarray(ps_network_gbps, dtype=float))
+
+
+def intra_gbps(accelerators: Sequence[str], counts) -> np.ndarray:
+    """hardware.intra_node_gbps per row (one lookup per distinct pair)."""
+    cache: dict[tuple[str, int], float] = {}
+    out = np.empty(len(accelerators))
+    for i, key in enumerate(zip(accelerators, (int(c) for c in np.broadcast_to(counts, (len(accelerators),))))):
+        v = cache.get(key)
+        if v is None:
+            v = cache[key] = hardware.intra_node_gbps(key[0], key[1])
+        out[i] = v
+    return out
+
+
+__all__ = ["FEATURES", "FEATURE_NAMES", "MONOTONE", "CONSTANTS", "feature_matrix", "setup", "work_from_stats",
+           "hardware_arrays", "intra_gbps"]

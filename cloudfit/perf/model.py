@@ -1,0 +1,338 @@
+"""Prediction at run time: the prior, the shipped correction and its band, in numpy only.
+
+Importing this module costs numpy + the standard library (no xgboost, sklearn, scipy or pandas):
+the recommender calls :func:`predict_many` once with thousands of queries on its start-up path.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from cloudfit import hardware
+from cloudfit.errors import ModelError, ProfileError, UsageError
+from cloudfit.perf import features, prior
+from cloudfit.perf.trees import Forest
+from cloudfit.types import PRECISIONS, Measurement, Prediction, Profile
+
+SCHEMA_VERSION = 1
+PARALLELISMS = ("allreduce", "ps")
+DEFAULT_PRECISION = "fp16"
+#: A profile's measurements at a batch size far from the query's count less:
+#: weight = exp(−|Δ log batch| / ANCHOR_SCALE). Weights never depend on the hardware, so the anchored
+#: factor is the same for every accelerator and predictions stay monotone in hardware specs.
+ANCHOR_SCALE = 0.5
+
+
+@dataclass(frozen=True)
+class HardwareQuery:
+    """One configuration to predict: accelerator × devices per node × nodes at a precision and batch.
+
+    ``network_gbps`` is the VM's network cap in Gbit/s (the inter-node link; ignored for one node);
+    ``intra_gbps`` (GB/s) defaults to ``hardware.intra_node_gbps``.
+    """
+
+    accelerator: str
+    count: int = 1
+    nodes: int = 1
+    network_gbps: float = 0.0
+    precision: str = DEFAULT_PRECISION
+    batch_size: int | None = None  # None = the profile's batch size
+    intra_gbps: float | None = None
+    parallelism: str = "allreduce"
+    ps_count: int = 1
+    ps_network_gbps: float | None = None
+
+
+@dataclass(frozen=True)
+class PredictionTable:
+    """Column arrays, one entry per query in the order given. Rows that do not fit in memory have
+    ``fits`` False, a ``reason``, and zeros in the numeric columns."""
+
+    samples_per_second: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    step_time_s: np.ndarray
+    compute_s: np.ndarray
+    communication_s: np.ndarray
+    fits: np.ndarray  # bool
+    basis: tuple[str, ...]
+    reason: tuple[str, ...] = field(default=())
+
+    def __len__(self) -> int:
+        return len(self.samples_per_second)
+
+    def row(self, i: int) -> Prediction:
+        return Prediction(
+            samples_per_second=float(self.samples_per_second[i]), low=float(self.low[i]), high=float(self.high[i]),
+            step_time_s=float(self.step_time_s[i]), compute_s=float(self.compute_s[i]),
+            communication_s=float(self.communication_s[i]), basis=self.basis[i], fits=bool(self.fits[i]),
+            reason=self.reason[i] if self.reason else "",
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# The shipped model
+
+
+@dataclass(frozen=True)
+class FittedModel:
+    forest: Forest
+    log_quantiles: dict[str, tuple[float, float]]
+    anchor_lambda: dict[str, float]
+    constants: dict[str, float]
+    version: str
+    path: str
+
+
+def model_path() -> Path:
+    return Path(__file__).resolve().parent / "model.json"
+
+
+@functools.lru_cache(maxsize=4)
+def load_model(path: str | None = None) -> FittedModel:
+    """Read and check the fitted model file (cached per path)."""
+    p = Path(path) if path else model_path()
+    try:
+        raw = p.read_bytes()
+        doc = json.loads(raw)
+    except FileNotFoundError:
+        raise ModelError(f"performance model {p} not found; rebuild it with `cloudfit model fit`") from None
+    except ValueError as e:
+        raise ModelError(f"performance model {p} is not valid JSON ({e}); rebuild it with `cloudfit model fit`") from None
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise ModelError(f"performance model {p} has schema_version {doc.get('schema_version')!r}; "
+                         f"this cloudfit reads {SCHEMA_VERSION} (rebuild with `cloudfit model fit`)")
+    names = [f["name"] for f in doc["features"]]
+    if tuple(names) != features.FEATURE_NAMES:
+        raise ModelError(f"performance model {p} was fitted on other features; rebuild it with `cloudfit model fit`")
+    q = {k: (float(v[0]), float(v[1])) for k, v in doc["band"]["log_quantiles"].items()}
+    lam = {k: float(v) for k, v in doc["anchor_lambda"].items()}
+    return FittedModel(Forest.from_dict(doc["forest"]), q, lam, dict(doc["prior_constants"]),
+                       "sha256:" + hashlib.sha256(raw).hexdigest()[:16], str(p))
+
+
+def model_version(path: str | None = None) -> str:
+    """Identifies the shipped fitted model (sha256 prefix of its file); recorded in plans."""
+    return load_model(path).version
+
+
+# --------------------------------------------------------------------------------------------
+# Anchors
+
+
+@dataclass(frozen=True)
+class _Anchors:
+    log_over_prior: np.ndarray  # log(measured / prior) per anchor
+    correction: np.ndarray  # the learned correction f at the anchor
+    log_batch: np.ndarray
+    labels: tuple[str, ...]
+
+
+def combine_anchors(base_q: np.ndarray, log_batch_q: np.ndarray, log_factor_a: np.ndarray,
+                    log_batch_a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Anchored prediction base(q) × exp(Σ wₐ·log factorₐ / Σ wₐ), with factorₐ = measured(a) /
+    stats-only prediction(a) and batch-similarity weights wₐ; also each query's heaviest anchor.
+    Shared by prediction and cross-validation."""
+    d = np.abs(np.asarray(log_batch_q, dtype=float)[:, None] - np.asarray(log_batch_a, dtype=float)[None, :])
+    w = np.exp(-(d - d.min(axis=1, keepdims=True)) / ANCHOR_SCALE)
+    factor = (w * log_factor_a[None, :]).sum(1) / w.sum(1)
+    return base_q * np.exp(factor), np.argmax(w, axis=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Prediction
+
+
+def _check_profile(profile: Profile) -> None:
+    if not isinstance(profile, Profile):
+        raise ProfileError(f"expected a Profile, got {type(profile).__name__}")
+    s = getattr(profile, "stats", None)
+    if s is None or not getattr(s, "op_classes", None) or not s.flops_per_sample or s.flops_per_sample <= 0:
+        raise ProfileError(f"profile {profile.model!r} has no model stats (FLOPs, bytes per op class); "
+                           "re-run `cloudfit profile run` to count them")
+
+
+def _positive_int(v: Any, what: str) -> int:
+    if type(v) is int and v >= 1:  # the common case, checked first: thousands of queries per call
+        return v
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        if isinstance(v, float) and v.is_integer() and v >= 1:
+            return int(v)
+        raise UsageError(f"{what} must be a positive integer, got {v!r}")
+    return int(v)
+
+
+def _canonical_queries(queries: Sequence[HardwareQuery], default_batch: int) -> list[HardwareQuery]:
+    """Validated queries with canonical names (per-name lookups cached: the recommender sends thousands)."""
+    names: dict[str, str] = {}
+    out = []
+    for q in queries:
+        acc = names.get(q.accelerator)
+        if acc is None:
+            acc = names[q.accelerator] = hardware.canonical_name(q.accelerator)
+        count = _positive_int(q.count, "accelerator count")
+        nodes = _positive_int(q.nodes, "node count")
+        prec = q.precision if q.precision in PRECISIONS else str(q.precision).lower()
+        if prec not in PRECISIONS:
+            raise UsageError(f"unknown precision {q.precision!r} (expected {', '.join(PRECISIONS)})")
+        batch = default_batch if q.batch_size is None else _positive_int(q.batch_size, "batch size")
+        if q.parallelism not in PARALLELISMS:
+            raise UsageError(f"unknown parallelism {q.parallelism!r} (expected {', '.join(PARALLELISMS)})")
+        net = float(q.network_gbps or 0.0)
+        if nodes > 1 and not net > 0:
+            raise UsageError(f"{nodes} nodes need the VM's network bandwidth (network_gbps > 0, or a machine type)")
+        if (acc, count, nodes, prec, batch) == (q.accelerator, q.count, q.nodes, q.precision, q.batch_size) \
+                and net == q.network_gbps:
+            out.append(q)
+        else:
+            out.append(HardwareQuery(acc, count, nodes, net, prec, batch, q.intra_gbps, q.parallelism,
+                                     q.ps_count, q.ps_network_gbps))
+    return out
+
+
+def _rows(qs: Sequence[HardwareQuery]) -> dict[str, np.ndarray | list]:
+    acc = [q.accelerator for q in qs]
+    count = np.array([q.count for q in qs], dtype=float)
+    nodes = np.array([q.nodes for q in qs], dtype=float)
+    intra_default = features.intra_gbps(acc, count)
+    intra = np.array([q.intra_gbps if q.intra_gbps else d for q, d in zip(qs, intra_default)], dtype=float)
+    net = np.array([q.network_gbps if q.nodes > 1 else features.NO_LINK_GBPS for q in qs], dtype=float)
+    ps = np.array([1.0 if q.parallelism == "ps" else 0.0 for q in qs])
+    ps_net = np.array([q.ps_network_gbps if q.ps_network_gbps else n for q, n in zip(qs, net)], dtype=float)
+    return {"acc": acc, "prec": [q.precision for q in qs], "batch": np.array([q.batch_size for q in qs], dtype=float),
+            "count": count, "nodes": nodes,
+            "intra": intra, "net": net, "ps": ps, "ps_count": np.array([q.ps_count for q in qs], dtype=float),
+            "ps_net": ps_net}
+
+
+def _evaluate(m: FittedModel, work: prior.Work, r: dict[str, Any], framework_tf: float = 0.0):
+    s = features.setup(r["acc"], r["prec"], batch=r["batch"], count=r["count"], nodes=r["nodes"],
+                       intra_gbps=r["intra"], network_gbps=r["net"], ps=r["ps"], ps_count=r["ps_count"],
+                       ps_network_gbps=r["ps_net"])
+    p = prior.prior(work, s, m.constants)
+    X = features.feature_matrix(work, s, p, np.full(len(r["acc"]), framework_tf))
+    return s, p, m.forest.predict(X)
+
+
+def _anchors(m: FittedModel, profile: Profile, work: prior.Work) -> _Anchors | None:
+    usable: list[Measurement] = []
+    for meas in profile.measurements:
+        if meas.accelerator.lower() == "cpu" or meas.samples_per_second <= 0 or meas.nodes != 1:
+            continue  # CPU runs say nothing about a GPU; multi-node runs lack their network
+        try:
+            acc = hardware.canonical_name(meas.accelerator)
+        except UsageError:
+            continue
+        prec = meas.precision.lower() if meas.precision.lower() in PRECISIONS else "fp32"
+        usable.append(Measurement(acc, max(1, meas.count), 1, max(1, meas.batch_size_per_device), prec,
+                                  meas.samples_per_second, source=meas.source))
+    if not usable:
+        return None
+    qs = [HardwareQuery(u.accelerator, u.count, 1, 0.0, u.precision, u.batch_size_per_device) for u in usable]
+    r = _rows(qs)
+    _, p, f = _evaluate(m, work, r)
+    labels = tuple(f"{u.accelerator}×{u.count} bs{u.batch_size_per_device} {u.precision}" for u in usable)
+    meas_sps = np.array([u.samples_per_second for u in usable])
+    return _Anchors(np.log(meas_sps / p.samples_per_second), f, np.log(r["batch"]), labels)
+
+
+def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_file: str | None = None) -> PredictionTable:
+    """Predict every query for one profile in one vectorised pass (numpy only).
+
+    Duplicated queries are evaluated once. Raises ``ProfileError`` for a profile without stats,
+    ``UnknownAcceleratorError``/``UsageError`` for bad queries, ``ModelError`` for a missing model file.
+    """
+    _check_profile(profile)
+    m = load_model(model_file)
+    qs = _canonical_queries(queries, int(profile.stats.batch_size))
+    n_in = len(qs)
+    if n_in == 0:
+        z = np.zeros(0)
+        return PredictionTable(z, z, z, z, z, z, np.zeros(0, bool), (), ())
+    uniq: dict[HardwareQuery, int] = {}
+    inverse = np.array([uniq.setdefault(q, len(uniq)) for q in qs])
+    uq = list(uniq)
+    work = features.work_from_stats(profile.stats)
+    r = _rows(uq)
+    s, p, f = _evaluate(m, work, r)
+    anchors = _anchors(m, profile, work)
+    devices = r["count"] * r["nodes"]
+    multi = devices > 1
+    if anchors is not None:
+        # Anchored: prior·exp(λ·f) on both ends, λ per single/multi-device chosen by grouped CV.
+        sps = np.empty(len(uq))
+        best = np.zeros(len(uq), dtype=int)
+        for key, sel in (("single", ~multi), ("multi", multi)):
+            if sel.any():
+                lam = m.anchor_lambda[key]
+                sps[sel], best[sel] = combine_anchors(
+                    p.samples_per_second[sel] * np.exp(lam * f[sel]), np.log(r["batch"][sel]),
+                    anchors.log_over_prior - lam * anchors.correction, anchors.log_batch)
+        kind = "anchored"
+        n_a = len(anchors.labels)
+        basis = [f"anchored on {anchors.labels[b]}" + (f" (+{n_a - 1} more)" if n_a > 1 else "") for b in best]
+    else:
+        sps, kind, basis = p.samples_per_second * np.exp(f), "stats-only", ["stats-only"] * len(uq)
+    lo_q = np.array([m.log_quantiles[f"{'multi' if mu else 'single'}-{kind}"][0] for mu in multi])
+    hi_q = np.array([m.log_quantiles[f"{'multi' if mu else 'single'}-{kind}"][1] for mu in multi])
+    step = devices * r["batch"] / sps
+    scale = step / p.step_time_s  # split the final step time in the prior's proportions
+    compute, comm = p.compute_s * scale, p.communication_s * scale
+    need = prior.memory_needed_bytes(work, s, m.constants)
+    cap = prior.memory_capacity_bytes(s, m.constants)
+    fits = need <= cap
+    reasons = ["" if ok else f"needs ~{nd / 2**30:.1f} GiB per device at batch {int(b)}, "
+               f"{a} has {hardware.get(a).memory_gib:g} GiB" for ok, nd, b, a in zip(fits, need, r["batch"], r["acc"])]
+    cols = [sps, sps * np.exp(lo_q), sps * np.exp(hi_q), step, compute, comm]
+    cols = [np.where(fits, c, 0.0)[inverse] for c in cols]
+    return PredictionTable(*cols, fits=fits[inverse], basis=tuple(basis[i] for i in inverse),
+                           reason=tuple(reasons[i] for i in inverse))
+
+
+def _network_for(machine_type: str | None, accelerator: str, count: int, network_gbps: float | None) -> float:
+    if network_gbps is not None:
+        if network_gbps <= 0:
+            raise UsageError(f"network bandwidth must be positive, got {network_gbps!r} Gbps")
+        return float(network_gbps)
+    from cloudfit import catalog
+
+    offs = [o for o in catalog.load().offerings
+            if o.accelerator == accelerator and o.accelerators_per_node == count
+            and (machine_type is None or o.machine_type == machine_type)]
+    if not offs:
+        what = machine_type or f"{count}× {accelerator}"
+        raise UsageError(f"no catalog offering for {what}; give the VM's network bandwidth (network_gbps)")
+    o = max(offs, key=lambda o: (o.vcpus, o.machine_type))
+    return hardware.vm_network_gbps(o.machine_type, o.accelerator, o.accelerators_per_node, o.vcpus)
+
+
+def predict(profile: Profile, accelerator: str, count: int = 1, nodes: int = 1, *, precision: str | None = None,
+            batch_size: int | None = None, machine_type: str | None = None, network_gbps: float | None = None,
+            parallelism: str = "allreduce") -> Prediction:
+    """Predicted training throughput of ``profile`` on ``nodes`` × ``count`` ``accelerator``.
+
+    ``precision`` defaults to fp16 (mixed precision; accelerators without fast fp16 run it at their
+    fp32 rate), ``batch_size`` (per device) to the profile's. Across nodes the link is the VM's
+    network: ``network_gbps``, else that of ``machine_type`` (or the catalog's largest VM with
+    ``count`` of these accelerators). A batch that does not fit memory gives ``fits=False`` and a reason.
+    """
+    _check_profile(profile)
+    acc = hardware.canonical_name(accelerator)
+    net = 0.0
+    if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 1:
+        net = _network_for(machine_type, acc, count, network_gbps)
+    q = HardwareQuery(acc, count, nodes, net, precision or DEFAULT_PRECISION, batch_size, parallelism=parallelism)
+    return predict_many(profile, [q]).row(0)
+
+
+def memory_fits(profile: Profile, accelerator: str, batch_size: int | None, precision: str | None) -> tuple[bool, str]:
+    """(fits, reason): whether one device holds weights, gradients, optimizer state and activations."""
+    t = predict_many(profile, [HardwareQuery(accelerator, 1, 1, 0.0, precision or DEFAULT_PRECISION, batch_size)])
+    return bool(t.fits[0]), t.reason[0] if not t.fits[0] else ""

@@ -1,0 +1,72 @@
+"""The cross-validation harness: no leakage across folds, and a report with every method and regime."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cloudfit.perf import evaluate, fit
+from cloudfit.perf.data import load_table
+
+
+@pytest.fixture(scope="module")
+def small():
+    """Lambda's and Sailor's rows: 165 measurements on 6 accelerators, fast to cross-validate."""
+    t = load_table()
+    idx = np.where(np.isin(t["source"], ["lambda", "sailor"]))[0]
+    return fit.prepare(t.take(idx))
+
+
+def test_anchors_come_from_other_accelerators_of_the_same_workload(small):
+    t = small.table
+    n_anchored = 0
+    for i, anchors in enumerate(small.anchors):
+        for j in anchors:
+            assert t["accelerator"][j] != t["accelerator"][i]
+            assert t["workload"][j] == t["workload"][i] and t["source"][j] == t["source"][i]
+            assert t["precision"][j] == t["precision"][i]
+            assert t["count"][j] * t["nodes"][j] == 1
+        n_anchored += bool(len(anchors))
+    assert n_anchored > 0.9 * len(t)
+
+
+@pytest.mark.parametrize("scheme, col", [("accelerator", "accelerator"), ("model", "model_group")])
+def test_folds_partition_the_rows_by_group(small, scheme, col):
+    rows = np.arange(len(small.y))
+    folds = fit.group_folds(small, rows, scheme)
+    seen = np.concatenate([h for _, h in folds])
+    assert sorted(seen.tolist()) == rows.tolist()
+    for g, held in folds:
+        assert set(small.table[col][held]) == {g}
+        train = np.setdiff1d(rows, held)
+        assert g not in set(small.table[col][train])
+
+
+def test_prior_calibration_sees_only_its_rows(small):
+    rows = np.arange(len(small.y))
+    a = fit.calibrate_prior(small, rows)
+    held = rows[small.table["accelerator"] == "H100"]
+    b = fit.calibrate_prior(small, np.setdiff1d(rows, held))
+    # Changing rows outside the training set must not change a calibration on the training set.
+    scrambled = fit.dataclasses.replace(small, measured=np.where(np.isin(rows, held), 1.0, small.measured))
+    assert fit.calibrate_prior(scrambled, np.setdiff1d(rows, held)) == b
+    assert set(a) == set(b)
+
+
+def test_report_has_every_method_and_regime(small):
+    report = evaluate.run(prep=small, inner=False, schemes=("accelerator",))
+    json.dumps(report)  # JSON-able for `cloudfit model eval --json`
+    regimes = report["schemes"]["accelerator"]
+    assert {"single-anchored", "single-stats-only", "multi-anchored", "multi-stats-only"} <= set(regimes)
+    for blk in regimes.values():
+        for m in evaluate.METHODS:
+            assert 0 <= blk[m]["mdape"] and np.isfinite(blk[m]["mape"])
+        assert sum(g["n"] for g in blk["groups"].values()) == blk["n"]
+
+
+def test_nested_calibration_reports_band_coverage(small):
+    report = evaluate.run(prep=small, inner=True, schemes=("accelerator",))
+    blk = report["schemes"]["accelerator"]["single-anchored"]
+    assert 0.0 <= blk["coverage"] <= 1.0
