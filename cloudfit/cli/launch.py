@@ -1,0 +1,403 @@
+"""``cloudfit launch``, ``cloudfit status``, ``cloudfit down``: run a plan on a cluster and clean up after it."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from typer.core import TyperCommand
+
+from cloudfit.cli.render import console, money, print_json
+
+#: With no --budget and no budget in the plan: the plan's P90 cost times this margin.
+BUDGET_MARGIN = 1.25
+
+ProjectOpt = typer.Option(None, "--project", help="Google Cloud project (default: from application-default credentials).")
+EndpointOpt = typer.Option(None, "--compute-endpoint", envvar="CLOUDFIT_COMPUTE_ENDPOINT",
+                           help="Compute Engine API endpoint URL (private endpoints, test servers).")
+
+
+class _DashDash(TyperCommand):
+    """Keeps everything after ``--`` as the command to run (``cloudfit launch plan.json -- python train.py``)."""
+
+    def parse_args(self, ctx, args):  # type: ignore[override]
+        if "--" in args:
+            i = args.index("--")
+            ctx.meta["cloudfit.command"] = list(args[i + 1:])
+            args = args[:i]
+        return super().parse_args(ctx, args)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("launch", cls=_DashDash)(launch)
+    app.command("status")(status)
+    app.command("down")(down)
+
+
+# ------------------------------------------------------------------------------ launch
+
+def launch(
+    ctx: typer.Context,
+    plan_path: Optional[Path] = typer.Argument(None, metavar="[PLAN.json]", help="A plan from `cloudfit recommend --out`.", dir_okay=False),
+    backend: str = typer.Option("local", "--backend", help="local (a rehearsal on this machine) or gcp (Compute Engine)."),
+    budget: Optional[str] = typer.Option(None, "--budget", help=f"Spend at most this many USD (default: the plan's budget, else its P90 cost × {BUDGET_MARGIN})."),
+    name: Optional[str] = typer.Option(None, "--name", help="Cluster name (VM names and labels derive from it)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be created and the cost cap; create nothing."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    project: Optional[str] = ProjectOpt,
+    endpoint: Optional[str] = EndpointOpt,
+    checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint-dir", help="Checkpoint folder (local) or gs://BUCKET/PATH (gcp; required there)."),
+    checkpoint_every: int = typer.Option(50, "--checkpoint-every", help="Checkpoint every K steps."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Train this many steps instead of the plan's samples."),
+    timeout: Optional[str] = typer.Option(None, "--timeout", help="Stop (with a checkpoint) after this long, e.g. 30m, 2h."),
+    image: Optional[str] = typer.Option(None, "--image", help="Boot image for gcp VMs (default: a Deep Learning VM PyTorch image)."),
+    check_interval: Optional[float] = typer.Option(None, "--check-interval", help="Seconds between budget checks and polls (default: 30 on gcp, 1 locally)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="No plan file: recommend for this shipped profile under --budget, then launch."),
+    samples: Optional[float] = typer.Option(None, "--samples", help="With --model: total training samples."),
+    epochs: Optional[float] = typer.Option(None, "--epochs", help="With --model: epochs (with --dataset-size)."),
+    dataset_size: Optional[int] = typer.Option(None, "--dataset-size", help="With --model: samples per epoch."),
+    as_json: bool = typer.Option(False, "--json", help="Print the preview (--dry-run) or the run's result as JSON to stdout."),
+) -> None:
+    """Launch a plan: train on a local rehearsal cluster or on Compute Engine, within a budget.
+
+    Anything after `--` runs under torchrun instead of cloudfit's trainer, e.g.
+    `cloudfit launch plan.json -- python train.py --lr 0.1`.
+    """
+    from cloudfit.errors import UsageError
+    from cloudfit.units import parse_hours, parse_usd
+
+    command = tuple(ctx.meta.get("cloudfit.command", ()))
+    if backend not in ("local", "gcp"):
+        raise UsageError(f"unknown backend {backend!r} (expected local or gcp)")
+    budget_usd = None if budget is None else parse_usd(budget)
+    from_model = plan_path is None
+    if plan_path is not None and model is not None:
+        raise UsageError("give a plan file or --model (to recommend first), not both")
+    if plan_path is None and model is None:
+        raise UsageError("give a plan file (from `cloudfit recommend --out plan.json`) or --model with --budget")
+    plan = _plan(plan_path, model, samples, epochs, dataset_size, budget_usd)
+    if budget_usd is None:
+        budget_usd = plan.workload.budget_usd or round(plan.chosen.cost_p90_usd * BUDGET_MARGIN, 2)
+    spec, executor = _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoint, checkpoint_dir,
+                                        checkpoint_every, steps, None if timeout is None else parse_hours(timeout, "timeout") * 3600,
+                                        image, check_interval)
+    preview = executor.preview(spec)  # budget too small → UsageError here, before anything exists
+    if dry_run:
+        if as_json:
+            print_json({"dry_run": True, "preview": preview, "budget_usd": budget_usd})
+        else:
+            _render_preview(preview, plan, from_model)
+        return
+    needs_ok = backend == "gcp" or from_model
+    if needs_ok and not yes:
+        if as_json or not sys.stdin.isatty():
+            raise UsageError("refusing to launch without confirmation: pass --yes (stdin is not a terminal)")
+        _render_preview(preview, plan, from_model, stderr=True)
+        if not typer.confirm(f"Launch {spec.name} on {backend} for at most {money(budget_usd)}?", default=False, err=True):
+            raise typer.Exit(1)
+    err = console(stderr=True)
+    show = _EventPrinter(err)
+    result = executor.run(spec, on_event=show)
+    if as_json:
+        print_json(result)
+    else:
+        _render_result(result)
+    if result.reason == "failed":
+        raise typer.Exit(1)
+
+
+def _plan(plan_path, model, samples, epochs, dataset_size, budget_usd):
+    if plan_path is not None:
+        from cloudfit.planio import load_plan
+
+        return load_plan(plan_path)
+    from cloudfit.errors import UsageError
+
+    if budget_usd is None:
+        raise UsageError("--model needs --budget: cloudfit recommends the fastest cluster under it, then launches")
+    from cloudfit.plan import recommend
+    from cloudfit.workload import make_workload
+
+    w = make_workload(model=model, samples=samples, epochs=epochs, dataset_size=dataset_size, budget=budget_usd,
+                      objective="time")
+    return recommend(w)
+
+
+def _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoint, checkpoint_dir, checkpoint_every,
+                       steps, timeout_s, image, check_interval):
+    from cloudfit.errors import UsageError
+    from cloudfit.executors.base import JobSpec, RunSpec, check_name, default_name, plan_configs
+
+    w = plan.workload
+    if not command:
+        from cloudfit.profiling import zoo
+
+        if w.model not in zoo.names():
+            raise UsageError(f"cloudfit's trainer knows the zoo models ({', '.join(zoo.names())}), not {w.model!r}: "
+                             "give your training command after --")
+        info = zoo.info(w.model)
+    configs = plan_configs(plan)
+    if check_interval is not None and not check_interval > 0:
+        raise UsageError(f"--check-interval must be positive, got {check_interval:g}")
+    timing = {} if check_interval is None else {"interval_s": check_interval}
+    if backend == "local":
+        from cloudfit.executors.local import LocalExecutor
+
+        executor: Any = LocalExecutor(**timing)
+        ranks = max(1, min(configs[0].accelerators, executor.max_ranks))
+        batch = w.batch_size_per_device or (None if command else info["cpu_batch_size"])
+    else:
+        from cloudfit.executors.gcp import DEFAULT_IMAGE, GcpExecutor
+
+        executor = GcpExecutor(project=project, endpoint=endpoint, image=image or DEFAULT_IMAGE, **timing)
+        ranks = configs[0].accelerators
+        batch = w.batch_size_per_device or (None if command else info["default_batch_size"])
+    if steps is None:
+        steps = max(1, math.ceil(w.samples / ((batch or 1) * ranks)))
+    job = JobSpec(model=w.model, steps=steps, batch_size_per_device=batch, checkpoint_dir=checkpoint_dir,
+                  checkpoint_every=checkpoint_every, precision=w.precision, command=command)
+    name = check_name(name) if name else default_name(w.model)
+    return RunSpec(name=name, configs=configs, job=job, budget_usd=budget_usd, timeout_s=timeout_s), executor
+
+
+class _EventPrinter:
+    """One line per event on stderr; progress at most every 2 s."""
+
+    def __init__(self, con) -> None:
+        self.con = con
+        self.last_progress = 0.0
+
+    def __call__(self, e) -> None:
+        if e.kind == "progress":
+            now = time.monotonic()
+            if now - self.last_progress < 2.0:
+                return
+            self.last_progress = now
+        self.con.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {e.message}")
+
+
+def _render_preview(pv, plan, from_model: bool, stderr: bool = False) -> None:
+    con = console(stderr=stderr)
+    if from_model:
+        e = plan.chosen
+        con.print(f"Recommended under {money(plan.workload.budget_usd)}: {e.config.label()} — "
+                  f"{e.hours:.1f} h expected, {money(e.cost_usd)} expected (P90 {money(e.cost_p90_usd)})")
+    verb = "Will create" if stderr else "Would create"
+    kind = "VM(s)" if pv.backend == "gcp" else "local process group"
+    con.print(f"[bold]{verb} on {pv.backend}: cluster {pv.name}, {len(pv.nodes)} {kind}[/bold]")
+    # One block per node, never a table: every value printed in full, whatever the terminal width.
+    for n in pv.nodes:
+        d = n.detail
+        labels = ", ".join(f"{k}={v}" for k, v in n.labels.items())
+        if pv.backend == "gcp":
+            con.print(f"  {n.name}: zone {n.zone}, machine type {n.machine_type}, "
+                      f"{n.accelerators}× {n.accelerator} ({d.get('guest_accelerator')}), {n.provisioning}, "
+                      f"${n.price_per_hour:.4g}/h, max_run_duration {n.max_run_duration_s} s then "
+                      f"{d.get('instance_termination_action')}, labels {labels}")
+        else:
+            con.print(f"  {n.name}: {n.accelerators} rank(s) on this machine rehearsing {d.get('rehearsal_of')}, "
+                      f"${n.price_per_hour:.4g}/h, stops itself after {n.max_run_duration_s} s, labels {labels}")
+    d = pv.nodes[0].detail if pv.nodes else {}
+    if pv.backend == "gcp":
+        con.print(f"  image {d.get('image')}, boot disk {d.get('boot_disk')}, on_host_maintenance "
+                  f"{d.get('on_host_maintenance')}, startup script {d.get('startup_script_bytes')} bytes")
+    else:
+        con.print(f"  command: {' '.join(d.get('command', []))}")
+    con.print(f"Budget {money(pv.budget_usd)}; cost cap {money(pv.cost_cap_usd)} (every node to its max_run_duration "
+              f"plus {pv.teardown_s:g} s teardown); guard checks every {pv.interval_s:g} s"
+              + (f"; {pv.fallbacks} fallback config(s) on stockout/quota" if pv.fallbacks else ""))
+    for note in pv.notes:
+        con.print(f"Note: {note}")
+
+
+def _render_result(r) -> None:
+    con = console()
+    what = {"completed": "completed", "budget": "stopped at the budget (checkpoint saved)",
+            "timeout": "stopped at the timeout (checkpoint saved)", "failed": "failed",
+            "interrupted": "interrupted", "down": "deleted by `cloudfit down`"}.get(r.reason, r.reason)
+    line = f"{r.name}: {what} after {r.elapsed_s:.0f} s; spent {money(r.spend_usd) if r.spend_usd >= 0.01 else f'${r.spend_usd:.4f}'}"
+    if r.total_steps:
+        line += f"; step {r.steps}/{r.total_steps}"
+    if r.samples_per_second:
+        line += f"; {r.samples_per_second:,.0f} samples/s"
+    if r.restarts:
+        line += f"; {r.restarts} restart(s)"
+    if r.preemptions:
+        line += f"; {r.preemptions} preemption(s)"
+    con.print(line)
+    for f in r.fallbacks:
+        con.print(f"Skipped {f}")
+    if r.detail:
+        con.print(r.detail)
+
+
+# ------------------------------------------------------------------------------ status
+
+def status(
+    name: Optional[str] = typer.Argument(None, help="A cluster (default: list all)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
+    project: Optional[str] = ProjectOpt,
+    endpoint: Optional[str] = EndpointOpt,
+) -> None:
+    """Show clusters: state, spend against the budget, why they ended; with NAME, its nodes and events."""
+    from cloudfit.executors.state import StateStore
+
+    store = StateStore()
+    if name is None:
+        rows = [_cluster_row(store, c) for c in store.clusters() if "@" not in c.name]
+        if as_json:
+            print_json({"clusters": rows})
+            return
+        from rich.table import Table
+
+        t = Table(title=f"{len(rows)} cluster(s) in {store.path}", title_justify="left")
+        for col in ("name", "backend", "status", "reason", "spend", "budget", "config", "started"):
+            t.add_column(col)
+        for r in rows:
+            t.add_row(r["name"], r["backend"], r["status"], r["reason"] or "—", money(r["spend_usd"]), money(r["budget_usd"]),
+                      r["config"] or "—", time.strftime("%m-%d %H:%M", time.localtime(r["created_at"])))
+        console().print(t)
+        return
+    rec = store.cluster(name)
+    row = _cluster_row(store, rec)
+    row["resources"] = [{"kind": r.kind, "name": r.name, "zone": r.zone, "state": r.state,
+                         "price_per_hour": r.price_per_hour, "cap_s": r.cap_s, "intent_at": r.intent_at,
+                         "created_at": r.created_at, "deleted_at": r.deleted_at,
+                         **{k: v for k, v in r.info.items() if k in ("pid", "internal_ip", "error", "ended")}}
+                        for r in store.resources(name)]
+    row["events"] = [{"at": at, "kind": k, "message": m} for at, k, m in store.events(name)]
+    row["progress"] = (_live_progress(rec) if not rec.ended else None) or rec.info.get("progress") or {}
+    if not rec.ended and rec.backend == "gcp":
+        row["live_vms"] = _live_vms(name, rec, project, endpoint)
+    if as_json:
+        print_json(row)
+        return
+    con = console()
+    con.print(f"[bold]{name}[/bold] ({row['backend']}): {row['status']}" + (f", ended: {row['reason']}" if row["reason"] else ""))
+    con.print(f"Spend {money(row['spend_usd'])} of {money(row['budget_usd'])}"
+              + (" (estimated: the launcher is not running)" if row.get("spend_estimated") else ""))
+    if row["config"]:
+        con.print(f"Config {row['config']}")
+    p = row["progress"] or {}
+    if p.get("step") is not None:
+        con.print(f"Progress step {p.get('step')}/{p.get('total_steps')}"
+                  + (f", {p['samples_per_second']:,.0f} samples/s" if p.get("samples_per_second") else "")
+                  + (f", {p['restart']} restart(s)" if p.get("restart") else ""))
+    if row.get("warning"):
+        con.print(f"[yellow]{row['warning']}[/yellow]")
+    if "live_vms" in row:
+        con.print(f"Live VMs: {', '.join(row['live_vms']) if isinstance(row['live_vms'], list) and row['live_vms'] else row['live_vms'] or 'none'}")
+    for r in row["resources"]:
+        con.print(f"  {r['kind']} {r['name']} {r['zone']} {r['state']}" + (f" ({r['error']})" if r.get("error") else ""))
+    for e in row["events"][-10:]:
+        con.print(f"  [dim]{time.strftime('%H:%M:%S', time.localtime(e['at']))}[/dim] {e['kind']}: {e['message']}")
+
+
+def _launcher_alive(rec) -> bool:
+    if rec.launcher_pid is None:
+        return False
+    try:
+        import psutil
+
+        p = psutil.Process(rec.launcher_pid)
+        return rec.launcher_started is None or abs(p.create_time() - rec.launcher_started) < 0.01
+    except Exception:
+        return False
+
+
+def _cluster_row(store, rec) -> dict[str, Any]:
+    from cloudfit.executors.state import estimate_spend
+
+    cfg = rec.info.get("config")
+    label = None
+    if cfg:
+        from cloudfit.types import ClusterConfig
+
+        label = ClusterConfig.from_dict(cfg).label()
+    row: dict[str, Any] = {"name": rec.name, "backend": rec.backend, "status": rec.status, "reason": rec.reason,
+                           "budget_usd": rec.budget_usd, "spend_usd": rec.spend_usd, "config": label,
+                           "created_at": rec.created_at, "ended_at": rec.ended_at}
+    if not rec.ended:
+        alive = _launcher_alive(rec)
+        row["launcher_alive"] = alive
+        if not alive:
+            row["spend_usd"] = estimate_spend(store.resources(rec.name), min_billed_s=60.0 if rec.backend == "gcp" else 0.0,
+                                              teardown_s=780.0 if rec.backend == "gcp" else 5.0)
+            row["spend_estimated"] = True
+            row["warning"] = (f"the launcher is gone; its VMs stop at their max_run_duration — run `cloudfit down {rec.name}` "
+                              "to delete them now" if rec.backend == "gcp" else
+                              f"the launcher is gone; run `cloudfit down {rec.name}` to stop its processes")
+    return row
+
+
+def _live_progress(rec) -> dict[str, Any]:
+    import json
+
+    d = rec.info.get("run_dir")
+    if not d:
+        return {}
+    try:
+        return json.loads((Path(d) / "progress.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _live_vms(name, rec, project, endpoint):
+    from cloudfit.errors import CloudfitError
+    from cloudfit.executors.gcp import GcpExecutor
+
+    try:
+        ex = GcpExecutor(project=project or rec.info.get("project"), endpoint=endpoint or rec.info.get("endpoint"))
+        return ex.live(name)
+    except CloudfitError as e:
+        return f"unknown ({e})"
+
+
+# ------------------------------------------------------------------------------ down
+
+def down(
+    name: str = typer.Argument(..., help="The cluster to delete."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    project: Optional[str] = ProjectOpt,
+    endpoint: Optional[str] = EndpointOpt,
+    backend: Optional[str] = typer.Option(None, "--backend", help="local or gcp (default: from the state store; gcp if --project is given)."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was deleted as JSON to stdout."),
+) -> None:
+    """Delete every VM (or local process) of a cluster — also ones the state store missed."""
+    from cloudfit.errors import UsageError
+    from cloudfit.executors.state import StateStore
+
+    store = StateStore()
+    rec = store.find_cluster(name)
+    if backend is None:
+        backend = rec.backend if rec is not None else ("gcp" if project or endpoint else "local")
+    if backend not in ("local", "gcp"):
+        raise UsageError(f"unknown backend {backend!r} (expected local or gcp)")
+    if not yes:
+        if as_json or not sys.stdin.isatty():
+            raise UsageError(f"refusing to delete {name} without confirmation: pass --yes (stdin is not a terminal)")
+        if not typer.confirm(f"Delete every {'VM' if backend == 'gcp' else 'process'} of {name}?", default=False, err=True):
+            raise typer.Exit(1)
+    if backend == "gcp":
+        from cloudfit.executors.gcp import GcpExecutor
+
+        info = rec.info if rec is not None else {}
+        ex: Any = GcpExecutor(project=project or info.get("project"), endpoint=endpoint or info.get("endpoint"), store=store)
+    else:
+        from cloudfit.executors.local import LocalExecutor
+
+        ex = LocalExecutor(store=store)
+    res = ex.down(name)
+    if as_json:
+        print_json(res)
+        return
+    con = console()
+    what = "VM(s)" if backend == "gcp" else "process group(s)"
+    con.print(f"{name}: deleted {len(res.deleted) + len(res.untracked)} {what}"
+              + (f" ({', '.join(res.deleted + res.untracked)})" if res.deleted or res.untracked else "")
+              + (f"; {len(res.already_gone)} already gone" if res.already_gone else "")
+              + (f"; {len(res.untracked)} found by label but missing from the state store" if res.untracked else ""))

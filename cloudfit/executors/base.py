@@ -1,0 +1,358 @@
+"""The Executor contract: what every backend (``local``, ``gcp``) does with a cluster.
+
+An executor turns a :class:`RunSpec` — cluster configs to try in order, the job, a budget — into
+running nodes, supervises them under the budget guard until the job completes (or the budget,
+the timeout or a failure ends it), tears everything down and returns a :class:`RunResult`.
+``launch`` is one ``run``; a probe run of active search is another ``run`` with a short job and a
+small budget, reading ``RunResult.samples_per_second``.
+
+Contract (checked by ``tests/executors/test_contract.py`` against every backend):
+
+* ``preview(spec)`` creates nothing and lists the exact nodes ``run`` would create first.
+* ``run`` records the cluster and, *before* creating anything, every resource (write-ahead intent)
+  in the state store; it raises ``BudgetTooSmallError`` (a ``UsageError``) before creating anything
+  when the budget cannot pay one guard interval.
+* When ``run`` returns (or raises), nothing it created is left running; the cluster row holds the
+  spend (never above the budget) and the reason the run ended.
+* ``down(name)`` deletes everything the cluster owns — found through the state store *and* the
+  backend's own listing (labels / process environment) — from any process; already gone is success;
+  calling it twice is harmless.
+* ``live(name)`` lists what exists at the backend right now (the ground truth tests count).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from cloudfit.errors import BudgetExceeded, UsageError
+from cloudfit.types import ClusterConfig
+
+#: How a run ended (stored in the state store, shown by ``status``).
+COMPLETED, BUDGET, TIMEOUT, FAILED, INTERRUPTED, DOWN, NO_CAPACITY = (
+    "completed", "budget", "timeout", "failed", "interrupted", "down", "no-capacity")
+
+LABEL = "cloudfit-cluster"  # the label (GCP) / environment variable (local) naming a node's cluster
+ENV_CLUSTER = "CLOUDFIT_CLUSTER"
+
+_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+
+
+def check_name(name: str) -> str:
+    """Cluster names become VM names and label values: lowercase letters, digits, dashes, ≤ 40 chars."""
+    if not _NAME.match(name or ""):
+        raise UsageError(
+            f"cluster name {name!r} must be 1–40 lowercase letters, digits or dashes, starting with a letter "
+            "and not ending with a dash"
+        )
+    return name
+
+
+def default_name(model: str) -> str:
+    stem = re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")[:20] or "job"
+    if not stem[0].isalpha():
+        stem = "m-" + stem
+    return f"cf-{stem}-{time.strftime('%m%d-%H%M%S')}"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What runs on the cluster: cloudfit's trainer, or ``command`` instead of it."""
+
+    model: str = "mlp"  # zoo name or path/to/file.py:factory
+    steps: int = 100  # total optimizer steps (global, across restarts)
+    batch_size_per_device: int | None = None  # None = the model's default
+    checkpoint_dir: str | None = None  # None = the backend's default
+    checkpoint_every: int = 50
+    precision: str = "fp32"
+    model_options: Mapping[str, Any] = field(default_factory=dict)
+    command: tuple[str, ...] = ()  # non-empty: run this under torchrun instead of the trainer
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise UsageError(f"--steps must be at least 1, got {self.steps}")
+        if self.checkpoint_every < 1:
+            raise UsageError(f"--checkpoint-every must be at least 1, got {self.checkpoint_every}")
+        if self.batch_size_per_device is not None and self.batch_size_per_device < 1:
+            raise UsageError(f"the batch size must be at least 1, got {self.batch_size_per_device}")
+
+    def trainer_args(self, checkpoint_dir: str, *, stop_file: str | None = None, stop_at: float | None = None,
+                     progress_file: str | None = None) -> list[str]:
+        """Arguments of ``python -m cloudfit.train`` for this job."""
+        args = ["--model", self.model, "--steps", str(self.steps), "--checkpoint-dir", checkpoint_dir,
+                "--checkpoint-every", str(self.checkpoint_every), "--precision", _trainer_precision(self.precision)]
+        if self.batch_size_per_device:
+            args += ["--batch-size", str(self.batch_size_per_device)]
+        for k, v in sorted(self.model_options.items()):
+            args += ["--model-option", f"{k}={str(v).lower() if isinstance(v, bool) else v}"]
+        if progress_file:
+            args += ["--progress-file", progress_file]
+        if stop_file:
+            args += ["--stop-file", stop_file]
+        if stop_at is not None:
+            args += ["--stop-at", f"{stop_at:.0f}"]
+        return args
+
+
+def _trainer_precision(p: str) -> str:
+    return p if p in ("fp32", "tf32", "fp16", "bf16") else "bf16" if p == "fp8" else "fp32"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: try ``configs`` in order (stockout/quota → next), train ``job``, spend ≤ ``budget_usd``."""
+
+    name: str
+    configs: tuple[ClusterConfig, ...]
+    job: JobSpec
+    budget_usd: float
+    timeout_s: float | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)  # extra labels, e.g. {"cloudfit-purpose": "probe"}
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+        if not self.configs:
+            raise UsageError("a run needs at least one cluster config")
+        if not (self.budget_usd > 0 and math.isfinite(self.budget_usd)):
+            raise UsageError(f"the budget must be a positive number of USD, got {self.budget_usd!r}")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise UsageError(f"the timeout must be positive, got {self.timeout_s}")
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """One node as the backend will create it (``preview`` / ``--dry-run``)."""
+
+    name: str
+    zone: str
+    machine_type: str
+    accelerator: str
+    accelerators: int
+    provisioning: str  # SPOT | STANDARD | local
+    price_per_hour: float
+    max_run_duration_s: int
+    labels: Mapping[str, str]
+    detail: Mapping[str, Any] = field(default_factory=dict)  # image, termination action, ranks, command …
+
+
+@dataclass(frozen=True)
+class Preview:
+    backend: str
+    name: str
+    config: ClusterConfig
+    nodes: tuple[NodePlan, ...]
+    budget_usd: float
+    cost_cap_usd: float  # worst case if every node ran to its cap: never above the budget
+    interval_s: float
+    teardown_s: float
+    fallbacks: int  # alternatives available after this config
+    notes: tuple[str, ...] = ()
+    startup_script: str = ""  # gcp: the script every VM runs (identical on all nodes)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    name: str
+    backend: str
+    reason: str  # completed | budget | timeout | failed | interrupted | no-capacity
+    spend_usd: float
+    elapsed_s: float
+    config: ClusterConfig | None  # the config that ran (after fallbacks)
+    steps: int = 0
+    total_steps: int = 0
+    samples_per_second: float | None = None  # measured by the trainer (global, all ranks)
+    restarts: int = 0  # worker-group restarts (torch elastic)
+    preemptions: int = 0
+    fallbacks: tuple[str, ...] = ()  # why earlier configs were skipped
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something the CLI may show: ``kind`` is a short tag, ``message`` one line."""
+
+    kind: str
+    message: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+EventSink = Callable[[Event], None]
+
+
+@dataclass(frozen=True)
+class DownResult:
+    name: str
+    deleted: tuple[str, ...]  # resources deleted now
+    already_gone: tuple[str, ...]
+    untracked: tuple[str, ...] = ()  # found by label/environment but missing from the state store
+
+
+class Executor(Protocol):
+    backend: str
+
+    def preview(self, spec: RunSpec) -> Preview: ...
+
+    def run(self, spec: RunSpec, on_event: EventSink | None = None) -> RunResult: ...
+
+    def down(self, name: str) -> DownResult: ...
+
+    def live(self, name: str) -> list[str]: ...
+
+
+# ------------------------------------------------------------------------------ supervision
+
+@dataclass
+class Poll:
+    """What a backend saw on one look at its running cluster."""
+
+    state: str = "running"  # running | completed | stopped | failed | down
+    progress: Mapping[str, Any] = field(default_factory=dict)
+    lost: tuple[str, ...] = ()  # nodes that vanished (preempted, expired, crashed)
+    detail: str = ""
+
+
+class Running(Protocol):
+    """A launched cluster, as the supervisor drives it (one per backend).
+
+    ``poll`` reports ``down`` once the state store says `cloudfit down` took the cluster over, so the
+    launcher stops instead of recreating what ``down`` deletes.
+    """
+
+    def poll(self) -> Poll: ...
+
+    def replace(self, lost: Sequence[str]) -> None: ...  # recreate lost nodes (may raise BudgetExceeded)
+
+    def request_stop(self) -> None: ...  # ask the job to checkpoint and exit
+
+    def teardown(self) -> None: ...  # delete everything; idempotent; updates guard + state
+
+
+@dataclass(frozen=True)
+class Timing:
+    interval_s: float  # time between polls = the guard's check interval
+    teardown_s: float  # stop request → everything gone
+    grace_s: float  # of teardown_s, how long the job may take to checkpoint before being killed
+
+
+def supervise(running: Running, guard, *, timing: Timing, timeout_s: float | None, emit: EventSink,
+              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+              record: Callable[[float, Poll], None] | None = None) -> tuple[str, Poll]:
+    """Poll ``running`` every ``interval_s`` until the job ends or the guard / timeout stops it.
+
+    ``record(spend_usd, poll)`` is called after every poll (the executors write it to the state
+    store, so ``status`` from another process sees the spend). Returns ``(reason, last poll)``.
+    Always tears down before returning (also on exceptions and Ctrl-C, which re-raise after teardown).
+    """
+    t0 = clock()
+    last = Poll()
+    reason = FAILED
+    try:
+        while True:
+            tick = clock()
+            p = running.poll()
+            if not p.progress:  # keep the last progress we saw (a vanished node reports none)
+                p.progress = last.progress
+            last = p
+            if record is not None:
+                record(guard.accrued(tick), last)
+            if last.progress:
+                emit(Event("progress", _progress_line(last.progress, guard.accrued(tick), guard.budget_usd),
+                           {**last.progress, "spend_usd": guard.accrued(tick)}))
+            if last.state in ("completed", "stopped"):
+                reason = COMPLETED if last.state == "completed" else BUDGET
+                break
+            if last.state == DOWN:  # `cloudfit down` from another process is deleting the cluster
+                reason = DOWN
+                emit(Event("down", "the cluster is being deleted by `cloudfit down`"))
+                break
+            if last.state == "failed":
+                reason = FAILED
+                emit(Event("failed", last.detail or "the job failed"))
+                break
+            if guard.should_stop(tick):
+                reason = BUDGET
+                emit(Event("budget", f"${guard.accrued(tick):.4f} of ${guard.budget_usd:.4f} spent: "
+                                     "checkpointing and stopping before the next interval could pass the budget"))
+                last = _graceful_stop(running, timing, clock, sleep, last)
+                break
+            if timeout_s is not None and tick - t0 >= timeout_s:
+                reason = TIMEOUT
+                emit(Event("timeout", f"timeout after {tick - t0:.0f} s: checkpointing and stopping"))
+                last = _graceful_stop(running, timing, clock, sleep, last)
+                break
+            if last.lost:
+                emit(Event("lost", f"lost {', '.join(last.lost)}: recreating"))
+                try:
+                    running.replace(last.lost)
+                except BudgetExceeded as e:
+                    emit(Event("budget", str(e)))
+                    reason = BUDGET
+                    last = _graceful_stop(running, timing, clock, sleep, last)
+                    break
+            sleep(max(0.0, timing.interval_s - (clock() - tick)))
+    except KeyboardInterrupt:
+        emit(Event("interrupted", "interrupted: deleting the cluster"))
+        running.teardown()
+        raise
+    except BaseException:
+        running.teardown()
+        raise
+    running.teardown()
+    return reason, last
+
+
+def _graceful_stop(running: Running, timing: Timing, clock, sleep, last: Poll) -> Poll:
+    """Ask the job to checkpoint, wait up to ``grace_s`` for it to exit; the caller tears down."""
+    running.request_stop()
+    deadline = clock() + timing.grace_s
+    while clock() < deadline:
+        p = running.poll()
+        if not p.progress:
+            p.progress = last.progress
+        last = p
+        if p.state in ("completed", "stopped", "failed", DOWN):
+            break
+        sleep(min(0.2, max(0.0, deadline - clock())))
+    return last
+
+
+def taken_over(store, name: str) -> bool:
+    """True when `cloudfit down` (another process) has claimed the cluster."""
+    rec = store.find_cluster(name)
+    return rec is not None and rec.reason == DOWN
+
+
+def _progress_line(p: Mapping[str, Any], spend: float, budget: float) -> str:
+    step, total = p.get("step"), p.get("total_steps")
+    sps = p.get("samples_per_second")
+    parts = [f"step {step}/{total}" if step is not None else "starting"]
+    if sps:
+        parts.append(f"{sps:,.0f} samples/s")
+    if p.get("restart"):
+        parts.append(f"restart {p['restart']} (resumed at step {p.get('resumed_from_step', 0)})")
+    parts.append(f"${spend:.4f} of ${budget:.4f}")
+    return " · ".join(parts)
+
+
+def probe_spec(config: ClusterConfig, *, model: str, steps: int, budget_usd: float, timeout_s: float | None = None,
+               name: str | None = None, checkpoint_dir: str | None = None, batch_size_per_device: int | None = None,
+               command: tuple[str, ...] = ()) -> RunSpec:
+    """A short measurement run on exactly one config (active search): no fallbacks, checkpoints only
+    at the end, labelled ``cloudfit-purpose=probe``. ``executor.run(spec).samples_per_second`` is the
+    measured throughput; the run is torn down when it returns."""
+    return RunSpec(name=name or default_name(f"probe-{model}"), configs=(config,),
+                   job=JobSpec(model=model, steps=steps, batch_size_per_device=batch_size_per_device,
+                               checkpoint_dir=checkpoint_dir, checkpoint_every=max(1, steps), command=command),
+                   budget_usd=budget_usd, timeout_s=timeout_s, labels={"cloudfit-purpose": "probe"})
+
+
+def plan_configs(plan, limit: int | None = None) -> tuple[ClusterConfig, ...]:
+    """The plan's chosen config followed by its ranked alternatives (launch's fallback order), deduplicated."""
+    out: list[ClusterConfig] = []
+    for e in (plan.chosen, *plan.alternatives):
+        if e.config not in out:
+            out.append(e.config)
+    return tuple(out[:limit] if limit else out)

@@ -1,0 +1,788 @@
+"""The GCP backend: one Compute Engine VM per node, supervised under the budget guard.
+
+Each VM gets the plan's machine type (N1 shapes get ``guest_accelerators``; A2/A3/A4/G2 have their
+GPUs built in), ``SPOT`` or ``STANDARD`` provisioning, ``on_host_maintenance=TERMINATE``, a Deep
+Learning VM image, the label ``cloudfit-cluster=<name>``, and ``max_run_duration`` (the guard's
+cap) with ``instance_termination_action=DELETE``: the cloud deletes the VM when its share of the
+budget is used up, even if the launcher is gone. The startup script (``startup.sh``) mounts the
+checkpoint bucket, installs cloudfit and runs ``torchrun`` with c10d rendezvous at node 0's
+internal IP.
+
+Failures: a stockout (``ZONE_RESOURCE_POOL_EXHAUSTED``) or quota error moves the whole cluster to
+the plan's next alternative (partial nodes are deleted first); HTTP 429/5xx are retried with
+exponential backoff; operations are waited with our own ``ZoneOperationsClient.wait`` (the client's
+``op.result()`` polls through a hidden client that ignores a custom endpoint). A preempted node
+(TERMINATED, or 404 plus a ``compute.instances.preempted`` zone operation) is recreated — node 0
+with its old internal IP, so the others' rendezvous address still holds — and the job resumes
+from its checkpoint. Credentials: google-auth application-default credentials, except for a
+plain-http loopback endpoint (a test server), which gets anonymous credentials.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import random
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+from urllib.parse import urlparse
+
+from cloudfit import __version__
+from cloudfit.errors import BudgetExceeded, LaunchError, QuotaError, StockoutError, UsageError
+from cloudfit.executors import state as st
+from cloudfit.executors.base import (
+    LABEL, NO_CAPACITY, DownResult, Event, EventSink, NodePlan, Poll, Preview, RunResult, RunSpec, Timing,
+    supervise, taken_over,
+)
+from cloudfit.executors.budget import Guard, PriceSchedule
+from cloudfit.types import ClusterConfig
+
+#: Deep Learning VM image family with PyTorch, CUDA 12.9 and the NVIDIA 580 driver preinstalled.
+DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/pytorch-2-9-cu129-ubuntu-2404-nvidia-580"
+ENV_ENDPOINT = "CLOUDFIT_COMPUTE_ENDPOINT"
+ENV_PIP_SPEC = "CLOUDFIT_PIP_SPEC"  # what the VMs pip-install (default: this cloudfit version from PyPI)
+BOOT_DISK_GB = 200
+RDZV_PORT = 29400
+#: N1 shapes take GPUs as guest accelerators; these are their Compute Engine type names.
+N1_ACCELERATOR_TYPES = {"T4": "nvidia-tesla-t4", "V100": "nvidia-tesla-v100", "P100": "nvidia-tesla-p100",
+                        "P4": "nvidia-tesla-p4", "K80": "nvidia-tesla-k80"}
+_STOCKOUT_CODES = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+                   "RESOURCE_POOL_EXHAUSTED", "RESOURCE_NOT_AVAILABLE")
+_QUOTA_CODES = ("QUOTA_EXCEEDED", "QUOTA_LIMIT")
+
+
+def pip_spec() -> str:
+    return os.environ.get(ENV_PIP_SPEC) or f"cloudfit=={__version__}"
+
+
+def is_loopback_http(endpoint: str) -> bool:
+    u = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
+    if u.scheme != "http":
+        return False
+    host = u.hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class Clients:
+    project: str
+    instances: Any
+    zone_operations: Any
+    endpoint: str | None
+
+
+def make_clients(project: str | None, endpoint: str | None) -> Clients:
+    """Instances + ZoneOperations clients on the REST transport, sharing one endpoint and credentials."""
+    from google.api_core.client_options import ClientOptions
+    from google.cloud import compute_v1
+
+    endpoint = endpoint or os.environ.get(ENV_ENDPOINT) or None
+    if endpoint and (urlparse(endpoint).username or urlparse(endpoint).password):
+        raise UsageError("the compute endpoint must not embed credentials (it is recorded in the state store)")
+    opts = ClientOptions(api_endpoint=endpoint) if endpoint else None
+    if endpoint and is_loopback_http(endpoint):
+        from google.auth.credentials import AnonymousCredentials
+
+        creds = AnonymousCredentials()
+        project = project or "cloudfit-test"
+    else:
+        if endpoint and urlparse(endpoint).scheme == "http":
+            raise UsageError(f"refusing to send credentials over plain http to {endpoint}; use https")
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+
+        try:
+            creds, default_project = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        except DefaultCredentialsError:
+            raise LaunchError("no Google Cloud credentials: run `gcloud auth application-default login` "
+                              "or set GOOGLE_APPLICATION_CREDENTIALS") from None
+        project = project or default_project or os.environ.get("GOOGLE_CLOUD_PROJECT")
+    if not project:
+        raise UsageError("no Google Cloud project: pass --project or set GOOGLE_CLOUD_PROJECT")
+    kw = {"transport": "rest", "client_options": opts, "credentials": creds}
+    return Clients(project, compute_v1.InstancesClient(**kw), compute_v1.ZoneOperationsClient(**kw), endpoint)
+
+
+# ------------------------------------------------------------------------------ retries
+
+def _retryable() -> tuple[type[BaseException], ...]:
+    from google.api_core import exceptions as ex
+    import requests
+
+    return (ex.TooManyRequests, ex.ServiceUnavailable, ex.InternalServerError, ex.BadGateway, ex.GatewayTimeout,
+            ex.DeadlineExceeded, requests.ConnectionError, requests.Timeout)
+
+
+@dataclass
+class Retry:
+    """Exponential backoff with jitter for 429/5xx and dropped connections."""
+
+    attempts: int = 7
+    base_s: float = 1.0
+    cap_s: float = 32.0
+    sleep: Callable[[float], None] = time.sleep
+    retried: int = 0
+
+    def call(self, what: str, fn: Callable, *args, **kw):
+        errors = _retryable()
+        delay = self.base_s
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return fn(*args, retry=None, timeout=120, **kw)
+            except errors as e:
+                if attempt == self.attempts:
+                    raise LaunchError(f"{what}: {_one_line(e)} (gave up after {attempt} attempts)") from None
+                self.retried += 1
+                self.sleep(min(self.cap_s, delay) * random.uniform(0.5, 1.0))
+                delay *= 2
+
+
+# ------------------------------------------------------------------------------ instance bodies
+
+def accelerator_type(machine_type: str, accelerator: str) -> str | None:
+    """Compute Engine accelerator type to attach, or None when the machine type has its GPUs built in."""
+    if not machine_type.startswith("n1-"):
+        return None
+    try:
+        return N1_ACCELERATOR_TYPES[accelerator]
+    except KeyError:
+        raise UsageError(f"cloudfit does not know how to attach {accelerator} to {machine_type}") from None
+
+
+def _disk_type(machine_type: str) -> str:
+    # A3 Ultra and A4 boot only from Hyperdisk; the rest take Persistent Disk.
+    return "hyperdisk-balanced" if machine_type.startswith(("a3-ultragpu", "a4-")) else "pd-balanced"
+
+
+def node_name(cluster: str, i: int) -> str:
+    return f"{cluster}-{i}"
+
+
+def split_bucket(checkpoint_dir: str) -> tuple[str, str]:
+    """``gs://bucket/a/b`` → ``("bucket", "/mnt/cloudfit/bucket/a/b")`` (where the VM mounts it)."""
+    rest = checkpoint_dir[len("gs://"):].strip("/")
+    bucket, _, path = rest.partition("/")
+    if not bucket:
+        raise UsageError(f"--checkpoint-dir {checkpoint_dir!r} names no bucket (expected gs://BUCKET/PATH)")
+    return bucket, f"/mnt/cloudfit/{bucket}" + (f"/{path}" if path else "")
+
+
+def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: str) -> str:
+    """The startup script every node of ``config`` runs (identical on all nodes)."""
+    if checkpoint_dir.startswith("gs://"):
+        bucket, local = split_bucket(checkpoint_dir)
+    else:
+        bucket, local = "", checkpoint_dir
+    if spec.job.command:
+        entry = "--no-python " + " ".join(shlex.quote(a) for a in spec.job.command)
+    else:
+        args = spec.job.trainer_args(local)  # stop and progress files come from the script's environment
+        entry = "-m cloudfit.train " + " ".join(shlex.quote(a) for a in args)
+    values = {"CLUSTER": spec.name, "NNODES": str(config.nodes), "NPROC": str(config.offering.accelerators_per_node),
+              "BUCKET": bucket, "CKPT": local, "PIP_SPEC": pip_spec(), "ENTRY": entry}
+    text = (Path(__file__).with_name("startup.sh")).read_text()
+    for k, v in values.items():
+        text = text.replace("{{%s}}" % k, v if k == "ENTRY" else shlex.quote(v))
+    return text
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """Everything that goes into one insert call (also what ``--dry-run`` prints)."""
+
+    name: str
+    zone: str
+    index: int
+    config: ClusterConfig
+    cap_s: int
+    labels: dict[str, str]
+    metadata: dict[str, str]  # without the startup script
+    image: str
+
+    @property
+    def price_per_hour(self) -> float:
+        return self.config.price_per_hour / self.config.nodes
+
+    def instance(self, startup_script: str, network_ip: str | None = None):
+        from google.cloud import compute_v1
+
+        o = self.config.offering
+        mt = o.machine_type
+        acc = accelerator_type(mt, o.accelerator)
+        nic = compute_v1.NetworkInterface(
+            network="global/networks/default",
+            access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")],
+        )
+        if mt.startswith(("a3-", "a4-")):
+            nic.nic_type = "GVNIC"
+        if network_ip:
+            nic.network_i_p = network_ip
+        items = [compute_v1.Items(key="startup-script", value=startup_script)]
+        items += [compute_v1.Items(key=k, value=v) for k, v in sorted(self.metadata.items())]
+        inst = compute_v1.Instance(
+            name=self.name,
+            machine_type=f"zones/{self.zone}/machineTypes/{mt}",
+            labels=self.labels,
+            disks=[compute_v1.AttachedDisk(
+                boot=True, auto_delete=True,
+                initialize_params=compute_v1.AttachedDiskInitializeParams(
+                    source_image=self.image, disk_size_gb=BOOT_DISK_GB,
+                    disk_type=f"zones/{self.zone}/diskTypes/{_disk_type(mt)}"),
+            )],
+            network_interfaces=[nic],
+            metadata=compute_v1.Metadata(items=items),
+            scheduling=compute_v1.Scheduling(
+                provisioning_model="SPOT" if self.config.spot else "STANDARD",
+                on_host_maintenance="TERMINATE",
+                automatic_restart=False,
+                instance_termination_action="DELETE",
+                max_run_duration=compute_v1.Duration(seconds=int(self.cap_s)),
+            ),
+            service_accounts=[compute_v1.ServiceAccount(
+                email="default",
+                scopes=["https://www.googleapis.com/auth/devstorage.read_write",
+                        "https://www.googleapis.com/auth/logging.write"],
+            )],
+        )
+        if acc:
+            inst.guest_accelerators = [compute_v1.AcceleratorConfig(
+                accelerator_type=f"zones/{self.zone}/acceleratorTypes/{acc}",
+                accelerator_count=o.accelerators_per_node)]
+        return inst
+
+    def plan(self) -> NodePlan:
+        o = self.config.offering
+        return NodePlan(
+            name=self.name, zone=self.zone, machine_type=o.machine_type, accelerator=o.accelerator,
+            accelerators=o.accelerators_per_node, provisioning="SPOT" if self.config.spot else "STANDARD",
+            price_per_hour=self.price_per_hour, max_run_duration_s=int(self.cap_s), labels=dict(self.labels),
+            detail={"image": self.image, "instance_termination_action": "DELETE", "on_host_maintenance": "TERMINATE",
+                    "guest_accelerator": accelerator_type(o.machine_type, o.accelerator) or "built in",
+                    "boot_disk": f"{BOOT_DISK_GB} GB {_disk_type(o.machine_type)}", "metadata": dict(self.metadata)},
+        )
+
+
+# ------------------------------------------------------------------------------ executor
+
+class GcpExecutor:
+    """See the module docstring. Timing defaults suit real VMs; tests shrink them."""
+
+    backend = "gcp"
+
+    def __init__(self, *, project: str | None = None, endpoint: str | None = None, store: st.StateStore | None = None,
+                 image: str = DEFAULT_IMAGE, interval_s: float = 30.0, grace_s: float = 60.0, teardown_s: float = 180.0,
+                 provision_slack_s: float = 600.0, min_billed_s: float = 60.0, retry: Retry | None = None,
+                 clients: Clients | None = None, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._project, self._endpoint = project, endpoint or os.environ.get(ENV_ENDPOINT) or None
+        self._clients = clients
+        self._store = store  # opened on first use: a dry run writes nothing, not even state.db
+        self.image = image
+        self.timing = Timing(interval_s=interval_s, teardown_s=teardown_s, grace_s=grace_s)
+        self.provision_slack_s = provision_slack_s
+        self.min_billed_s = min_billed_s
+        self.retry = retry or Retry()
+        # The guard's clock (tests run it faster than real time; the guard only needs it to be monotonic).
+        self.clock, self.sleep = clock, sleep
+
+    @property
+    def store(self) -> st.StateStore:
+        if self._store is None:
+            self._store = st.StateStore()
+        return self._store
+
+    @property
+    def clients(self) -> Clients:
+        if self._clients is None:
+            self._clients = make_clients(self._project, self._endpoint)
+        return self._clients
+
+    def _guard(self, budget: float) -> Guard:
+        return Guard(budget, interval_s=self.timing.interval_s, teardown_s=self.timing.teardown_s,
+                     min_billed_s=self.min_billed_s, provision_slack_s=self.provision_slack_s)
+
+    @staticmethod
+    def _schedules(config: ClusterConfig) -> list[PriceSchedule]:
+        return [PriceSchedule.constant(config.price_per_hour / config.nodes)] * config.nodes
+
+    def node_specs(self, spec: RunSpec, config: ClusterConfig, cap_s: float, *, stop_at: float | None,
+                   master_ip: str | None) -> list[NodeSpec]:
+        labels = {LABEL: spec.name, **{k: v for k, v in spec.labels.items()}}
+        out = []
+        for i in range(config.nodes):
+            head = "self" if i == 0 else (master_ip or "<node-0 internal IP>")
+            md = {"cloudfit-node-rank": str(i), "cloudfit-nnodes": str(config.nodes),
+                  "cloudfit-master-addr": head, "enable-guest-attributes": "TRUE"}
+            if stop_at is not None:
+                md["cloudfit-stop-at"] = f"{stop_at:.0f}"
+            out.append(NodeSpec(node_name(spec.name, i), config.offering.zone, i, config, int(cap_s),
+                                {**labels, "cloudfit-node": str(i)}, md, self.image))
+        return out
+
+    def preview(self, spec: RunSpec) -> Preview:
+        guard = self._guard(spec.budget_usd)
+        config = spec.configs[0]
+        guard.check_launchable(self._schedules(config))
+        cap = guard.reserve([f"n{i}" for i in range(config.nodes)], self._schedules(config), 0.0)
+        nodes = self.node_specs(spec, config, cap, stop_at=None, master_ip=None)
+        notes = []
+        if not (spec.job.checkpoint_dir or "").startswith("gs://"):
+            notes.append("launching needs --checkpoint-dir gs://BUCKET/PATH: checkpoints must outlive preempted VMs")
+        ckpt = spec.job.checkpoint_dir or "gs://BUCKET/PATH"
+        script = render_startup_script(spec, config, ckpt)
+        plans = tuple(dataclasses.replace(p, detail={**p.detail, "startup_script_bytes": len(script)})
+                      for p in (n.plan() for n in nodes))
+        return Preview("gcp", spec.name, config, plans, spec.budget_usd, guard.committed(0.0),
+                       self.timing.interval_s, self.timing.teardown_s, len(spec.configs) - 1, tuple(notes), script)
+
+    # ---------------------------------------------------------------- run
+
+    def run(self, spec: RunSpec, on_event: EventSink | None = None) -> RunResult:
+        emit = on_event or (lambda e: None)
+        guard = self._guard(spec.budget_usd)
+        guard.check_launchable(self._schedules(spec.configs[0]))  # before anything exists
+        ckpt = spec.job.checkpoint_dir
+        if not ckpt or not ckpt.startswith("gs://"):
+            raise UsageError("--backend gcp needs --checkpoint-dir gs://BUCKET/PATH (checkpoints must outlive "
+                             "preempted VMs; the VMs mount the bucket)")
+        split_bucket(ckpt)
+        clients = self.clients  # credentials problems surface before anything is recorded
+        self.store.create_cluster(spec.name, "gcp", spec.budget_usd, {
+            "project": clients.project, "endpoint": clients.endpoint, "checkpoint_dir": ckpt,
+            "job": {"model": spec.job.model, "steps": spec.job.steps, "command": list(spec.job.command)},
+            "configs": [c.label() for c in spec.configs],
+        }, launcher_pid=os.getpid(), launcher_started=_proc_start())
+        cluster = _GcpCluster(self, spec, guard, emit)
+        started = self.clock()
+        reason, last = "failed", Poll()
+        try:
+            cluster.launch(0)
+            self.store.update_cluster(spec.name, status=st.RUNNING, info={"config": cluster.config.to_dict(),
+                                                                       "zone": cluster.config.offering.zone})
+            reason, last = supervise(cluster, guard, timing=self.timing, timeout_s=spec.timeout_s, emit=emit,
+                                     clock=self.clock, sleep=self.sleep, record=st.SpendRecorder(self.store, spec.name))
+        except _NoCapacity as e:
+            reason = NO_CAPACITY
+            raise LaunchError(str(e)) from None
+        except KeyboardInterrupt:
+            reason = "interrupted"
+            raise
+        finally:
+            cluster.teardown()  # a no-op after supervise; after a failure mid-launch it deletes what exists
+            self._finish(spec.name, reason, guard, last)
+        p = last.progress
+        return RunResult(spec.name, "gcp", reason, guard.accrued(self.clock()), self.clock() - started,
+                         cluster.config, steps=int(p.get("step") or 0), total_steps=int(p.get("total_steps") or spec.job.steps),
+                         samples_per_second=p.get("samples_per_second"), restarts=int(p.get("restart") or 0),
+                         preemptions=cluster.preemptions, fallbacks=tuple(cluster.fallbacks), detail=last.detail)
+
+    def _finish(self, name: str, reason: str, guard: Guard, last: Poll) -> None:
+        rec = self.store.find_cluster(name)
+        if rec is None or rec.ended:
+            return
+        final = "down" if rec.reason == "down" else reason
+        spend = guard.accrued(self.clock())
+        self.store.update_cluster(name, status=st.ENDED, reason=final, spend_usd=spend,
+                                  info={"progress": dict(last.progress)})
+        self.store.event(name, final, f"ended: {final}, spent ${spend:.4f}")
+
+    # ---------------------------------------------------------------- down / live
+
+    def labelled(self, name: str) -> dict[str, tuple[str, str]]:
+        """``{vm name: (zone, status)}`` for every VM carrying ``cloudfit-cluster=name`` in the project."""
+        from google.cloud import compute_v1
+
+        c = self.clients
+        req = compute_v1.AggregatedListInstancesRequest(project=c.project, filter=f"labels.{LABEL} = {name}")
+        pages = self.retry.call(f"listing VMs of {name}", c.instances.aggregated_list, request=req)
+        out = {}
+        for scope, scoped in pages:
+            for inst in scoped.instances:
+                if inst.labels.get(LABEL) == name:  # trust, but verify the server-side filter
+                    out[inst.name] = (scope.rsplit("/", 1)[-1], inst.status)
+        return out
+
+    def live(self, name: str) -> list[str]:
+        return sorted(self.labelled(name))
+
+    def down(self, name: str) -> DownResult:
+        rec = self.store.find_cluster(name)
+        if rec is not None and not rec.ended:
+            self.store.update_cluster(name, status=st.STOPPING, reason="down")
+        tracked = {r.name: r for r in self.store.resources(name, live_only=True)} if rec else {}
+        found = self.labelled(name)
+        targets: dict[str, str] = {vm: zone for vm, (zone, _) in found.items()}
+        for r in tracked.values():
+            targets.setdefault(r.name, r.zone)
+        if rec is None and not targets:
+            raise UsageError(f"no cluster named {name!r} in {self.store.path} and no VM labelled {LABEL}={name} "
+                             f"in project {self.clients.project}")
+        known = {r.name for r in self.store.resources(name)} if rec else set()
+        deleted, gone = _Deleter(self).delete_all(targets)
+        for r in self.store.resources(name, live_only=True):
+            self.store.deleted(r.id, why="down")
+        if rec is not None and not rec.ended:
+            spend = st.estimate_spend(self.store.resources(name), teardown_s=self.timing.teardown_s + self.provision_slack_s)
+            self.store.update_cluster(name, status=st.ENDED, reason="down", spend_usd=spend)
+            self.store.event(name, "down", f"deleted by `cloudfit down`: {len(deleted)} VM(s)")
+        untracked = tuple(sorted(v for v in deleted if v not in known))
+        deleted = [v for v in deleted if v in known]
+        return DownResult(name, tuple(sorted(deleted)), tuple(sorted(gone)), untracked)
+
+
+class _NoCapacity(Exception):
+    pass
+
+
+def _proc_start() -> float | None:
+    try:
+        import psutil
+
+        return psutil.Process().create_time()
+    except Exception:  # pragma: no cover
+        return None
+
+
+def _one_line(e: BaseException) -> str:
+    msg = getattr(e, "message", None) or str(e)
+    return " ".join(str(msg).split())[:300]
+
+
+def _op_error(op) -> tuple[str, str] | None:
+    errs = list(op.error.errors) if op.error else []
+    if not errs:
+        return None
+    return errs[0].code, errs[0].message
+
+
+class _Deleter:
+    """Delete VMs (all calls first, then all waits); 404 counts as already gone."""
+
+    def __init__(self, ex: GcpExecutor) -> None:
+        self.ex = ex
+
+    def delete_all(self, targets: dict[str, str]) -> tuple[list[str], list[str]]:
+        from google.api_core import exceptions as gex
+
+        c = self.ex.clients
+        pending, deleted, gone = [], [], []
+        for vm, zone in targets.items():
+            try:
+                op = self.ex.retry.call(f"deleting {vm}", c.instances.delete, project=c.project, zone=zone, instance=vm)
+                pending.append((vm, zone, op.name))
+            except gex.NotFound:
+                gone.append(vm)
+        for vm, zone, op_name in pending:
+            try:
+                done = _wait(self.ex, zone, op_name, f"deleting {vm}")
+            except gex.NotFound:
+                gone.append(vm)
+                continue
+            err = _op_error(done)
+            if err and err[0] not in ("RESOURCE_NOT_FOUND",):
+                raise LaunchError(f"deleting {vm} failed: {err[0]}: {err[1]}")
+            deleted.append(vm)
+        return deleted, gone
+
+
+def _wait(ex: GcpExecutor, zone: str, op_name: str, what: str, timeout_s: float = 1800.0):
+    """Wait for a zone operation with our own ZoneOperationsClient (same endpoint and credentials)."""
+    from google.cloud import compute_v1
+
+    c = ex.clients
+    deadline = time.monotonic() + timeout_s
+    while True:
+        op = ex.retry.call(what, c.zone_operations.wait, project=c.project, zone=zone, operation=op_name)
+        if op.status == compute_v1.Operation.Status.DONE:
+            return op
+        if time.monotonic() > deadline:
+            raise LaunchError(f"{what}: operation {op_name} still not done after {timeout_s:.0f} s")
+
+
+@dataclass
+class _Node:
+    spec: NodeSpec
+    rid: int
+    ip: str | None = None
+    op: str | None = None  # the insert operation still to wait for
+
+
+@dataclass
+class _GcpCluster:
+    """The cluster ``run`` drives: launch with fallbacks, poll, recreate, stop, teardown."""
+
+    ex: GcpExecutor
+    spec: RunSpec
+    guard: Guard
+    emit: EventSink
+    config_index: int = 0
+    nodes: dict[str, _Node] = field(default_factory=dict)
+    preemptions: int = 0
+    fallbacks: list[str] = field(default_factory=list)
+    stop_at: float | None = None
+    script: str = ""
+
+    @property
+    def config(self) -> ClusterConfig:
+        return self.spec.configs[self.config_index]
+
+    # ---------------------------------------------------------------- creation
+
+    def launch(self, first: int) -> None:
+        """Create the cluster on ``configs[first]``, falling back through the rest on stockout/quota."""
+        for i in range(first, len(self.spec.configs)):
+            self.config_index = i
+            cfg = self.config
+            try:
+                cap = self.guard.reserve([node_name(self.spec.name, j) for j in range(cfg.nodes)],
+                                         self.ex._schedules(cfg), self.ex.clock())
+            except BudgetExceeded as e:
+                self.fallbacks.append(f"{cfg.label()}: {e}")
+                self.emit(Event("fallback", f"skipping {cfg.label()}: {e}"))
+                continue
+            self.stop_at = time.time() + cap - self.ex.timing.grace_s
+            self.script = render_startup_script(self.spec, cfg, self.spec.job.checkpoint_dir or "")
+            self.emit(Event("creating", f"creating {cfg.label()} (max_run_duration {cap:.0f} s)"))
+            try:
+                self._create_all(cap)
+                self.emit(Event("created", f"{cfg.nodes} VM(s) running in {cfg.offering.zone}"))
+                return
+            except (StockoutError, QuotaError) as e:
+                self.fallbacks.append(f"{cfg.label()}: {e}")
+                self.emit(Event("fallback", f"{cfg.label()}: {e}; deleting partial nodes and trying the next alternative"))
+                self.teardown()
+        raise _NoCapacity("no alternative in the plan could be created: " + " | ".join(self.fallbacks[-3:]))
+
+    def _create_all(self, cap: float) -> None:
+        specs = self.ex.node_specs(self.spec, self.config, cap, stop_at=self.stop_at, master_ip=None)
+        keys = [s.name for s in specs]
+        try:
+            # Node 0 first: its internal IP is every node's rendezvous address.
+            first = self._insert(specs[0], master_ip=None)
+            ip0 = self._wait_created(first)
+            if ip0 is None:  # preempted before we learnt its address: replace it now, once
+                index = self.config_index
+                self.replace([specs[0].name])
+                if self.config_index != index:  # no capacity to replace it: the whole cluster moved
+                    return
+                ip0 = self.nodes[specs[0].name].ip if specs[0].name in self.nodes else None
+                if ip0 is None:
+                    raise LaunchError(f"{specs[0].name} vanished twice while being created in {specs[0].zone}")
+            pending = [self._insert(s, master_ip=ip0) for s in specs[1:]]
+            for n in pending:
+                self._wait_created(n)
+        except BaseException:
+            for k in keys:
+                if k not in self.nodes and self.guard.is_live(k):
+                    self.guard.cancel(k, self.ex.clock())
+            raise
+
+    def _insert(self, node: NodeSpec, *, master_ip: str | None, network_ip: str | None = None) -> _Node:
+        from google.api_core import exceptions as gex
+
+        c = self.ex.clients
+        md = dict(node.metadata)
+        if master_ip and node.index != 0:
+            md["cloudfit-master-addr"] = master_ip
+        node = NodeSpec(node.name, node.zone, node.index, node.config, node.cap_s, node.labels, md, node.image)
+        rid = self.ex.store.intend(self.spec.name, "vm", node.name, zone=node.zone, price_per_hour=node.price_per_hour,
+                                   cap_s=node.cap_s, info={"machine_type": node.config.offering.machine_type,
+                                                           "spot": node.config.spot, "index": node.index})
+        body = node.instance(self.script, network_ip=network_ip)
+        n = _Node(node, rid)
+        try:
+            op = self.ex.retry.call(f"creating {node.name}", c.instances.insert, project=c.project, zone=node.zone,
+                                    instance_resource=body)
+        except gex.Conflict:
+            # Our own earlier attempt (a retried call whose first try went through) — or a name clash.
+            inst = self.ex.retry.call(f"reading {node.name}", c.instances.get, project=c.project, zone=node.zone,
+                                      instance=node.name)
+            if inst.labels.get(LABEL) != self.spec.name:
+                self._refused(n, "a VM of that name exists outside this cluster")
+                raise LaunchError(f"a VM named {node.name} already exists in {node.zone} and is not part of this "
+                                  "cluster; pick another --name") from None
+            self.nodes[node.name] = n
+            return n
+        except gex.Forbidden as e:
+            if "quota" in str(e).lower():
+                self._refused(n, _one_line(e))
+                raise QuotaError(f"quota: {_one_line(e)}") from None
+            self._refused(n, _one_line(e))
+            raise LaunchError(f"creating {node.name}: {_one_line(e)}") from None
+        except gex.GoogleAPICallError as e:
+            self._refused(n, _one_line(e))
+            raise LaunchError(f"creating {node.name}: {_one_line(e)}") from None
+        n.op = op.name
+        self.nodes[node.name] = n
+        return n
+
+    def _refused(self, n: _Node, why: str) -> None:
+        self.ex.store.failed(n.rid, why)
+        if self.guard.is_live(n.spec.name):
+            self.guard.cancel(n.spec.name, self.ex.clock())
+
+    def _wait_created(self, n: _Node) -> str | None:
+        """Wait for the insert; returns the internal IP (None if the VM vanished right away)."""
+        from google.api_core import exceptions as gex
+
+        c = self.ex.clients
+        if n.op:
+            done = _wait(self.ex, n.spec.zone, n.op, f"creating {n.spec.name}")
+            err = _op_error(done)
+            if err:
+                code, msg = err
+                del self.nodes[n.spec.name]
+                self._refused(n, f"{code}: {msg}")
+                if code in _STOCKOUT_CODES:
+                    raise StockoutError(f"stockout in {n.spec.zone} ({code})")
+                if code in _QUOTA_CODES:
+                    raise QuotaError(f"quota exceeded for {n.spec.config.offering.machine_type} in {n.spec.zone}: {msg}")
+                raise LaunchError(f"creating {n.spec.name} failed: {code}: {msg}")
+        try:
+            inst = self.ex.retry.call(f"reading {n.spec.name}", c.instances.get, project=c.project, zone=n.spec.zone,
+                                      instance=n.spec.name)
+        except gex.NotFound:
+            # Created, then gone before we looked (a spot VM preempted at once): it existed, so it is
+            # recorded as created; the next poll finds it lost and recreates it.
+            self.ex.store.confirm(n.rid, info={"vanished": True})
+            return None
+        n.ip = inst.network_interfaces[0].network_i_p if inst.network_interfaces else None
+        self.ex.store.confirm(n.rid, info={"id": str(inst.id), "internal_ip": n.ip})
+        return n.ip
+
+    # ---------------------------------------------------------------- supervision
+
+    def poll(self) -> Poll:
+        from google.api_core import exceptions as gex
+        from google.cloud import compute_v1
+
+        if taken_over(self.ex.store, self.spec.name):
+            return Poll("down")
+        c = self.ex.clients
+        zone = self.config.offering.zone
+        req = compute_v1.ListInstancesRequest(project=c.project, zone=zone, filter=f"labels.{LABEL} = {self.spec.name}")
+        listed = {i.name: i for i in self.ex.retry.call("listing the cluster", c.instances.list, request=req)}
+        progress: dict[str, Any] = {}
+        state = "running"
+        head = node_name(self.spec.name, 0)
+        if head in listed:
+            try:
+                # like list filters, query_path is accepted only inside a request object
+                req_ga = compute_v1.GetGuestAttributesInstanceRequest(project=c.project, zone=zone, instance=head,
+                                                                      query_path="cloudfit/")
+                ga = self.ex.retry.call("reading progress", c.instances.get_guest_attributes, request=req_ga)
+                attrs = {e.key: e.value for e in ga.query_value.items}
+                state = {"completed": "completed", "stopped": "stopped", "failed": "failed"}.get(attrs.get("state", ""), "running")
+                if attrs.get("progress"):
+                    import json
+
+                    try:
+                        progress = json.loads(attrs["progress"])
+                    except ValueError:
+                        progress = {}
+            except gex.NotFound:  # nothing reported yet (the VM is still booting)
+                pass
+        if state != "running":
+            detail = "" if state != "failed" else "the job failed on the VMs (guest attribute cloudfit/state=failed)"
+            return Poll(state, progress, detail=detail)
+        lost = tuple(name for name in self.nodes
+                     if name not in listed or listed[name].status in ("TERMINATED", "STOPPED", "SUSPENDED", "STOPPING"))
+        return Poll("running", progress, lost=lost)
+
+    def _preempted(self, names: Sequence[str]) -> set[str]:
+        from google.cloud import compute_v1
+
+        c = self.ex.clients
+        req = compute_v1.ListZoneOperationsRequest(project=c.project, zone=self.config.offering.zone,
+                                                   filter="operationType = compute.instances.preempted")
+        ops = self.ex.retry.call("listing preemptions", c.zone_operations.list, request=req)
+        hit = {op.target_link.rsplit("/", 1)[-1] for op in ops}
+        return {n for n in names if n in hit}
+
+    def replace(self, lost: Sequence[str]) -> None:
+        now = self.ex.clock()
+        preempted = self._preempted(lost)
+        for name in lost:
+            n = self.nodes[name]
+            life = next((l for l in reversed(self.guard.lives) if l.key == name), None)
+            if life is not None and life.end is None and now - life.start >= life.cap_s:
+                raise BudgetExceeded(f"{name} reached its max_run_duration: the budget is used up")
+            why = "preempted" if name in preempted else "terminated"
+            if why == "preempted":
+                self.preemptions += 1
+            self.emit(Event("preempted" if why == "preempted" else "lost", f"{name} was {why}; recreating it"))
+            # A TERMINATED VM still exists: delete it before re-creating the name.
+            _Deleter(self.ex).delete_all({name: n.spec.zone})
+            self.guard.end(name, self.ex.clock())
+            self.ex.store.deleted(n.rid, why=why)
+            del self.nodes[name]
+        for name in lost:
+            index = int(name.rsplit("-", 1)[1])
+            # What the lost VM did not use is what its replacement may spend (BudgetExceeded if too little).
+            cap = self.guard.reserve([name], self.ex._schedules(self.config)[:1], self.ex.clock())
+            head_ip = self.nodes[node_name(self.spec.name, 0)].ip if node_name(self.spec.name, 0) in self.nodes else None
+            old_ip = None
+            spec = self.ex.node_specs(self.spec, self.config, cap, stop_at=self.stop_at, master_ip=None)[index]
+            if index == 0:
+                old_ip = self._old_ip(name)  # keep node 0's address: it is everyone's rendezvous point
+            try:
+                n = self._insert(spec, master_ip=head_ip or old_ip, network_ip=old_ip)
+                self._wait_created(n)
+            except (StockoutError, QuotaError) as e:
+                self.emit(Event("fallback", f"cannot recreate {name} ({e}): moving the whole cluster"))
+                self.fallbacks.append(f"{self.config.label()}: {e}")
+                self.teardown()
+                self.launch(self.config_index + 1)
+                return
+
+    def _old_ip(self, name: str) -> str | None:
+        for r in reversed(self.ex.store.resources(self.spec.name)):
+            if r.name == name and r.info.get("internal_ip"):
+                return r.info["internal_ip"]
+        return None
+
+    def request_stop(self) -> None:
+        from google.api_core import exceptions as gex
+        from google.cloud import compute_v1
+
+        c = self.ex.clients
+        for name, n in list(self.nodes.items()):
+            try:
+                inst = self.ex.retry.call(f"reading {name}", c.instances.get, project=c.project, zone=n.spec.zone,
+                                          instance=name)
+                items = [i for i in inst.metadata.items if i.key != "cloudfit-stop"]
+                items.append(compute_v1.Items(key="cloudfit-stop", value="1"))
+                md = compute_v1.Metadata(fingerprint=inst.metadata.fingerprint, items=items)
+                self.ex.retry.call(f"asking {name} to stop", c.instances.set_metadata, project=c.project,
+                                   zone=n.spec.zone, instance=name, metadata_resource=md)
+            except (gex.NotFound, gex.PreconditionFailed):
+                continue  # gone, or changed under us: teardown deletes it anyway
+
+    def teardown(self) -> None:
+        """Delete every VM this cluster created (and any other VM with its label in its zones)."""
+        targets = {name: n.spec.zone for name, n in self.nodes.items()}
+        for r in self.ex.store.resources(self.spec.name, live_only=True):
+            if r.kind == "vm":
+                targets.setdefault(r.name, r.zone)
+        if not targets:
+            return
+        deleted, gone = _Deleter(self.ex).delete_all(targets)
+        now = self.ex.clock()
+        for name in targets:
+            if self.guard.is_live(name):
+                self.guard.end(name, now)
+        for r in self.ex.store.resources(self.spec.name, live_only=True):
+            if r.name in targets:
+                self.ex.store.deleted(r.id, why="deleted")
+        self.nodes.clear()
+        if deleted:
+            self.emit(Event("deleted", f"deleted {', '.join(sorted(deleted))}"))

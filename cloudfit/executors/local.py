@@ -1,0 +1,361 @@
+"""The local backend: the plan's job as torch.distributed processes on this machine — a rehearsal.
+
+The job runs under torch's elastic launcher (``python -m torch.distributed.run --standalone``,
+gloo on CPUs, NCCL on GPUs) with ``--max-restarts``, so a rank that dies makes the whole worker
+group restart and resume from the newest checkpoint.
+
+Scaling rule: the plan's ``nodes × accelerators_per_node`` ranks are scaled down to this machine:
+``ranks = min(plan ranks, max_ranks)`` with ``max_ranks = min(4, CPU cores)`` (CUDA devices when
+present) — 2 ranks on a 2-core box. The batch per rank stays the plan's (or the model's default).
+
+Billing rehearsal: the budget guard charges the plan's cluster $/hour (spot or on-demand as
+planned) for wall time, with the same guard as the cloud (check every ``interval_s``, stop —
+checkpoint first — before the next interval could pass the budget). There is no per-VM minimum
+billed time here. The trainer also gets ``--stop-at`` = start + the guard's cap, the local
+stand-in for a VM's ``max_run_duration``: the job stops itself even if the launcher dies.
+
+Every process of the job carries ``CLOUDFIT_CLUSTER=<name>`` in its environment (the local
+equivalent of a VM label), so ``down`` finds it even without the state store.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from cloudfit.executors import state as st
+from cloudfit.executors.base import (
+    ENV_CLUSTER, LABEL, DownResult, Event, EventSink, NodePlan, Poll, Preview, RunResult, RunSpec, Timing,
+    supervise, taken_over,
+)
+from cloudfit.executors.budget import Guard, PriceSchedule
+
+ENV_ELASTIC = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # torch elastic restarts hang on CPU without it (#135712)
+
+
+def max_local_ranks() -> int:
+    """How many ranks this machine runs: CUDA devices if any, else min(4, CPU cores)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.device_count()
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def run_dir(name: str) -> Path:
+    from cloudfit.resources import home
+
+    return home() / "clusters" / name
+
+
+class LocalExecutor:
+    """See the module docstring. ``interval_s``/``grace_s``/``teardown_s`` are the guard's timing."""
+
+    backend = "local"
+
+    def __init__(self, *, store: st.StateStore | None = None, max_ranks: int | None = None,
+                 interval_s: float = 1.0, grace_s: float = 3.5, teardown_s: float = 5.0,
+                 max_restarts: int = 3) -> None:
+        self._store = store  # opened on first use: a dry run writes nothing, not even state.db
+        self.max_ranks = max_ranks or max_local_ranks()
+        self.timing = Timing(interval_s=interval_s, teardown_s=teardown_s, grace_s=grace_s)
+        self.max_restarts = max_restarts
+
+    @property
+    def store(self) -> st.StateStore:
+        if self._store is None:
+            self._store = st.StateStore()
+        return self._store
+
+    # ---------------------------------------------------------------- planning
+
+    def ranks(self, spec: RunSpec) -> int:
+        return max(1, min(spec.configs[0].accelerators, self.max_ranks))
+
+    def _guard(self, spec: RunSpec) -> tuple[Guard, list[PriceSchedule]]:
+        c = spec.configs[0]
+        g = Guard(spec.budget_usd, interval_s=self.timing.interval_s, teardown_s=self.timing.teardown_s,
+                  min_billed_s=0.0, provision_slack_s=0.0, min_cap_s=self.timing.interval_s)
+        per_node = c.price_per_hour / c.nodes
+        return g, [PriceSchedule.constant(per_node)] * c.nodes
+
+    def _paths(self, spec: RunSpec) -> dict[str, Path]:
+        d = run_dir(spec.name)
+        ckpt = Path(spec.job.checkpoint_dir) if spec.job.checkpoint_dir else d / "checkpoints"
+        if str(ckpt).startswith("gs://"):
+            from cloudfit.errors import UsageError
+
+            raise UsageError("--checkpoint-dir gs://… needs --backend gcp; the local backend takes a folder")
+        return {"dir": d, "checkpoints": ckpt, "progress": d / "progress.json", "stop": d / "STOP", "log": d / "train.log"}
+
+    def _argv(self, spec: RunSpec, paths: dict[str, Path], stop_at: float | None) -> list[str]:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={self.ranks(spec)}",
+                    f"--max-restarts={self.max_restarts}", "--monitor-interval=0.5"]
+        if spec.job.command:
+            return launcher + ["--no-python", *spec.job.command]
+        return launcher + ["-m", "cloudfit.train", *spec.job.trainer_args(
+            str(paths["checkpoints"]), stop_file=str(paths["stop"]), stop_at=stop_at, progress_file=str(paths["progress"]))]
+
+    def preview(self, spec: RunSpec) -> Preview:
+        guard, schedules = self._guard(spec)
+        guard.check_launchable(schedules)
+        c = spec.configs[0]
+        cap = guard.reserve([f"{spec.name}-{i}" for i in range(c.nodes)], schedules, 0.0)  # a throwaway guard
+        paths = self._paths(spec)
+        node = NodePlan(
+            name=spec.name, zone="localhost", machine_type=c.offering.machine_type, accelerator="cpu ranks",
+            accelerators=self.ranks(spec), provisioning="local", price_per_hour=c.price_per_hour,
+            max_run_duration_s=int(cap), labels={LABEL: spec.name, **spec.labels},
+            detail={"rehearsal_of": c.label(), "ranks": self.ranks(spec), "checkpoint_dir": str(paths["checkpoints"]),
+                    "command": self._argv(spec, paths, None)},
+        )
+        note = (f"rehearsal: {self.ranks(spec)} local rank(s) stand in for {c.label()}, charged at "
+                f"${c.price_per_hour:.4g}/h")
+        return Preview("local", spec.name, c, (node,), spec.budget_usd, guard.committed(0.0),
+                       self.timing.interval_s, self.timing.teardown_s, 0, (note,))
+
+    # ---------------------------------------------------------------- running
+
+    def run(self, spec: RunSpec, on_event: EventSink | None = None) -> RunResult:
+        emit = on_event or (lambda e: None)
+        guard, schedules = self._guard(spec)
+        guard.check_launchable(schedules)  # before anything exists
+        paths = self._paths(spec)
+        c = spec.configs[0]
+        self.store.create_cluster(spec.name, "local", spec.budget_usd, {
+            "config": c.to_dict(), "ranks": self.ranks(spec), "job": _job_info(spec), "run_dir": str(paths["dir"]),
+            "checkpoint_dir": str(paths["checkpoints"]), "log": str(paths["log"]),
+        }, launcher_pid=os.getpid(), launcher_started=_create_time(os.getpid()))
+        started = time.monotonic()
+        reason, last = "failed", Poll()
+        try:
+            paths["dir"].mkdir(parents=True, exist_ok=True)
+            for stale in (paths["progress"], paths["stop"]):  # a previous run's files must not end this one
+                stale.unlink(missing_ok=True)
+            keys = [f"{spec.name}-{i}" for i in range(c.nodes)]
+            cap = guard.reserve(keys, schedules, time.monotonic())
+            stop_at = time.time() + cap
+            argv = self._argv(spec, paths, stop_at)
+            rid = self.store.intend(spec.name, "process", spec.name, zone="localhost", price_per_hour=c.price_per_hour,
+                                    cap_s=cap, info={"ranks": self.ranks(spec)})
+            env = {**os.environ, **ENV_ELASTIC, ENV_CLUSTER: spec.name, "CLOUDFIT_CHECKPOINT_DIR": str(paths["checkpoints"]),
+                   "CLOUDFIT_STOP_FILE": str(paths["stop"]), "CLOUDFIT_PROGRESS_FILE": str(paths["progress"])}
+            env.setdefault("OMP_NUM_THREADS", "1")
+            with open(paths["log"], "ab") as log:
+                proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True)  # its own process group: teardown kills all ranks
+            running = _LocalRunning(self, spec, guard, keys, rid, proc, paths)
+            try:
+                self.store.confirm(rid, info={"pid": proc.pid, "create_time": _create_time(proc.pid)})
+                self.store.update_cluster(spec.name, status=st.RUNNING)
+                emit(Event("created", f"started {self.ranks(spec)} rank(s) (pid {proc.pid}) rehearsing {c.label()}; "
+                                      f"log {paths['log']}"))
+                reason, last = supervise(running, guard, timing=self.timing, timeout_s=spec.timeout_s, emit=emit,
+                                         record=st.SpendRecorder(self.store, spec.name))
+            finally:
+                running.teardown()  # a no-op after supervise; covers an exception before it
+        except KeyboardInterrupt:
+            reason = "interrupted"
+            raise
+        finally:
+            spend = guard.accrued(time.monotonic())
+            rec = self.store.find_cluster(spec.name)
+            final = rec.reason if rec is not None and rec.reason == "down" else reason
+            self.store.update_cluster(spec.name, status=st.ENDED, reason=final, spend_usd=spend,
+                                      info={"progress": dict(last.progress)})
+            self.store.event(spec.name, final, f"ended: {final}, spent ${spend:.4f}")
+        p = last.progress
+        return RunResult(spec.name, "local", reason, spend, time.monotonic() - started, c,
+                         steps=int(p.get("step") or 0), total_steps=int(p.get("total_steps") or spec.job.steps),
+                         samples_per_second=p.get("samples_per_second"), restarts=int(p.get("restart") or 0),
+                         detail=last.detail)
+
+    # ---------------------------------------------------------------- down / live
+
+    def live(self, name: str) -> list[str]:
+        return [str(p.pid) for p in _labelled(name)]
+
+    def down(self, name: str) -> DownResult:
+        rec = self.store.find_cluster(name)
+        deleted, gone = [], []
+        tracked_pids = set()
+        if rec is not None:
+            if not rec.ended:
+                self.store.update_cluster(name, status=st.STOPPING, reason="down")
+            for r in self.store.resources(name, live_only=True):
+                pid, ct = r.info.get("pid"), r.info.get("create_time")
+                if pid is not None:
+                    tracked_pids.add(int(pid))
+                if pid is not None and _same_process(int(pid), ct) and _kill_group(int(pid)):
+                    deleted.append(f"pid {pid}")
+                else:
+                    gone.append(r.name)
+                self.store.deleted(r.id, why="down")
+        untracked = []
+        found = _labelled(name)
+        pids = {p.pid for p in found}
+        for p in found:  # roots only: killing a root's group takes its ranks with it
+            try:
+                if p.ppid() in pids or p.pid in tracked_pids:
+                    continue
+            except Exception:
+                continue
+            if _kill_group(p.pid):
+                untracked.append(f"pid {p.pid}")
+        if rec is not None and not rec.ended:
+            self.store.update_cluster(name, status=st.ENDED, reason="down")
+            self.store.event(name, "down", "deleted by `cloudfit down`")
+        if rec is None and not untracked:
+            from cloudfit.errors import UsageError
+
+            raise UsageError(f"no cluster named {name!r} in {self.store.path} and no local process carries its label")
+        return DownResult(name, tuple(deleted), tuple(gone), tuple(untracked))
+
+
+def _job_info(spec: RunSpec) -> dict[str, Any]:
+    j = spec.job
+    return {"model": j.model, "steps": j.steps, "batch_size_per_device": j.batch_size_per_device,
+            "checkpoint_every": j.checkpoint_every, "command": list(j.command)}
+
+
+@dataclass
+class _LocalRunning:
+    ex: LocalExecutor
+    spec: RunSpec
+    guard: Guard
+    keys: list[str]
+    rid: int
+    proc: subprocess.Popen
+    paths: dict[str, Path]
+    torn_down: bool = False
+
+    def poll(self) -> Poll:
+        if taken_over(self.ex.store, self.spec.name):
+            return Poll("down")
+        progress = _read_json(self.paths["progress"])
+        code = self.proc.poll()
+        if code is None:
+            return Poll("running", progress)
+        if code == 0:
+            state = progress.get("state", "completed") if progress else "completed"
+            return Poll("stopped" if state == "stopped" else "completed", progress)
+        return Poll("failed", progress, detail=f"the job exited with code {code}; see {self.paths['log']}")
+
+    def replace(self, lost: Sequence[str]) -> None:  # local processes are never preempted
+        return None
+
+    def request_stop(self) -> None:
+        self.paths["stop"].touch()
+        if self.spec.job.command:  # a user command may not know the stop file: ask torchrun to stop it
+            _signal_group(self.proc.pid, signal.SIGTERM)
+
+    def teardown(self) -> None:
+        if self.torn_down:
+            return
+        self.torn_down = True
+        if self.proc.poll() is None:
+            _signal_group(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=max(0.2, self.ex.timing.teardown_s - self.ex.timing.grace_s - 0.5))
+            except subprocess.TimeoutExpired:
+                _signal_group(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        _signal_group(self.proc.pid, signal.SIGKILL)  # stragglers of the group (workers orphaned by a crash)
+        now = time.monotonic()
+        for k in self.keys:
+            if self.guard.is_live(k):
+                self.guard.end(k, now)
+        self.ex.store.deleted(self.rid, why="exited")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _create_time(pid: int) -> float | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _same_process(pid: int, create_time: float | None) -> bool:
+    """True if ``pid`` is still the process we started (not a reused pid)."""
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        return p.is_running() and (create_time is None or abs(p.create_time() - create_time) < 0.01)
+    except psutil.Error:
+        return False
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)  # the job was started as its own session: pgid == pid
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill_group(pid: int) -> bool:
+    """Stop the process group led by ``pid`` (SIGTERM, then SIGKILL); False if it was already gone."""
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+    except psutil.Error:
+        return False
+    try:
+        pgid = os.getpgid(pid)
+    except ProcessLookupError:
+        return False
+    targets = [p] + [c for c in p.children(recursive=True)]
+    try:
+        if pgid == pid:
+            os.killpg(pgid, signal.SIGTERM)
+        else:
+            for t in targets:
+                t.terminate()
+    except (ProcessLookupError, psutil.Error):
+        pass
+    _, alive = psutil.wait_procs(targets, timeout=3)
+    for t in alive:
+        try:
+            t.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=3)
+    return True
+
+
+def _labelled(name: str) -> list:
+    """Live processes whose environment says ``CLOUDFIT_CLUSTER=name`` (readable ones: ours)."""
+    import psutil
+
+    out = []
+    me = os.getpid()
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        if p.pid == me:
+            continue
+        try:
+            if p.environ().get(ENV_CLUSTER) == name and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out

@@ -1,0 +1,94 @@
+#!/bin/bash
+# cloudfit node bootstrap, rendered by `cloudfit launch` for cluster {{CLUSTER}}.
+# It holds no credentials: the VM's own service account reaches the bucket and metadata.
+# Per-node values (rank, rendezvous address, stop time) come from instance metadata.
+# CLOUDFIT_METADATA_URL / _WORK_DIR / _LINGER_S / _NO_SHUTDOWN exist so tests can run it off GCP.
+set -uo pipefail
+MD=${CLOUDFIT_METADATA_URL:-http://metadata.google.internal/computeMetadata/v1}
+md() { curl -sf -H "Metadata-Flavor: Google" "$MD/instance/attributes/$1"; }
+guest() { curl -sf -X PUT --data "$2" -H "Metadata-Flavor: Google" "$MD/instance/guest-attributes/cloudfit/$1" >/dev/null || true; }
+
+CLUSTER={{CLUSTER}}
+NNODES={{NNODES}}
+NPROC={{NPROC}}
+BUCKET={{BUCKET}}
+CKPT={{CKPT}}
+PIP_SPEC={{PIP_SPEC}}
+NODE_RANK=$(md cloudfit-node-rank)
+MASTER=$(md cloudfit-master-addr)
+if [ "$NODE_RANK" = 0 ]; then  # node 0 hosts the rendezvous at its own internal address
+  MASTER=$(curl -sf -H "Metadata-Flavor: Google" "$MD/instance/network-interfaces/0/ip")
+fi
+STOP_AT=$(md cloudfit-stop-at)
+WORK=${CLOUDFIT_WORK_DIR:-/var/lib/cloudfit}
+STOP_FILE=$WORK/STOP
+PROGRESS=$CKPT/progress.json
+mkdir -p "$WORK"
+rm -f "$STOP_FILE"
+guest state booting
+echo "cloudfit: node $NODE_RANK of $NNODES in $CLUSTER, rendezvous at $MASTER:29400"
+
+if [ -n "$BUCKET" ]; then  # checkpoints live in a bucket: mount it so every node sees the same files
+  if ! command -v gcsfuse >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    curl -sf https://packages.cloud.google.com/apt/doc/apt-key.gpg | gpg --dearmor -o /usr/share/keyrings/cloud.google.gpg
+    echo "deb [signed-by=/usr/share/keyrings/cloud.google.gpg] https://packages.cloud.google.com/apt gcsfuse-$(lsb_release -c -s) main" \
+      > /etc/apt/sources.list.d/gcsfuse.list
+    apt-get update -q && apt-get install -y -q gcsfuse
+  fi
+  mkdir -p "/mnt/cloudfit/$BUCKET"
+  mountpoint -q "/mnt/cloudfit/$BUCKET" || gcsfuse --implicit-dirs "$BUCKET" "/mnt/cloudfit/$BUCKET" \
+    || { guest state failed; guest error "cannot mount gs://$BUCKET"; exit 1; }
+fi
+mkdir -p "$CKPT"
+
+PY=python3
+[ -x /opt/conda/bin/python ] && PY=/opt/conda/bin/python
+if ! "$PY" -c "import cloudfit" 2>/dev/null; then
+  "$PY" -m pip install --quiet "$PIP_SPEC" || "$PY" -m pip install --quiet --break-system-packages "$PIP_SPEC" \
+    || { guest state failed; guest error "pip install $PIP_SPEC failed"; exit 1; }
+fi
+
+# Watcher: a stop request (metadata cloudfit-stop) or the stop time turns into the stop file the
+# trainer checks every step; progress is reported as guest attributes for the launcher.
+(
+  while true; do
+    if [ -n "$(md cloudfit-stop)" ] || { [ -n "$STOP_AT" ] && [ "$(date +%s)" -ge "$STOP_AT" ]; }; then
+      touch "$STOP_FILE"
+    fi
+    [ -f "$PROGRESS" ] && guest progress "$(head -c 4000 "$PROGRESS")"
+    sleep "${CLOUDFIT_WATCH_S:-10}"
+  done
+) &
+WATCHER=$!
+
+export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 CLOUDFIT_CLUSTER="$CLUSTER" CLOUDFIT_CHECKPOINT_DIR="$CKPT" \
+  CLOUDFIT_STOP_FILE="$STOP_FILE" CLOUDFIT_PROGRESS_FILE="$PROGRESS"
+guest state running
+code=1
+# A preempted peer makes torchrun fail here; it is recreated by the launcher, so try again and
+# meet it at the rendezvous (the job resumes from the newest checkpoint).
+for attempt in 1 2 3 4 5 6 7 8 9 10; do
+  "$PY" -m torch.distributed.run --nnodes="$NNODES" --nproc-per-node="$NPROC" --rdzv-backend=c10d \
+    --rdzv-endpoint="$MASTER:29400" --rdzv-id="$CLUSTER" --rdzv-conf=join_timeout=900 --max-restarts=3 \
+    {{ENTRY}}
+  code=$?
+  [ "$code" -eq 0 ] && break
+  [ -f "$STOP_FILE" ] && break
+  sleep 20
+done
+if [ "$code" -eq 0 ]; then
+  state=completed
+  grep -q '"state": "stopped"' "$PROGRESS" 2>/dev/null && state=stopped
+  [ -f "$PROGRESS" ] && guest progress "$(head -c 4000 "$PROGRESS")"
+  guest state "$state"
+else
+  guest exit_code "$code"
+  guest state failed
+fi
+kill "$WATCHER" 2>/dev/null
+# Give the launcher time to read the result; then stop billing even if nobody is watching
+# (a stopped VM bills only its disk until `cloudfit down` deletes it).
+sleep "${CLOUDFIT_LINGER_S:-120}"
+[ -n "${CLOUDFIT_NO_SHUTDOWN:-}" ] || shutdown -h now
+exit "$code"

@@ -1,0 +1,356 @@
+"""The state store: every cluster and every billed resource, in SQLite under ``$CLOUDFIT_HOME``.
+
+Write-ahead: a resource row is written as an ``intent`` *before* the call that creates it, then
+``created`` once the cloud confirms, ``deleting`` before the delete call and ``deleted`` after. A
+launcher killed at any instant therefore leaves a row for every VM that might exist, and
+``cloudfit down`` (a new process) finds it. Rows never hold credentials: only names, zones,
+prices, caps and process ids.
+
+One file (``state.db``) in WAL mode; every write is its own short transaction, so several
+processes (a launcher, ``status``, ``down``) can use it at once.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from cloudfit.errors import LaunchError, UsageError
+
+SCHEMA_VERSION = 1
+
+#: Resource states, in lifecycle order. ``failed`` = the create call was refused (nothing billed).
+INTENT, CREATED, DELETING, DELETED, FAILED = "intent", "created", "deleting", "deleted", "failed"
+LIVE_STATES = (INTENT, CREATED, DELETING)
+
+#: Cluster states.
+LAUNCHING, RUNNING, STOPPING, ENDED = "launching", "running", "stopping", "ended"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS clusters (
+    name TEXT PRIMARY KEY,
+    backend TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT,
+    budget_usd REAL NOT NULL,
+    spend_usd REAL NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    ended_at REAL,
+    launcher_pid INTEGER,
+    launcher_started REAL,
+    info TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS resources (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    cluster TEXT NOT NULL REFERENCES clusters(name),
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    zone TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL,
+    price_per_hour REAL NOT NULL DEFAULT 0,
+    cap_s REAL,
+    intent_at REAL NOT NULL,
+    created_at REAL,
+    deleted_at REAL,
+    info TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS resources_cluster ON resources(cluster);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    cluster TEXT NOT NULL,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class Resource:
+    id: int
+    cluster: str
+    kind: str  # "vm" | "process"
+    name: str
+    zone: str
+    state: str
+    price_per_hour: float
+    cap_s: float | None
+    intent_at: float
+    created_at: float | None
+    deleted_at: float | None
+    info: Mapping[str, Any]
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE_STATES
+
+
+@dataclass(frozen=True)
+class ClusterRecord:
+    name: str
+    backend: str
+    status: str
+    reason: str | None
+    budget_usd: float
+    spend_usd: float
+    created_at: float
+    updated_at: float
+    ended_at: float | None
+    launcher_pid: int | None
+    launcher_started: float | None
+    info: Mapping[str, Any]
+
+    @property
+    def ended(self) -> bool:
+        return self.status == ENDED
+
+
+def default_path() -> Path:
+    from cloudfit.resources import home
+
+    return home() / "state.db"
+
+
+class StateStore:
+    """Thin, process-safe access to ``state.db``. Open one per process; methods are short transactions."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else default_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = self._connect()
+        try:
+            db.executescript(_SCHEMA)  # executescript commits on its own: keep it out of _tx
+        finally:
+            db.close()
+        with self._tx() as db:
+            row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise UsageError(
+                    f"{self.path}: state schema_version {row[0]} is newer than this cloudfit reads "
+                    f"({SCHEMA_VERSION}); upgrade cloudfit"
+                )
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")  # an intent row must survive a kill -9 right after
+        except sqlite3.Error as e:
+            raise LaunchError(f"{self.path}: cannot open the state store ({e})") from None
+        return db
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        db = self._connect()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            yield db
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        finally:
+            db.close()
+
+    # ------------------------------------------------------------------ clusters
+
+    def create_cluster(self, name: str, backend: str, budget_usd: float, info: Mapping[str, Any],
+                       *, launcher_pid: int | None = None, launcher_started: float | None = None) -> ClusterRecord:
+        """Record a new cluster. Re-using the name of an ended cluster replaces it (its rows are
+        kept under a renamed cluster so history is not lost); a live one is an error."""
+        now = time.time()
+        with self._tx() as db:
+            old = db.execute("SELECT status FROM clusters WHERE name=?", (name,)).fetchone()
+            if old is not None:
+                live = db.execute(
+                    f"SELECT COUNT(*) FROM resources WHERE cluster=? AND state IN ({_qs(LIVE_STATES)})",
+                    (name, *LIVE_STATES),
+                ).fetchone()[0]
+                if old[0] != ENDED or live:
+                    raise UsageError(
+                        f"a cluster named {name!r} already exists ({old[0]}); pick another --name or run "
+                        f"`cloudfit down {name}` first"
+                    )
+                archived = f"{name}@{int(now)}"
+                db.execute("UPDATE clusters SET name=? WHERE name=?", (archived, name))
+                db.execute("UPDATE resources SET cluster=? WHERE cluster=?", (archived, name))
+                db.execute("UPDATE events SET cluster=? WHERE cluster=?", (archived, name))
+            db.execute(
+                "INSERT INTO clusters (name, backend, status, budget_usd, created_at, updated_at, launcher_pid, "
+                "launcher_started, info) VALUES (?,?,?,?,?,?,?,?,?)",
+                (name, backend, LAUNCHING, float(budget_usd), now, now, launcher_pid, launcher_started, _dump(info)),
+            )
+        return self.cluster(name)
+
+    def cluster(self, name: str) -> ClusterRecord:
+        rec = self.find_cluster(name)
+        if rec is None:
+            raise UsageError(f"no cluster named {name!r} in {self.path}")
+        return rec
+
+    def find_cluster(self, name: str) -> ClusterRecord | None:
+        with self._tx() as db:
+            row = db.execute(f"SELECT {_CLUSTER_COLS} FROM clusters WHERE name=?", (name,)).fetchone()
+        return None if row is None else _cluster(row)
+
+    def clusters(self) -> list[ClusterRecord]:
+        with self._tx() as db:
+            rows = db.execute(f"SELECT {_CLUSTER_COLS} FROM clusters ORDER BY created_at").fetchall()
+        return [_cluster(r) for r in rows]
+
+    def update_cluster(self, name: str, *, status: str | None = None, reason: str | None = None,
+                       spend_usd: float | None = None, info: Mapping[str, Any] | None = None) -> None:
+        """Update fields; ``info`` is merged into the stored info."""
+        now = time.time()
+        with self._tx() as db:
+            row = db.execute("SELECT info FROM clusters WHERE name=?", (name,)).fetchone()
+            if row is None:
+                raise UsageError(f"no cluster named {name!r}")
+            sets, args = ["updated_at=?"], [now]
+            if status is not None:
+                sets.append("status=?")
+                args.append(status)
+                if status == ENDED:
+                    sets.append("ended_at=?")
+                    args.append(now)
+            if reason is not None:
+                sets.append("reason=?")
+                args.append(reason)
+            if spend_usd is not None:
+                sets.append("spend_usd=?")
+                args.append(float(spend_usd))
+            if info:
+                merged = {**json.loads(row[0]), **info}
+                sets.append("info=?")
+                args.append(_dump(merged))
+            db.execute(f"UPDATE clusters SET {', '.join(sets)} WHERE name=?", (*args, name))
+
+    # ------------------------------------------------------------------ resources
+
+    def intend(self, cluster: str, kind: str, name: str, *, zone: str = "", price_per_hour: float = 0.0,
+               cap_s: float | None = None, info: Mapping[str, Any] | None = None) -> int:
+        """Write-ahead row for a resource about to be created. Returns its id."""
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO resources (cluster, kind, name, zone, state, price_per_hour, cap_s, intent_at, info) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
+                (cluster, kind, name, zone, INTENT, float(price_per_hour), cap_s, time.time(), _dump(info or {})),
+            )
+            return int(cur.lastrowid)
+
+    def _set_state(self, rid: int, state: str, *, stamp: str | None = None, at: float | None = None,
+                   info: Mapping[str, Any] | None = None) -> None:
+        with self._tx() as db:
+            row = db.execute("SELECT info FROM resources WHERE id=?", (rid,)).fetchone()
+            if row is None:
+                raise KeyError(rid)
+            sets, args = ["state=?"], [state]
+            if stamp:
+                sets.append(f"{stamp}=?")
+                args.append(time.time() if at is None else at)
+            if info:
+                sets.append("info=?")
+                args.append(_dump({**json.loads(row[0]), **info}))
+            db.execute(f"UPDATE resources SET {', '.join(sets)} WHERE id=?", (*args, rid))
+
+    def confirm(self, rid: int, info: Mapping[str, Any] | None = None) -> None:
+        """The resource exists (the create call succeeded)."""
+        self._set_state(rid, CREATED, stamp="created_at", info=info)
+
+    def failed(self, rid: int, why: str) -> None:
+        """The create call was refused: nothing exists, nothing is billed."""
+        self._set_state(rid, FAILED, stamp="deleted_at", info={"error": why})
+
+    def deleting(self, rid: int) -> None:
+        self._set_state(rid, DELETING)
+
+    def deleted(self, rid: int, *, why: str = "deleted", at: float | None = None) -> None:
+        """The resource is gone (deleted by us, preempted, expired, or already absent)."""
+        self._set_state(rid, DELETED, stamp="deleted_at", at=at, info={"ended": why})
+
+    def resources(self, cluster: str, *, live_only: bool = False) -> list[Resource]:
+        q = f"SELECT {_RES_COLS} FROM resources WHERE cluster=?"
+        args: tuple = (cluster,)
+        if live_only:
+            q += f" AND state IN ({_qs(LIVE_STATES)})"
+            args += LIVE_STATES
+        with self._tx() as db:
+            rows = db.execute(q + " ORDER BY id", args).fetchall()
+        return [_resource(r) for r in rows]
+
+    # ------------------------------------------------------------------ events
+
+    def event(self, cluster: str, kind: str, message: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO events (cluster, at, kind, message) VALUES (?,?,?,?)",
+                       (cluster, time.time(), kind, message))
+
+    def events(self, cluster: str, limit: int = 50) -> list[tuple[float, str, str]]:
+        with self._tx() as db:
+            rows = db.execute("SELECT at, kind, message FROM events WHERE cluster=? ORDER BY id DESC LIMIT ?",
+                              (cluster, limit)).fetchall()
+        return [tuple(r) for r in reversed(rows)]  # type: ignore[misc]
+
+
+class SpendRecorder:
+    """Writes a running cluster's spend and progress to the store at most every ``every_s`` seconds,
+    so ``cloudfit status`` in another process sees them."""
+
+    def __init__(self, store: StateStore, name: str, every_s: float = 5.0) -> None:
+        self.store, self.name, self.every_s, self.last = store, name, every_s, -float("inf")
+
+    def __call__(self, spend_usd: float, poll: Any) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            self.last = now
+            self.store.update_cluster(self.name, spend_usd=spend_usd, info={"progress": dict(poll.progress)})
+
+
+# ---------------------------------------------------------------------- helpers
+
+def _qs(items: tuple) -> str:
+    return ",".join("?" * len(items))
+
+
+def _dump(obj: Mapping[str, Any]) -> str:
+    return json.dumps(dict(obj), sort_keys=True, allow_nan=False)
+
+
+_CLUSTER_COLS = ("name, backend, status, reason, budget_usd, spend_usd, created_at, updated_at, ended_at, "
+                 "launcher_pid, launcher_started, info")
+_RES_COLS = ("id, cluster, kind, name, zone, state, price_per_hour, cap_s, intent_at, created_at, deleted_at, info")
+
+
+def _cluster(r: tuple) -> ClusterRecord:
+    return ClusterRecord(*r[:11], info=json.loads(r[11]))
+
+
+def _resource(r: tuple) -> Resource:
+    return Resource(*r[:11], info=json.loads(r[11]))
+
+
+def estimate_spend(resources: list[Resource], now: float | None = None, *, min_billed_s: float = 60.0,
+                   teardown_s: float = 0.0) -> float:
+    """Upper-bound spend from state alone (used when the launcher is gone): each VM billed from its
+    intent to its deletion — or, while it may still exist, to now, but never past its cap + teardown."""
+    now = time.time() if now is None else now
+    total = 0.0
+    for r in resources:
+        if r.state == FAILED:
+            continue
+        end = r.deleted_at if r.deleted_at is not None else now
+        if r.deleted_at is None and r.cap_s is not None:
+            end = min(end, r.intent_at + r.cap_s + teardown_s) if r.kind == "vm" else end
+        billed = max(end - r.intent_at, min_billed_s if r.kind == "vm" else 0.0)
+        total += r.price_per_hour * billed / 3600.0
+    return total

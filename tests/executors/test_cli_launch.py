@@ -1,0 +1,195 @@
+"""`cloudfit launch / status / down` from the command line: bad input, dry runs, a killed launcher, secrets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cloudfit.executors.state import StateStore
+from cloudfit.planio import plan_to_dict
+from cloudfit.types import ClusterConfig
+from tests.conftest import run_cloudfit
+from tests.executors.conftest import PROJECT
+from tests.executors.plans import make_plan, offering, write_plan
+
+
+def t4(zone="us-central1-a", nodes=2, spot=True, price=0.9):
+    return ClusterConfig(offering(zone, price=price, spot=price / 3), nodes, spot)
+
+
+@pytest.fixture
+def plan(tmp_path):
+    return write_plan(tmp_path / "plan.json", [t4(), t4("us-central1-b"), t4("us-east1-c", 1, False)], budget_usd=30)
+
+
+def _nothing_created():
+    assert StateStore().clusters() == []
+
+
+def _gcp_args(fake, *extra):
+    return ["--backend", "gcp", "--project", PROJECT, "--compute-endpoint", fake.endpoint, *extra]
+
+
+# ------------------------------------------------------------------------------ bad input
+
+@pytest.mark.parametrize("content, message", [
+    (None, "no such plan file"),
+    ("{not json", "corrupt plan"),
+    (json.dumps({"schema_version": 99}), "schema_version 99 is not supported"),
+    (json.dumps({"schema_version": 1, "workload": {"model": "mlp", "samples": 1}}), "missing field 'chosen'"),
+])
+def test_bad_plan_files_exit_2_and_create_nothing(cli, tmp_path, content, message):
+    path = tmp_path / "plan.json"
+    if content is not None:
+        path.write_text(content)
+    r = cli("launch", str(path), "--yes")
+    assert r.exit_code == 2 and message in r.output
+    assert "Traceback" not in r.output
+    _nothing_created()
+
+
+def test_unknown_backend_exits_2(cli, plan):
+    r = cli("launch", str(plan), "--backend", "aws")
+    assert r.exit_code == 2 and "unknown backend 'aws'" in r.output
+    _nothing_created()
+
+
+@pytest.mark.parametrize("backend", ["local", "gcp"])
+def test_budget_below_one_interval_exits_2_and_creates_nothing(cli, fake, plan, backend):
+    args = _gcp_args(fake, "--checkpoint-dir", "gs://b/x") if backend == "gcp" else []
+    r = cli("launch", str(plan), "--budget", "0.0001", "--yes", *args)
+    assert r.exit_code == 2 and "below one guard interval" in r.output
+    _nothing_created()
+    assert fake.requests == [] and fake.vms() == []
+
+
+def test_gcp_launch_needs_confirmation_or_yes(cli, fake, plan):
+    r = cli("launch", str(plan), *_gcp_args(fake, "--checkpoint-dir", "gs://b/x"))
+    assert r.exit_code == 2 and "pass --yes" in r.output
+    _nothing_created()
+    assert fake.requests == []
+
+
+def test_gcp_launch_needs_a_bucket(cli, fake, plan):
+    r = cli("launch", str(plan), "--yes", *_gcp_args(fake))
+    assert r.exit_code == 2 and "gs://BUCKET/PATH" in r.output
+    _nothing_created()
+    assert fake.requests == []
+
+
+def test_a_model_outside_the_zoo_needs_a_command(cli, tmp_path):
+    p = write_plan(tmp_path / "p.json", [t4()], model="my-model")
+    r = cli("launch", str(p))
+    assert r.exit_code == 2 and "give your training command after --" in r.output
+    _nothing_created()
+
+
+def test_status_and_down_of_unknown_clusters_exit_2(cli):
+    assert cli("status", "nope").exit_code == 2
+    assert cli("down", "nope", "--yes").exit_code == 2
+    r = cli("down", "nope")
+    assert r.exit_code == 2 and "--yes" in r.output
+
+
+# ------------------------------------------------------------------------------ dry runs
+
+def test_gcp_dry_run_prints_the_exact_instances_and_creates_nothing(cli, fake, plan):
+    r = cli("launch", str(plan), "--dry-run", "--name", "dry", *_gcp_args(fake))
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    for piece in ("dry-0:", "dry-1:", "zone us-central1-a", "machine type n1-highmem-8", "nvidia-tesla-t4", "SPOT",
+                  "max_run_duration", "then DELETE", "labels cloudfit-cluster=dry, cloudfit-node=0",
+                  "deeplearning-platform-release", "cost cap $30.00", "2 fallback config(s)"):
+        assert piece in out, piece
+    assert fake.requests == [] and not (Path(os.environ["CLOUDFIT_HOME"]) / "state.db").exists()
+    j = cli("launch", str(plan), "--dry-run", "--json", "--name", "dry", *_gcp_args(fake))
+    pv = json.loads(j.output)["preview"]
+    assert [n["name"] for n in pv["nodes"]] == ["dry-0", "dry-1"] and pv["cost_cap_usd"] <= 30
+    assert "torch.distributed.run" in pv["startup_script"]
+
+
+def test_budget_form_recommends_with_objective_time(cli, monkeypatch, fake):
+    import cloudfit.plan
+
+    seen = {}
+
+    def fake_recommend(workload, **kw):
+        seen["w"] = workload
+        return make_plan([t4()], model="mlp", budget_usd=workload.budget_usd)
+
+    monkeypatch.setattr(cloudfit.plan, "recommend", fake_recommend)
+    r = cli("launch", "--model", "resnet50", "--epochs", "90", "--dataset-size", "1281167", "--budget", "200",
+            "--dry-run", *_gcp_args(fake))
+    assert r.exit_code == 0, r.output
+    w = seen["w"]
+    assert (w.model, w.objective, w.budget_usd, w.samples) == ("resnet50", "time", 200.0, 90 * 1281167)
+    assert "Recommended under $200.00" in r.output
+    assert cli("launch", "--model", "resnet50", "--epochs", "1", "--dataset-size", "10").exit_code == 2  # no budget
+
+
+# ------------------------------------------------------------------------------ real runs through the CLI
+
+def test_gcp_launch_status_down_round_trip(cli, fake, plan):
+    r = cli("launch", str(plan), "--yes", "--name", "rt", "--steps", "40", "--check-interval", "0.1",
+            *_gcp_args(fake, "--checkpoint-dir", "gs://b/rt"))
+    assert r.exit_code == 0, r.output
+    assert "rt: completed" in r.output
+    s = json.loads(cli("status", "rt", "--json").output)
+    assert s["status"] == "ended" and s["reason"] == "completed" and 0 < s["spend_usd"] <= 30
+    assert {x["name"] for x in s["resources"]} == {"rt-0", "rt-1"}
+    listing = json.loads(cli("status", "--json").output)["clusters"]
+    assert [c["name"] for c in listing] == ["rt"]
+    d = cli("down", "rt", "--yes", *_gcp_args(fake)[2:])
+    assert d.exit_code == 0 and fake.vms() == []
+
+
+def test_kill_9_mid_creation_then_down_from_a_new_process_leaves_no_vm(fake, plan, tmp_path):
+    fake.op_delay_s = 0.4  # every insert operation takes a while: the launcher dies waiting
+    p4 = write_plan(tmp_path / "p4.json", [t4(nodes=4)], budget_usd=30)
+    env = {**os.environ}
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "cloudfit", "launch", str(p4), "--yes", "--name", "k9", "--checkpoint-dir", "gs://b/k9",
+         *_gcp_args(fake)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(fake.vms("k9")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait()
+    time.sleep(0.2)  # requests the launcher had in flight land
+    assert 2 <= len(fake.vms("k9")) <= 4
+    rows = StateStore().resources("k9")
+    assert {r.name for r in rows} >= set(fake.vms("k9"))  # every VM that exists had its intent row first
+    status = run_cloudfit("status", "k9", "--json")
+    assert json.loads(status.stdout)["launcher_alive"] is False
+    p = run_cloudfit("down", "k9", "--yes")  # endpoint and project come from the state store
+    assert p.returncode == 0, p.stderr
+    assert fake.vms() == []
+    assert StateStore().cluster("k9").reason == "down"
+
+
+def test_no_secret_reaches_state_scripts_plans_or_output(cli, fake, plan, tmp_path, monkeypatch):
+    secrets = ["ya29.SECRET-ACCESS-TOKEN", "-----BEGIN PRIVATE KEY-----MIIsecret", "AIzaSECRETAPIKEY"]
+    key = tmp_path / "sa.json"
+    key.write_text(json.dumps({"type": "service_account", "private_key": secrets[1], "client_email": "x@y"}))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", secrets[0])
+    monkeypatch.setenv("GOOGLE_API_KEY", secrets[2])
+    outputs = []
+    for args in (("--dry-run", "--json"), ("--yes", "--check-interval", "0.1")):
+        r = cli("launch", str(plan), "--name", "sec", "--steps", "20", *args, *_gcp_args(fake, "--checkpoint-dir", "gs://b/s"))
+        assert r.exit_code == 0, r.output
+        outputs.append(r.output)
+    outputs.append(cli("status", "sec", "--json").output)
+    state_bytes = b"".join(p.read_bytes() for p in (StateStore().path.parent).glob("state.db*"))
+    scripts = json.dumps(fake.inserted)
+    for s in secrets:
+        assert s not in scripts and s.encode() not in state_bytes and s not in plan.read_text()
+        assert all(s not in o for o in outputs)
+    assert "startup-script" in scripts  # the scripts were really inspected

@@ -1,0 +1,259 @@
+"""The GCP executor against the fake Compute Engine server (real client, REST, anonymous credentials)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+
+import pytest
+
+from cloudfit.errors import LaunchError, UsageError
+from cloudfit.executors import state as st
+from cloudfit.executors.base import JobSpec, RunSpec
+from cloudfit.executors.gcp import make_clients
+from cloudfit.types import ClusterConfig
+from tests.executors.conftest import PROJECT, FastClock
+from tests.executors.plans import offering
+
+CKPT = "gs://bucket/runs/x"
+
+
+def spec(name, *configs, budget=50.0, steps=100, **kw) -> RunSpec:
+    return RunSpec(name, tuple(configs), JobSpec(model="mlp", steps=steps, checkpoint_dir=CKPT), budget, **kw)
+
+
+def t4(zone="us-central1-a", nodes=2, spot=True) -> ClusterConfig:
+    return ClusterConfig(offering(zone), nodes, spot)
+
+
+def a100(zone="us-east1-c", nodes=1, spot=False) -> ClusterConfig:
+    return ClusterConfig(offering(zone, "a2-highgpu-2g", "A100", 2, 7.3, 2.2), nodes, spot)
+
+
+def _meta(body, key):
+    return next((i["value"] for i in body["metadata"]["items"] if i["key"] == key), None)
+
+
+def _when(cond, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    raise AssertionError("condition not met in time")
+
+
+def test_vms_carry_the_plan(fake, gcp):
+    ex = gcp()
+    r = ex.run(spec("shape", t4(nodes=2)))
+    assert r.reason == "completed" and r.steps == 100 and fake.vms() == []
+    n0, n1 = fake.inserted
+    assert n0["name"] == "shape-0" and n0["machineType"] == "zones/us-central1-a/machineTypes/n1-highmem-8"
+    assert n0["guestAcceleratorList" if False else "guestAccelerators"] == [
+        {"acceleratorType": "zones/us-central1-a/acceleratorTypes/nvidia-tesla-t4", "acceleratorCount": 1}]
+    sch = n0["scheduling"]
+    assert sch["provisioningModel"] == "SPOT" and sch["onHostMaintenance"] == "TERMINATE"
+    assert sch["instanceTerminationAction"] == "DELETE" and int(sch["maxRunDuration"]["seconds"]) > 3600
+    assert n0["labels"] == {"cloudfit-cluster": "shape", "cloudfit-node": "0"}
+    assert "deeplearning-platform-release" in n0["disks"][0]["initializeParams"]["sourceImage"]
+    # node 1 rendezvouses at node 0's internal IP; node 0 hosts it
+    ip0 = next(r.info["internal_ip"] for r in ex.store.resources("shape") if r.name == "shape-0")
+    assert _meta(n0, "cloudfit-master-addr") == "self" and _meta(n1, "cloudfit-master-addr") == ip0
+    script = _meta(n0, "startup-script")
+    assert script == _meta(n1, "startup-script")
+    assert "--rdzv-backend=c10d" in script and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in script
+    assert "gs://" not in script.split("BUCKET=")[1].split("\n")[0] and "BUCKET=bucket" in script
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)  # valid shell
+    # every VM was written down before its insert call, and confirmed after
+    rows = ex.store.resources("shape")
+    assert [r.state for r in rows] == [st.DELETED, st.DELETED] and all(r.intent_at <= r.created_at for r in rows)
+    rec = ex.store.cluster("shape")
+    assert rec.reason == "completed" and 0 < rec.spend_usd <= 50.0
+
+
+def test_accelerator_optimized_shapes_have_gpus_built_in(fake, gcp):
+    gcp().run(spec("a2", a100()))
+    [body] = fake.inserted
+    assert "guestAccelerators" not in body and body["scheduling"]["provisioningModel"] == "STANDARD"
+
+
+def test_stockout_on_a_later_node_deletes_the_partial_cluster_and_falls_back(fake, gcp):
+    fake.stockout("us-central1-a", after=2)  # nodes 0 and 1 come up, node 2 hits the stockout
+    ex = gcp()
+    r = ex.run(spec("so", t4("us-central1-a", 3), t4("us-central1-b", 3)))
+    assert r.reason == "completed" and r.config.offering.zone == "us-central1-b"
+    assert "stockout" in r.fallbacks[0]
+    zones = [b["name"] for b in fake.inserted]
+    assert zones == ["so-0", "so-1", "so-0", "so-1", "so-2"]  # the refused insert is not recorded by the fake
+    assert fake.count("DELETE", r"/zones/us-central1-a/instances/so-[01]$") == 2
+    rows = ex.store.resources("so")
+    assert [(r.zone[-1], r.state) for r in rows] == [("a", st.DELETED), ("a", st.DELETED), ("a", st.FAILED),
+                                                     ("b", st.DELETED), ("b", st.DELETED), ("b", st.DELETED)]
+    assert fake.vms() == []
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["in-operation", "http-403"])
+def test_quota_errors_fall_back_too(fake, gcp, sync):
+    fake.quota("us-central1-a", sync=sync)
+    r = gcp().run(spec("qu", t4("us-central1-a", 1), a100("us-east1-c")))
+    assert r.reason == "completed" and r.config.offering.machine_type == "a2-highgpu-2g"
+    assert "quota" in r.fallbacks[0].lower()
+
+
+def test_no_capacity_anywhere_is_a_launch_error_with_nothing_left(fake, gcp):
+    fake.stockout("us-central1-a")
+    fake.stockout("us-central1-b")
+    ex = gcp()
+    with pytest.raises(LaunchError, match="no alternative"):
+        ex.run(spec("none", t4("us-central1-a", 2), t4("us-central1-b", 2)))
+    assert fake.vms() == [] and ex.store.cluster("none").reason == "no-capacity"
+
+
+def test_429_and_503_are_retried_with_backoff(fake, gcp):
+    fake.http_errors(429, 2, method="POST", path_re=r"/instances$")
+    fake.http_errors(503, 3, method="GET")
+    ex = gcp()
+    r = ex.run(spec("retry", t4(nodes=1)))
+    assert r.reason == "completed"
+    assert sum(1 for _, _, code in fake.requests if code == 429) == 2
+    assert sum(1 for _, _, code in fake.requests if code == 503) == 3
+    assert ex.retry.retried == 5
+    assert len(fake.inserted) == 1  # retried inserts did not create twins
+
+
+def test_persistent_503_gives_up_with_a_clear_error(fake, gcp):
+    from cloudfit.executors.gcp import Retry
+
+    fake.http_errors(503, 100, method="POST")
+    ex = gcp(retry=Retry(attempts=3, base_s=0.001))
+    with pytest.raises(LaunchError, match="gave up after 3 attempts"):
+        ex.run(spec("flaky", t4(nodes=1)))
+    assert fake.vms() == []
+
+
+def test_a_preempted_node_is_recreated_with_its_address_and_the_job_completes(fake, gcp):
+    fake.simulate_job_s = 1.5
+    ex = gcp()
+    box = {}
+
+    def preempt_head():
+        _when(lambda: fake.vms("pre", statuses=("RUNNING",)) == ["pre-0", "pre-1"])
+        box["ip"] = next(r.info["internal_ip"] for r in ex.store.resources("pre") if r.name == "pre-0" and r.created_at)
+        fake.preempt("pre-0")
+
+    t = threading.Thread(target=preempt_head)
+    t.start()
+    r = ex.run(spec("pre", t4(nodes=2)))
+    t.join()
+    assert r.reason == "completed" and r.preemptions == 1
+    again = [b for b in fake.inserted if b["name"] == "pre-0"]
+    assert len(again) == 2 and again[1]["networkInterfaces"][0]["networkIP"] == box["ip"]
+    assert _meta(again[1], "startup-script") == _meta(again[0], "startup-script")  # same job, same checkpoints
+    ended = [x.info.get("ended") for x in ex.store.resources("pre") if x.name == "pre-0"]
+    assert ended == ["preempted", "deleted"]
+    assert fake.vms() == []
+
+
+def test_budget_stop_asks_for_a_checkpoint_then_deletes_everything(fake, gcp):
+    fake.simulate_job_s = 1e6  # the job would run for ever
+    clock = FastClock(speed=40)  # guard seconds pass 40× faster than real ones
+    ex = gcp(clock=clock, sleep=clock.sleep, interval_s=10, grace_s=20, teardown_s=100, provision_slack_s=0)
+    budget = 4.0
+    expensive = ClusterConfig(offering(price=72.0, spot=36.0), 2, True)  # $72/h: the budget lasts 200 s
+    r = ex.run(spec("stop", expensive, budget=budget))
+    assert r.reason == "budget" and 0.5 * budget < r.spend_usd <= budget, r
+    assert fake.count("POST", r"/instances/stop-[01]/setMetadata$") == 2  # cloudfit-stop=1 on every node
+    assert fake.vms() == []
+    rec = ex.store.cluster("stop")
+    assert rec.reason == "budget" and rec.spend_usd <= budget
+
+
+def test_a_failed_job_ends_the_run(fake, gcp):
+    fake.simulate_job_s = None
+    threading.Thread(target=lambda: (_when(lambda: "fail-0" in fake.vms(statuses=("RUNNING",))),
+                                     fake.set_guest("fail-0", "cloudfit/state", "failed"))).start()
+    r = gcp().run(spec("fail", t4(nodes=1)))
+    assert r.reason == "failed" and fake.vms() == []
+
+
+def test_down_deletes_labelled_vms_missing_from_state_and_ignores_gone_ones(fake, gcp):
+    from google.cloud import compute_v1
+
+    ex = gcp()
+    ex.store.create_cluster("orph", "gcp", 5.0, {"project": PROJECT})
+    ex.store.intend("orph", "vm", "orph-0", zone="us-central1-a", price_per_hour=1.0)  # never created
+    c = ex.clients
+    body = compute_v1.Instance(name="orph-9", machine_type="zones/us-central1-b/machineTypes/n1-highmem-8",
+                               labels={"cloudfit-cluster": "orph"})
+    c.instances.insert(project=PROJECT, zone="us-central1-b", instance_resource=body)
+    _when(lambda: fake.vms("orph", statuses=("RUNNING",)) == ["orph-9"])
+    res = ex.down("orph")
+    assert res.untracked == ("orph-9",) and res.already_gone == ("orph-0",)
+    assert fake.vms() == [] and ex.store.cluster("orph").reason == "down"
+    again = ex.down("orph")  # idempotent
+    assert again.deleted == () and again.untracked == ()
+
+
+def test_credentials_anonymous_only_for_loopback_http(fake):
+    assert make_clients(PROJECT, fake.endpoint).instances._transport._credentials.__class__.__name__ == "AnonymousCredentials"
+    with pytest.raises(UsageError, match="plain http"):
+        make_clients(PROJECT, "http://compute.example.com:8080")
+
+
+def test_gcp_launch_requires_a_bucket(fake, gcp):
+    with pytest.raises(UsageError, match="gs://"):
+        gcp().run(RunSpec("nob", (t4(),), JobSpec(model="mlp", steps=10, checkpoint_dir="/tmp/x"), 5.0))
+    assert fake.requests == []
+
+
+def test_down_from_another_process_ends_a_running_launch_without_recreating(fake, gcp):
+    fake.simulate_job_s = 1e6
+    ex, other = gcp(), gcp()  # two processes' worth of executors sharing the state store
+
+    def down_when_running():
+        _when(lambda: fake.vms("busy", statuses=("RUNNING",)) == ["busy-0", "busy-1"])
+        other.down("busy")
+
+    t = threading.Thread(target=down_when_running)
+    t.start()
+    r = ex.run(spec("busy", t4(nodes=2)))
+    t.join()
+    assert r.reason == "down" and len(fake.inserted) == 2 and fake.vms() == []
+    assert ex.store.cluster("busy").reason == "down"
+
+
+def test_no_capacity_to_replace_a_preempted_node_moves_the_whole_cluster(fake, gcp):
+    fake.simulate_job_s = 1.5
+
+    def preempt_into_a_stockout():
+        _when(lambda: fake.vms("mv", statuses=("RUNNING",)) == ["mv-0", "mv-1"])
+        fake.stockout("us-central1-a")
+        fake.preempt("mv-1")
+
+    t = threading.Thread(target=preempt_into_a_stockout)
+    t.start()
+    r = gcp().run(spec("mv", t4("us-central1-a", 2), t4("us-central1-b", 2)))
+    t.join()
+    assert r.reason == "completed" and r.preemptions == 1 and r.config.offering.zone == "us-central1-b"
+    assert any("stockout" in f for f in r.fallbacks) and fake.vms() == []
+
+
+def test_a_probe_run_measures_throughput_and_cleans_up(fake, gcp):
+    from cloudfit.executors.base import probe_spec
+
+    s = probe_spec(t4(nodes=1), model="mlp", steps=20, budget_usd=5.0, checkpoint_dir=CKPT, name="probe")
+    r = gcp().run(s)
+    assert r.reason == "completed" and r.samples_per_second == 1234.0  # what the (fake) VM reported
+    assert fake.inserted[0]["labels"]["cloudfit-purpose"] == "probe" and fake.vms() == []
+
+
+def test_node_0_preempted_before_its_address_is_known_is_replaced_during_creation(fake, gcp):
+    fake.preempt_on_start = {"v-0"}
+    r = gcp().run(spec("v", t4(nodes=2)))
+    assert r.reason == "completed" and r.preemptions == 1
+    v0 = [b for b in fake.inserted if b["name"] == "v-0"]
+    v1 = next(b for b in fake.inserted if b["name"] == "v-1")
+    assert len(v0) == 2 and _meta(v1, "cloudfit-master-addr").startswith("10.")
+    assert fake.vms() == []

@@ -1,0 +1,99 @@
+"""The local backend for real: torch elastic restarts a killed rank, the budget stops the run, `down` cleans up."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from cloudfit.executors.base import JobSpec, RunSpec
+from cloudfit.executors.local import LocalExecutor
+from cloudfit.train import checkpoints
+from cloudfit.types import ClusterConfig
+from tests.conftest import run_cloudfit
+from tests.executors.plans import offering, write_plan
+
+
+def _wait_for(cond, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def test_a_killed_rank_restarts_from_the_checkpoint_and_finishes(tmp_path):
+    ex = LocalExecutor(max_ranks=2)
+    ckpt = tmp_path / "ckpt"
+    spec = RunSpec("kill", (ClusterConfig(offering(), 2, False),),
+                   JobSpec(model="mlp", steps=700, checkpoint_every=100, checkpoint_dir=str(ckpt)), budget_usd=5.0)
+    killed = {}
+
+    def kill_one_rank():
+        _wait_for(lambda: checkpoints(ckpt))  # a checkpoint exists: the job is mid-run
+        agent = next(r.info["pid"] for r in ex.store.resources("kill") if r.info.get("pid"))
+        workers = _wait_for(lambda: [p for p in psutil.Process(agent).children() if "cloudfit.train" in " ".join(p.cmdline())])
+        killed["step"] = checkpoints(ckpt)[0][0]
+        os.kill(workers[-1].pid, signal.SIGKILL)
+
+    t = threading.Thread(target=kill_one_rank)
+    t.start()
+    r = ex.run(spec)
+    t.join()
+    progress = ex.store.cluster("kill").info["progress"]
+    assert r.reason == "completed" and r.steps == 700 and r.restarts >= 1
+    assert progress["world_size"] == 2 and progress["resumed_from_step"] >= killed["step"] > 0
+    assert ex.live("kill") == []
+
+
+def test_launch_stops_cleanly_at_the_budget(tmp_path):
+    # $9/h of plan: $0.05 lasts 20 s, minus one interval and the teardown reserve (~5 s of it start-up)
+    plan = write_plan(tmp_path / "plan.json", [ClusterConfig(offering(price=4.5, spot=1.5), 2, False)], samples=1e9)
+    p = run_cloudfit("launch", str(plan), "--budget", "0.05", "--name", "rehearsal", "--checkpoint-every", "100000",
+                     env={"COLUMNS": "200"})
+    assert p.returncode == 0, p.stderr
+    assert "stopped at the budget (checkpoint saved)" in p.stdout
+    s = run_cloudfit("status", "rehearsal", "--json")
+    row = json.loads(s.stdout)
+    assert row["reason"] == "budget" and 0 < row["spend_usd"] <= 0.05
+    assert row["progress"]["state"] == "stopped" and row["progress"]["step"] > 0
+    [(step, _)] = checkpoints(Path(os.environ["CLOUDFIT_HOME"]) / "clusters" / "rehearsal" / "checkpoints")
+    assert step == row["progress"]["step"]  # the stop wrote a checkpoint although K was never reached
+
+
+def test_down_from_a_new_process_after_kill_9_of_the_launcher(tmp_path):
+    plan = write_plan(tmp_path / "plan.json", [ClusterConfig(offering(), 2, False)], samples=1e9)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    launcher = subprocess.Popen([sys.executable, "-m", "cloudfit", "launch", str(plan), "--name", "orphan"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ex = LocalExecutor()
+    try:
+        _wait_for(lambda: len(ex.live("orphan")) >= 3)  # torchrun agent + 2 ranks
+    finally:
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+    assert ex.live("orphan")  # the job outlived its launcher
+    p = run_cloudfit("down", "orphan", "--yes")
+    assert p.returncode == 0, p.stderr
+    _wait_for(lambda: ex.live("orphan") == [], timeout=10)
+    assert run_cloudfit("status", "orphan", "--json").returncode == 0
+
+
+def test_a_user_command_runs_under_torchrun(tmp_path):
+    out = tmp_path / "ranks"
+    out.mkdir()
+    cmd = [sys.executable, "-c", f"import os; open(os.path.join({str(out)!r}, os.environ['RANK']), 'w').write(os.environ['WORLD_SIZE'])"]
+    spec = RunSpec("cmd", (ClusterConfig(offering(), 2, False),), JobSpec(command=tuple(cmd)), budget_usd=1.0)
+    r = LocalExecutor(max_ranks=2).run(spec)
+    assert r.reason == "completed"
+    assert sorted(os.listdir(out)) == ["0", "1"] and (out / "1").read_text() == "2"

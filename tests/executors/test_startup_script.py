@@ -1,0 +1,59 @@
+"""The rendered startup script, run for real off GCP: a fake metadata server stands in for the VM's.
+
+It must find its rank and rendezvous address in metadata, run torchrun (c10d at node 0's address)
+with cloudfit's trainer, report progress and the outcome as guest attributes, and turn the
+``cloudfit-stop`` metadata key into a checkpoint-and-stop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cloudfit.executors.base import JobSpec, RunSpec
+from cloudfit.executors.gcp import render_startup_script
+from cloudfit.train import checkpoints
+from cloudfit.types import ClusterConfig
+from tests.executors.plans import offering
+from tests.fakes.compute_server import FakeMetadata
+
+
+def _run_script(tmp_path: Path, extra_md: dict[str, str], steps: int) -> tuple[subprocess.CompletedProcess, FakeMetadata, Path]:
+    ckpt = tmp_path / "ckpt"
+    spec = RunSpec("boot", (ClusterConfig(offering(), 1, True),),
+                   JobSpec(model="mlp", steps=steps, checkpoint_every=20, checkpoint_dir=str(ckpt)), 1.0)
+    script = render_startup_script(spec, spec.configs[0], str(ckpt))
+    md = FakeMetadata({"cloudfit-node-rank": "0", "cloudfit-nnodes": "1", "cloudfit-master-addr": "self",
+                       "cloudfit-stop-at": f"{time.time() + 600:.0f}", **extra_md})
+    env = {**os.environ, "CLOUDFIT_METADATA_URL": md.url, "CLOUDFIT_WORK_DIR": str(tmp_path / "work"),
+           "CLOUDFIT_LINGER_S": "0", "CLOUDFIT_NO_SHUTDOWN": "1", "CLOUDFIT_WATCH_S": "0.2",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # python3 = this venv (cloudfit installed)
+    try:
+        p = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        md.close()
+    return p, md, ckpt
+
+
+def test_startup_script_trains_and_reports_completion(tmp_path):
+    p, md, ckpt = _run_script(tmp_path, {}, steps=60)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "rendezvous at 127.0.0.1:29400" in p.stdout
+    assert md.guest["cloudfit/state"] == "completed"
+    progress = json.loads(md.guest["cloudfit/progress"])
+    assert progress["step"] == 60 and progress["state"] == "completed"
+    assert checkpoints(ckpt)[0][0] == 60
+
+
+def test_startup_script_turns_the_stop_key_into_a_checkpointed_stop(tmp_path):
+    p, md, ckpt = _run_script(tmp_path, {"cloudfit-stop": "1"}, steps=100000)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert md.guest["cloudfit/state"] == "stopped"
+    step = json.loads(md.guest["cloudfit/progress"])["step"]
+    assert step < 100000 and checkpoints(ckpt)[0][0] == step

@@ -1,0 +1,63 @@
+"""The state store: write-ahead rows, name reuse, schema guard, spend estimates."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from cloudfit.errors import UsageError
+from cloudfit.executors import state as st
+
+
+def test_resource_lifecycle_is_recorded_before_and_after(tmp_path):
+    s = st.StateStore(tmp_path / "state.db")
+    s.create_cluster("c1", "gcp", 10.0, {"project": "p"})
+    rid = s.intend("c1", "vm", "c1-0", zone="z", price_per_hour=3.6, cap_s=100)
+    # a second process sees the intent before the VM exists
+    other = st.StateStore(tmp_path / "state.db")
+    [r] = other.resources("c1", live_only=True)
+    assert (r.state, r.created_at) == (st.INTENT, None)
+    s.confirm(rid, info={"internal_ip": "10.0.0.2"})
+    s.deleting(rid)
+    s.deleted(rid, why="preempted")
+    [r] = other.resources("c1")
+    assert r.state == st.DELETED and not r.live and r.info == {"internal_ip": "10.0.0.2", "ended": "preempted"}
+    assert r.intent_at <= r.created_at <= r.deleted_at
+    failed = s.intend("c1", "vm", "c1-1", zone="z")
+    s.failed(failed, "ZONE_RESOURCE_POOL_EXHAUSTED")
+    assert [x.state for x in s.resources("c1")] == [st.DELETED, st.FAILED]
+
+
+def test_names_are_reused_only_after_the_cluster_ended(tmp_path):
+    s = st.StateStore(tmp_path / "state.db")
+    s.create_cluster("c1", "local", 1.0, {})
+    with pytest.raises(UsageError, match="already exists"):
+        s.create_cluster("c1", "local", 1.0, {})
+    s.update_cluster("c1", status=st.ENDED, reason="completed", spend_usd=0.5)
+    s.create_cluster("c1", "local", 2.0, {})  # the old one is archived, not lost
+    names = [c.name for c in s.clusters()]
+    assert "c1" in names and any(n.startswith("c1@") for n in names)
+    assert s.cluster("c1").budget_usd == 2.0
+
+
+def test_a_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "state.db"
+    st.StateStore(path)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(UsageError, match="newer"):
+        st.StateStore(path)
+
+
+def test_spend_estimate_without_a_launcher_is_capped(tmp_path):
+    s = st.StateStore(tmp_path / "state.db")
+    s.create_cluster("c1", "gcp", 10.0, {})
+    rid = s.intend("c1", "vm", "c1-0", zone="z", price_per_hour=36.0, cap_s=100)
+    s.confirm(rid)
+    [r] = s.resources("c1")
+    # still live a day later: billed at most to its cap (+ teardown), never to "now"
+    assert st.estimate_spend([r], now=r.intent_at + 86400, teardown_s=20) == pytest.approx(1.2, abs=0.01)
+    assert st.estimate_spend([r], now=r.intent_at + 10) == pytest.approx(0.6, abs=0.01)  # 60 s minimum
