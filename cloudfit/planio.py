@@ -44,6 +44,8 @@ def plan_from_dict(d: Any, *, source: str = "plan") -> Plan:
             alternatives=tuple(Estimate.from_dict(e) for e in d.get("alternatives", [])),
             pareto=tuple(Estimate.from_dict(e) for e in d.get("pareto", [])),
             provenance=dict(d.get("provenance", {})),
+            explanation=str(d.get("explanation", "")),
+            sensitivity=str(d.get("sensitivity", "")),
             schema_version=version,
         )
     except KeyError as e:

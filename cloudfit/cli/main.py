@@ -63,6 +63,20 @@ def _register() -> None:
     from cloudfit.cli import catalog as catalog_cli
 
     app.add_typer(catalog_cli.app, name="catalog")
+    from cloudfit.cli import recommend as recommend_cli
+
+    app.command("recommend")(recommend_cli.recommend)
+    from cloudfit.cli import models as models_cli, profile as profile_cli
+
+    app.add_typer(profile_cli.app, name="profile")
+    app.command("models")(models_cli.models)
+    from cloudfit.cli import launch as launch_cli
+
+    launch_cli.register(app)  # launch, status, down
+    from cloudfit.cli import model as model_cli, predict as predict_cli
+
+    app.command("predict")(predict_cli.predict)
+    app.add_typer(model_cli.app, name="model")
 
 
 _register()

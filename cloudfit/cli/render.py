@@ -17,9 +17,14 @@ def print_json(obj: Any) -> None:
 
 def console(stderr: bool = False):
     """A rich Console on stdout (or stderr), created on first use so ``--help`` stays light."""
+    import os
+
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped or captured output would otherwise be cut to 80 columns and squash the tables.
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else 160
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
 
 
 def error_line(message: str) -> None:

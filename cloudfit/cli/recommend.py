@@ -1,0 +1,181 @@
+"""``cloudfit recommend``: the cheapest cluster under a deadline, or the fastest under a budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from cloudfit.cli.render import console, money, print_json
+
+
+def _split(values: Optional[list[str]]) -> list[str]:
+    """Accept repeated options and comma-separated lists alike."""
+    out: list[str] = []
+    for v in values or []:
+        out.extend(x.strip() for x in v.split(",") if x.strip())
+    return out
+
+
+def candidate_row(e) -> dict[str, Any]:
+    """The flat JSON form of one candidate (an Estimate)."""
+    c, o = e.config, e.config.offering
+    return {
+        "machine_type": o.machine_type,
+        "accelerator": o.accelerator,
+        "accelerators_per_node": o.accelerators_per_node,
+        "nodes": c.nodes,
+        "region": o.region,
+        "zone": o.zone,
+        "spot": c.spot,
+        "price_per_hour": round(c.price_per_hour, 5),
+        "samples_per_second": e.samples_per_second,
+        "low": e.low,
+        "high": e.high,
+        "hours": e.hours,
+        "hours_p90": e.hours_p90,
+        "cost_usd": e.cost_usd,
+        "cost_p90_usd": e.cost_p90_usd,
+        "p_on_time": e.p_on_time,
+    }
+
+
+def recommend(
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="A shipped profile by name (see `cloudfit models`)."),
+    profile: Optional[str] = typer.Option(None, "--profile", "-p", help="A profile JSON made by `cloudfit profile run`."),
+    samples: Optional[float] = typer.Option(None, "--samples", help="Total training samples."),
+    epochs: Optional[float] = typer.Option(None, "--epochs", help="Epochs (with --dataset-size)."),
+    dataset_size: Optional[int] = typer.Option(None, "--dataset-size", help="Samples per epoch (with --epochs)."),
+    deadline: Optional[str] = typer.Option(None, "--deadline", help="Finish within, e.g. 12h, 90m, 2d."),
+    budget: Optional[str] = typer.Option(None, "--budget", help="Spend at most this many USD, e.g. 300."),
+    objective: Optional[str] = typer.Option(None, "--objective", help="cost or time (default: cost under a deadline, time under a budget)."),
+    regions: Optional[list[str]] = typer.Option(None, "--regions", "--region", help="Regions, names or globs (comma-separated or repeated), e.g. 'us-*'."),
+    accelerators: Optional[list[str]] = typer.Option(None, "--accelerators", "--accelerator", help="Accelerators to consider, e.g. A100,H100."),
+    spot: Optional[bool] = typer.Option(None, "--spot/--no-spot", help="Allow spot VMs (default) or never use them."),
+    spot_only: bool = typer.Option(False, "--spot-only", help="Consider spot VMs only."),
+    max_nodes: int = typer.Option(64, "--max-nodes", help="Most VMs in one cluster."),
+    catalog_path: Optional[Path] = typer.Option(None, "--catalog", help="Catalog CSV (default: the shipped GCP catalog).", dir_okay=False),
+    confidence: float = typer.Option(0.9, "--confidence", help="Required probability of meeting the deadline (and the budget)."),
+    precision: str = typer.Option("fp16", "--precision", help="Training precision: fp32, tf32, fp16 (mixed), bf16, fp8."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Batch per device (default: the profile's)."),
+    top: int = typer.Option(5, "--top", help="Show the K best distinct options."),
+    search: str = typer.Option("exhaustive", "--search", help="exhaustive (exact) or bayes (optuna)."),
+    trials: int = typer.Option(200, "--trials", help="Optuna trials with --search bayes."),
+    seed: int = typer.Option(0, "--seed", help="Seed of --search bayes."),
+    as_json: bool = typer.Option(False, "--json", help='Print {"plan": …, "candidates": […]} to stdout.'),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write plan.json here (the input of `cloudfit launch`).", dir_okay=False),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Save the cost × time Pareto front as a PNG.", dir_okay=False),
+    emit_skypilot: Optional[Path] = typer.Option(None, "--emit-skypilot", help="Write a SkyPilot task YAML for the chosen config.", dir_okay=False),
+) -> None:
+    """Recommend the cluster to train on: cheapest under --deadline, fastest under --budget."""
+    from cloudfit.errors import UsageError
+    from cloudfit.workload import make_workload
+
+    if spot_only and spot is False:
+        raise UsageError("--spot-only and --no-spot contradict each other")
+    if top < 1:
+        raise UsageError(f"--top must be at least 1, got {top}")
+    if search not in ("exhaustive", "bayes"):
+        raise UsageError(f"--search must be exhaustive or bayes, got {search!r}")
+    workload = make_workload(
+        model=model, profile=profile, samples=samples, epochs=epochs, dataset_size=dataset_size,
+        deadline=deadline, budget=budget, objective=objective, regions=_split(regions),
+        accelerators=_split(accelerators), spot="only" if spot_only else ("never" if spot is False else "allow"),
+        max_nodes=max_nodes, confidence=confidence, precision=precision, batch_size=batch_size,
+    )
+    from cloudfit.plan import recommend as plan_recommend
+
+    options = {"n_trials": trials, "seed": seed} if search == "bayes" else None
+    plan = plan_recommend(workload, catalog=catalog_path, searcher=search, searcher_options=options)
+    shown = _distinct(plan, top)
+    if out is not None:
+        from cloudfit.planio import save_plan
+
+        save_plan(plan, out)
+    if emit_skypilot is not None:
+        _write_skypilot(plan, emit_skypilot)
+    if plot is not None:
+        from cloudfit import plot as plotting
+
+        plotting.save(plotting.pareto(plan), plot)
+    if as_json:
+        from cloudfit.planio import plan_to_dict
+
+        print_json({"plan": plan_to_dict(plan), "candidates": [candidate_row(e) for e in shown]})
+        return
+    _render(plan, shown, out, plot, emit_skypilot)
+
+
+def _distinct(plan, k: int) -> list:
+    """Best first, one row per (machine type, nodes, spot, region)."""
+    seen, out = set(), []
+    for e in plan.candidates():
+        c = e.config
+        key = (c.offering.machine_type, c.nodes, c.spot, c.offering.region)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(e)
+        if len(out) == k:
+            break
+    return out
+
+
+def _write_skypilot(plan, path: Path) -> None:
+    import os
+    import tempfile
+
+    import yaml
+
+    from cloudfit.plan import skypilot_task
+
+    text = yaml.safe_dump(skypilot_task(plan), sort_keys=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | None) -> None:
+    from rich.table import Table
+
+    from cloudfit.units import format_hours
+
+    w = plan.workload
+    limits = []
+    if w.deadline_hours is not None:
+        limits.append(f"deadline {format_hours(w.deadline_hours)} at {w.confidence:.0%}")
+    if w.budget_usd is not None:
+        limits.append(f"budget {money(w.budget_usd)}")
+    con = console()
+    title = (f"{w.model}: {w.samples:,.0f} samples, {' and '.join(limits)}, "
+             f"minimising {'cost' if w.objective == 'cost' else 'time'}")
+    t = Table(title=title, title_justify="left")
+    for col, just in [("#", "right"), ("zone", "left"), ("machine type", "left"), ("GPUs/node", "left"),
+                      ("nodes", "right"), ("spot", "left"), ("samples/s (10–90%)", "right"), ("hours", "right"),
+                      ("exp. $", "right"), ("P90 $", "right"), ("P(on time)", "right")]:
+        t.add_column(col, justify=just, no_wrap=col in ("zone", "machine type"))  # type: ignore[arg-type]
+    for r, e in enumerate(shown, 1):
+        c, o = e.config, e.config.offering
+        t.add_row(str(r), o.zone, o.machine_type, f"{o.accelerators_per_node}×{o.accelerator}", str(c.nodes),
+                  "yes" if c.spot else "no", f"{e.samples_per_second:,.0f} ({e.low:,.0f}–{e.high:,.0f})",
+                  f"{e.hours:.1f}", money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}")
+    con.print(t)
+    if plan.explanation:
+        con.print(f"Why #1: {plan.explanation}")
+    if plan.sensitivity:
+        con.print(f"Sensitivity: {plan.sensitivity}")
+    front = plan.pareto
+    if front:
+        pts = ", ".join(f"{format_hours(e.hours)}/{money(e.cost_usd)}" for e in front[:: max(1, len(front) // 6)])
+        con.print(f"Cost × time Pareto front ({len(front)} points, fastest first): {pts}")
+    p = plan.provenance
+    ex = sum(p.get("excluded", {}).values())
+    note = f"; {ex:,} left out ({'; '.join(p['excluded'])})" if ex else ""
+    con.print(f"[dim]Searched {p.get('space_size', 0):,} configurations with {p.get('searcher')} "
+              f"({p.get('evaluations', 0):,} evaluated){note}. Prediction basis: {p.get('prediction_basis') or '—'}.[/dim]")
+    for label, path in (("Plan", out), ("Pareto plot", plot), ("SkyPilot task", sky)):
+        if path is not None:
+            con.print(f"{label} written to {path}")

@@ -1,0 +1,338 @@
+"""``recommend(workload) -> Plan``: the cheapest cluster under a deadline, or the fastest under a budget.
+
+Planning is a pure function of the workload, the profile, the catalog and the shipped performance
+and preemption models: build the space (every offering × nodes × spot), let a searcher rank it,
+then explain the winner, price a looser limit, and keep ranked alternatives for launch fallback.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cloudfit import __version__
+from cloudfit.catalog import Catalog
+from cloudfit.errors import InfeasibleError, UsageError
+from cloudfit.search import Problem, get_searcher
+from cloudfit.search.problem import cost_quantile, score
+from cloudfit.search.space import Space, build_space, estimate
+from cloudfit.types import Estimate, Plan, Profile, Workload
+from cloudfit.units import format_hours
+from cloudfit.workload import default_objective, validate_workload  # noqa: F401  (re-exported)
+
+#: Ranked fallbacks kept in plan.json for launch (stockout, quota): other zones first come for free.
+N_ALTERNATIVES = 30
+#: At most this many zones of one hardware config (shape, nodes, spot) among the alternatives, so
+#: that fallbacks and the top-K table show different options, not the same VM in every zone.
+ZONES_PER_CONFIG = 2
+#: Pareto points kept in plan.json (thinned evenly if the front is longer).
+N_PARETO = 40
+DEADLINE_SLACK_HOURS = 2.0
+BUDGET_SLACK = 0.10
+
+
+def load_workload_profile(workload: Workload) -> Profile:
+    from cloudfit.profiling.io import load_profile, resolve_profile
+
+    return load_profile(resolve_profile(workload.profile_path or workload.model))
+
+
+def recommend(
+    workload: Workload,
+    *,
+    catalog: Catalog | str | Path | None = None,
+    profile: Profile | None = None,
+    searcher: str = "exhaustive",
+    searcher_options: dict[str, Any] | None = None,
+    space: Space | None = None,
+) -> Plan:
+    """Search the catalog for the best cluster for ``workload``; raise ``InfeasibleError`` if none.
+
+    The returned Plan holds the chosen estimate, up to 30 ranked alternatives (launch falls back
+    through them), the cost × time Pareto front, a one-sentence explanation and sensitivity, and
+    provenance (catalog digest, performance-model version, searcher, evaluations).
+    """
+    from cloudfit import catalog as catalog_mod
+    from cloudfit import perf, spot
+
+    validate_workload(workload)
+    if space is None:
+        cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog)
+        prof = profile or load_workload_profile(workload)
+        space = build_space(workload, prof, cat)
+    problem = Problem.of(workload)
+    result = get_searcher(searcher, **(searcher_options or {})).search(space, problem)
+    if result.order.size == 0:
+        raise infeasible(space, problem)
+
+    order = result.order
+    picked = _diverse(space, order, per_config=ZONES_PER_CONFIG, limit=N_ALTERNATIVES + 1)
+    a = space.assess(problem.deadline_hours, picked)
+    ranked = [estimate(space, int(i), a, j) for j, i in enumerate(picked)]
+    chosen, alternatives = ranked[0], tuple(ranked[1:])
+    pareto = pareto_front(space, problem)
+    runner = _runner_up(space, order)
+    explanation = explain(chosen, None if runner is None else _estimate_of(space, problem, runner), problem)
+    provenance = {
+        "cloudfit_version": __version__,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "catalog": space.catalog.path,
+        "catalog_digest": space.catalog.digest,
+        "model_version": perf.model_version(),
+        "spot_model_version": getattr(spot, "MODEL_VERSION", ""),
+        "profile_model": space.profile.model,
+        "prediction_basis": space.basis,
+        "searcher": result.searcher,
+        "evaluations": int(result.evaluations),
+        "space_size": len(space),
+        "feasible": int(order.size) if result.searcher == "exhaustive" else None,
+        "excluded": dict(space.excluded),
+    }
+    plan = Plan(workload=workload, chosen=chosen, alternatives=alternatives, pareto=pareto,
+                provenance=provenance, explanation=explanation)
+    return replace(plan, sensitivity=sensitivity(space, problem, chosen))
+
+
+# --------------------------------------------------------------------------------------------
+# Pareto front, explanation, sensitivity
+
+
+def pareto_front(space: Space, problem: Problem, limit: int = N_PARETO) -> tuple[Estimate, ...]:
+    """Candidates no other beats on both expected hours and expected cost, fastest first.
+
+    Every candidate of the space takes part; each point's ``feasible`` says whether it meets the
+    workload's limits at the required confidence.
+    """
+    a = space.assess(problem.deadline_hours)
+    hours, cost = np.asarray(a.hours), np.asarray(a.cost_usd)
+    order = np.lexsort((np.arange(len(space)), cost, hours))
+    front, best = [], math.inf
+    for i in order:
+        if cost[i] < best * (1 - 1e-9):
+            front.append(int(i))
+            best = cost[i]
+    if len(front) > limit:  # keep both ends and an even spread between
+        pick = np.unique(np.round(np.linspace(0, len(front) - 1, limit)).astype(int))
+        front = [front[k] for k in pick]
+    ids = np.asarray(front, dtype=np.int64)
+    feasible, _, _ = score(space.assess(problem.deadline_hours, ids), problem)
+    sub = space.assess(problem.deadline_hours, ids)
+    return tuple(estimate(space, int(i), sub, j, feasible=bool(feasible[j])) for j, i in enumerate(ids))
+
+
+def _diverse(space: Space, order: np.ndarray, *, per_config: int, limit: int) -> np.ndarray:
+    """The first ``limit`` ids of ``order`` keeping at most ``per_config`` per (shape, nodes, spot)."""
+    counts: dict[tuple, int] = {}
+    out = []
+    for i in order:
+        k = (int(space.shape[i]), int(space.nodes[i]), bool(space.spot[i]))
+        if counts.get(k, 0) >= per_config:
+            continue
+        counts[k] = counts.get(k, 0) + 1
+        out.append(int(i))
+        if len(out) == limit:
+            break
+    return np.asarray(out, dtype=np.int64)
+
+
+def _runner_up(space: Space, order: np.ndarray) -> int | None:
+    """The best candidate that is different hardware (shape, nodes or spot), not just another zone."""
+    first = int(order[0])
+    key = (space.shape[first], space.nodes[first], space.spot[first])
+    for i in order[1:]:
+        if (space.shape[i], space.nodes[i], space.spot[i]) != key:
+            return int(i)
+    return None
+
+
+def _estimate_of(space: Space, problem: Problem, i: int) -> Estimate:
+    ids = np.asarray([i], dtype=np.int64)
+    return estimate(space, i, space.assess(problem.deadline_hours, ids), 0)
+
+
+def _describe(e: Estimate) -> str:
+    c = e.config
+    o = c.offering
+    nodes = f"{c.nodes}× " if c.nodes > 1 else ""
+    return f"{nodes}{o.machine_type} ({o.accelerators_per_node}×{o.accelerator}{', spot' if c.spot else ''})"
+
+
+def explain(chosen: Estimate, runner: Estimate | None, problem: Problem) -> str:
+    """One sentence on why ``chosen`` beats ``runner`` (the best different hardware)."""
+    if runner is None:
+        return f"{_describe(chosen)} is the only hardware that meets the limits."
+    speed = chosen.samples_per_second / runner.samples_per_second
+    price = chosen.config.price_per_hour / runner.config.price_per_hour
+    pace = f"{abs(speed - 1) * 100:.0f}% {'faster' if speed >= 1 else 'slower'}"
+    per_hour = f"{abs(price - 1) * 100:.0f}% {'cheaper' if price <= 1 else 'dearer'} per hour"
+    risk = ""
+    if chosen.config.spot or runner.config.spot:
+        risk = f"; P(on time) {chosen.p_on_time:.0%} vs {runner.p_on_time:.0%}"
+    if problem.objective == "time":
+        gain = runner.hours - chosen.hours
+        return (f"{_describe(chosen)} finishes {format_hours(gain)} sooner than the runner-up {_describe(runner)} "
+                f"({format_hours(chosen.hours)} vs {format_hours(runner.hours)}): it is {pace} and {per_hour}{risk}.")
+    gain = runner.cost_usd - chosen.cost_usd
+    return (f"{_describe(chosen)} costs ${gain:,.2f} less than the runner-up {_describe(runner)} "
+            f"(${chosen.cost_usd:,.2f} vs ${runner.cost_usd:,.2f} expected): it is {pace} and {per_hour}, "
+            f"so each sample costs less{risk}.")
+
+
+def _best(space: Space, problem: Problem) -> tuple[int, Any] | None:
+    a = space.assess(problem.deadline_hours)
+    feasible, primary, secondary = score(a, problem)
+    if not feasible.any():
+        return None
+    ids = np.flatnonzero(feasible)
+    j = ids[np.lexsort((ids, secondary[ids], primary[ids]))[0]]
+    return int(j), a
+
+
+def sensitivity(space: Space, problem: Problem, chosen: Estimate) -> str:
+    """What a looser limit buys: a deadline 2 h later (cost objective) or a 10% larger budget (time)."""
+    if problem.objective == "cost" and problem.deadline_hours is not None:
+        looser = replace(problem, deadline_hours=problem.deadline_hours + DEADLINE_SLACK_HOURS)
+        best = _best(space, looser)
+        if best is None:  # cannot happen: a looser deadline keeps every feasible candidate
+            return ""
+        j, a = best
+        saved = chosen.cost_usd - float(a.cost_usd[j])
+        if saved <= 0.005:
+            return f"A deadline {DEADLINE_SLACK_HOURS:g} h later would not save anything."
+        return (f"A deadline {DEADLINE_SLACK_HOURS:g} h later saves ${saved:,.2f} "
+                f"({saved / chosen.cost_usd:.0%}) with {_describe(_estimate_of(space, looser, j))}.")
+    if problem.budget_usd is not None:
+        looser = replace(problem, budget_usd=problem.budget_usd * (1 + BUDGET_SLACK))
+        best = _best(space, looser)
+        if best is None:
+            return ""
+        j, a = best
+        if problem.objective == "time":
+            sooner = chosen.hours - float(a.hours[j])
+            if sooner <= 1 / 3600:
+                return f"A budget {BUDGET_SLACK:.0%} larger would not finish sooner."
+            return (f"A budget {BUDGET_SLACK:.0%} larger (${looser.budget_usd:,.0f}) finishes {format_hours(sooner)} sooner "
+                    f"with {_describe(_estimate_of(space, looser, j))}.")
+        saved = chosen.cost_usd - float(a.cost_usd[j])
+        return "" if saved <= 0.005 else f"A budget {BUDGET_SLACK:.0%} larger saves ${saved:,.2f} in expectation."
+    return ""
+
+
+# --------------------------------------------------------------------------------------------
+# Infeasible limits
+
+
+def _needed_deadline(space: Space, problem: Problem, a_budget_ok: np.ndarray) -> float | None:
+    """Smallest deadline (h) at which some candidate that fits the budget meets the confidence."""
+    if not a_budget_ok.any():
+        return None
+    lo, hi = problem.deadline_hours or 0.0, max(problem.deadline_hours or 1.0, 1.0)
+    ids = np.flatnonzero(a_budget_ok)
+
+    def ok(d: float) -> bool:
+        pa = space.assess(d, ids)
+        good = np.asarray(pa.p_on_time) >= problem.confidence
+        if problem.budget_usd is not None:
+            good &= cost_quantile(pa, problem.confidence) + pa.reserve_usd <= problem.budget_usd
+        return bool(good.any())
+
+    for _ in range(60):
+        if ok(hi):
+            break
+        lo, hi = hi, hi * 2
+    else:
+        return None
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def _hours_arg(h: float) -> str:
+    """A deadline the user can paste into ``--deadline``, rounded up so that it is enough."""
+    if h < 1:
+        return f"{math.ceil(h * 60)}m"
+    return f"{math.ceil(h * 10) / 10:g}h"
+
+
+def infeasible(space: Space, problem: Problem) -> InfeasibleError:
+    """An ``InfeasibleError`` naming the closest configurations and which limit to relax by how much."""
+    a = space.assess(problem.deadline_hours)
+    conf = problem.confidence
+    on_time = np.ones(len(space), dtype=bool) if problem.deadline_hours is None else np.asarray(a.p_on_time) >= conf
+    cost_q = cost_quantile(a, conf) + a.reserve_usd  # what the budget must cover
+    within = np.ones(len(space), dtype=bool) if problem.budget_usd is None else cost_q <= problem.budget_usd
+    hints = []
+    if problem.deadline_hours is not None:
+        d = _needed_deadline(space, problem, within)
+        if d is not None:
+            hints.append(f"a deadline of {_hours_arg(d)} (+{format_hours(d - problem.deadline_hours)})")
+    if problem.budget_usd is not None and on_time.any():
+        need = float(cost_q[on_time].min())
+        hints.append(f"a budget of ${need:,.2f} (+${need - problem.budget_usd:,.2f})")
+    if problem.deadline_hours is not None:
+        best_p = float(np.asarray(a.p_on_time)[within].max()) if within.any() else 0.0
+        if 0.0 < best_p < conf:
+            hints.append(f"--confidence {math.floor(best_p * 100) / 100:.2f}")
+    # closest: the most likely to be on time within budget, else the cheapest
+    if problem.deadline_hours is not None:
+        key = np.lexsort((np.asarray(a.cost_usd), -np.asarray(a.p_on_time) * within))
+    else:
+        key = np.argsort(cost_q, kind="stable")
+    seen, closest = set(), []
+    for i in key:
+        k = (space.shape[i], space.nodes[i], space.spot[i])
+        if k in seen:
+            continue
+        seen.add(k)
+        e = estimate(space, int(i), a, int(i), feasible=False)
+        closest.append(e)
+        if len(closest) == 3:
+            break
+    limits = []
+    if problem.deadline_hours is not None:
+        limits.append(f"a {format_hours(problem.deadline_hours)} deadline at {conf:.0%} confidence")
+    if problem.budget_usd is not None:
+        limits.append(f"a ${problem.budget_usd:,.2f} budget")
+    near = "; ".join(f"{_describe(e)} in {e.config.offering.zone}: {format_hours(e.hours)}, ${e.cost_usd:,.2f}, "
+                     f"P(on time) {e.p_on_time:.0%}" for e in closest)
+    relax = (" Relax to " + " or ".join(hints) + ".") if hints else ""
+    return InfeasibleError(f"no configuration meets {' and '.join(limits)}.{relax} Closest: {near}.",
+                           closest=tuple(closest))
+
+
+# --------------------------------------------------------------------------------------------
+# SkyPilot
+
+
+def skypilot_task(plan: Plan, *, steps_command: str | None = None) -> dict[str, Any]:
+    """A SkyPilot task (as a dict, for YAML) that runs cloudfit's trainer on the chosen config."""
+    c = plan.chosen.config
+    o = c.offering
+    w = plan.workload
+    run = steps_command or (
+        'MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)\n'
+        "torchrun --nnodes=$SKYPILOT_NUM_NODES --nproc_per_node=$SKYPILOT_NUM_GPUS_PER_NODE "
+        "--node_rank=$SKYPILOT_NODE_RANK --master_addr=$MASTER_ADDR --master_port=29500 "
+        f"-m cloudfit.train --model {w.model} --samples {int(w.samples)} --precision {w.precision} "
+        "--checkpoint-dir ~/cloudfit-ckpt\n"
+    )
+    return {
+        "name": f"cloudfit-{w.model}",
+        "resources": {
+            "cloud": "gcp",
+            "region": o.region,
+            "zone": o.zone,
+            "instance_type": o.machine_type,
+            "accelerators": f"{o.accelerator}:{o.accelerators_per_node}",
+            "use_spot": bool(c.spot),
+        },
+        "num_nodes": int(c.nodes),
+        "setup": "pip install cloudfit\n",
+        "run": run,
+    }

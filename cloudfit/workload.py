@@ -1,0 +1,93 @@
+"""Build a validated ``Workload`` from what a user types (shared by recommend, launch and search)."""
+
+from __future__ import annotations
+
+import math
+
+from cloudfit.errors import UsageError
+from cloudfit.types import PRECISIONS, Workload
+from cloudfit.units import parse_hours, parse_usd
+
+
+def validate_workload(w: Workload) -> None:
+    """Raise ``UsageError`` for limits that make no sense (one line each)."""
+    if not (w.samples > 0 and math.isfinite(w.samples)):
+        raise UsageError(f"the number of training samples must be positive, got {w.samples:g}")
+    if w.deadline_hours is None and w.budget_usd is None:
+        raise UsageError("give a --deadline, a --budget, or both")
+    if w.deadline_hours is not None and not (w.deadline_hours > 0 and math.isfinite(w.deadline_hours)):
+        raise UsageError(f"the deadline must be positive, got {w.deadline_hours:g} h")
+    if w.budget_usd is not None and not (w.budget_usd > 0 and math.isfinite(w.budget_usd)):
+        raise UsageError(f"the budget must be positive, got ${w.budget_usd:g}")
+    if not 0.0 < w.confidence < 1.0:
+        raise UsageError(f"--confidence must be between 0 and 1 (exclusive), got {w.confidence:g}")
+    if w.objective not in ("cost", "time"):
+        raise UsageError(f"--objective must be cost or time, got {w.objective!r}")
+    if w.spot not in ("allow", "never", "only"):
+        raise UsageError(f"spot policy must be allow, never or only, got {w.spot!r}")
+    if w.max_nodes < 1:
+        raise UsageError(f"--max-nodes must be at least 1, got {w.max_nodes}")
+
+
+def default_objective(deadline_hours: float | None, budget_usd: float | None) -> str:
+    """Cost under a deadline, time under a budget (only a budget → time)."""
+    return "time" if deadline_hours is None and budget_usd is not None else "cost"
+
+
+def make_workload(
+    *,
+    model: str | None = None,
+    profile: str | None = None,
+    samples: float | None = None,
+    epochs: float | None = None,
+    dataset_size: int | None = None,
+    deadline: str | float | None = None,
+    budget: str | float | None = None,
+    objective: str | None = None,
+    regions: list[str] | tuple[str, ...] = (),
+    accelerators: list[str] | tuple[str, ...] = (),
+    spot: str = "allow",
+    max_nodes: int = 64,
+    confidence: float = 0.9,
+    precision: str = "fp16",
+    batch_size: int | None = None,
+) -> Workload:
+    """Check the options together and return the Workload (``UsageError`` on anything wrong)."""
+    if (model is None) == (profile is None):
+        raise UsageError("give exactly one of --model NAME (a shipped profile) or --profile PATH")
+    if samples is not None and (epochs is not None or dataset_size is not None):
+        raise UsageError("give either --samples or --epochs with --dataset-size, not both")
+    if samples is None:
+        if epochs is None or dataset_size is None:
+            raise UsageError("give --samples N, or --epochs E with --dataset-size D")
+        if epochs <= 0 or dataset_size <= 0:
+            raise UsageError("--epochs and --dataset-size must be positive")
+        samples = float(epochs) * float(dataset_size)
+    deadline_h = None if deadline is None else (float(deadline) if isinstance(deadline, (int, float)) else parse_hours(deadline))
+    budget_usd = None if budget is None else (float(budget) if isinstance(budget, (int, float)) else parse_usd(budget))
+    if precision not in PRECISIONS:
+        raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if batch_size is not None and batch_size < 1:
+        raise UsageError(f"--batch-size must be a positive integer, got {batch_size}")
+    name = model
+    if profile is not None:
+        from pathlib import Path
+
+        name = Path(profile).stem
+    w = Workload(
+        model=str(name),
+        samples=float(samples),
+        deadline_hours=deadline_h,
+        budget_usd=budget_usd,
+        objective=objective or default_objective(deadline_h, budget_usd),  # type: ignore[arg-type]
+        regions=tuple(regions or ()),
+        accelerators=tuple(accelerators or ()),
+        spot=spot,  # type: ignore[arg-type]
+        max_nodes=int(max_nodes),
+        confidence=float(confidence),
+        precision=precision,
+        batch_size_per_device=batch_size,
+        profile_path=None if profile is None else str(profile),
+    )
+    validate_workload(w)
+    return w
