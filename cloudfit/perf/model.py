@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -258,6 +258,13 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
         return PredictionTable(z, z, z, z, z, z, np.zeros(0, bool), (), ())
     uniq: dict[HardwareQuery, int] = {}
     inverse = np.array([uniq.setdefault(q, len(uniq)) for q in qs])
+    n_asked = len(uniq)
+    # Each multi-device query also needs its one-node and one-device versions (for the scaling cap).
+    base = {}
+    for q in list(uniq):
+        if q.count * q.nodes > 1:
+            node1, dev1 = replace(q, nodes=1), replace(q, count=1, nodes=1)
+            base[uniq[q]] = (uniq.setdefault(node1, len(uniq)), uniq.setdefault(dev1, len(uniq)))
     uq = list(uniq)
     work = features.work_from_stats(profile.stats)
     r = _rows(uq)
@@ -280,6 +287,7 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
         basis = [f"anchored on {anchors.labels[b]}" + (f" (+{n_a - 1} more)" if n_a > 1 else "") for b in best]
     else:
         sps, kind, basis = p.samples_per_second * np.exp(f), "stats-only", ["stats-only"] * len(uq)
+    sps = _cap_scaling(sps, r, base)
     lo_q = np.array([m.log_quantiles[f"{'multi' if mu else 'single'}-{kind}"][0] for mu in multi])
     hi_q = np.array([m.log_quantiles[f"{'multi' if mu else 'single'}-{kind}"][1] for mu in multi])
     step = devices * r["batch"] / sps
@@ -294,6 +302,20 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     cols = [np.where(fits, c, 0.0)[inverse] for c in cols]
     return PredictionTable(*cols, fits=fits[inverse], basis=tuple(basis[i] for i in inverse),
                            reason=tuple(reasons[i] for i in inverse))
+
+
+def _cap_scaling(sps: np.ndarray, r: dict[str, Any], base: dict[int, tuple[int, int]]) -> np.ndarray:
+    """Never predict superlinear data-parallel scaling.
+
+    With a fixed per-device batch, n nodes cannot run more than n times one node, nor d devices more
+    than d times one device. The learned correction has no such constraint and, extrapolating over
+    node counts it has seen little of, sometimes predicted more samples/s per node on 8 nodes than on
+    one; physics wins here.
+    """
+    out = sps.copy()
+    for i, (node1, dev1) in base.items():
+        out[i] = min(out[i], r["nodes"][i] * sps[node1], r["count"][i] * r["nodes"][i] * sps[dev1])
+    return out
 
 
 def _network_for(machine_type: str | None, accelerator: str, count: int, network_gbps: float | None) -> float:
