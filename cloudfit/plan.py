@@ -111,11 +111,10 @@ def pareto_front(space: Space, problem: Problem, limit: int = N_PARETO) -> tuple
     a = space.assess(problem.deadline_hours)
     hours, cost = np.asarray(a.hours), np.asarray(a.cost_usd)
     order = np.lexsort((np.arange(len(space)), cost, hours))
-    front, best = [], math.inf
-    for i in order:
-        if cost[i] < best * (1 - 1e-9):
-            front.append(int(i))
-            best = cost[i]
+    c = cost[order]
+    # on the front: strictly cheaper than everything at least as fast (fastest first)
+    prev_min = np.concatenate(([np.inf], np.minimum.accumulate(c)[:-1]))
+    front = order[c < prev_min * (1 - 1e-9)].tolist()
     if len(front) > limit:  # keep both ends and an even spread between
         pick = np.unique(np.round(np.linspace(0, len(front) - 1, limit)).astype(int))
         front = [front[k] for k in pick]

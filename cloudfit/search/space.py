@@ -8,7 +8,7 @@ exhaustive searcher is simply an argmin over them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -68,6 +68,7 @@ class Space:
     excluded: dict[str, int] = field(default_factory=dict)  # reason → number of candidates left out
     basis: str = ""
     checkpoint_bytes: float = 0.0
+    _full: dict = field(default_factory=dict, repr=False, compare=False)  # deadline → whole-space assessment
 
     def __len__(self) -> int:
         return int(self.offering.shape[0])
@@ -87,11 +88,15 @@ class Space:
         Costs include the VM teardown (``TEARDOWN_S`` billed at the cluster's price); ``reserve_usd``
         is the launcher's guard headroom a budget must also cover (``GUARD_INTERVAL_S``).
         """
-        from dataclasses import fields
+        if idx is None:  # the searcher, the Pareto front and the explanation all price the whole space
+            if deadline_hours not in self._full:
+                self._full[deadline_hours] = self._assess(deadline_hours, slice(None))
+            return self._full[deadline_hours]
+        return self._assess(deadline_hours, idx)
 
+    def _assess(self, deadline_hours: float | None, sel) -> "Priced":
         from cloudfit import spot
 
-        sel = slice(None) if idx is None else idx
         a = spot.assess(
             compute_hours=self.compute_hours[sel],
             log_sigma=self.log_sigma[sel],
