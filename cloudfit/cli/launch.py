@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
 import sys
 import time
 from pathlib import Path
@@ -39,6 +41,25 @@ def register(app: typer.Typer) -> None:
 
 
 # ------------------------------------------------------------------------------ launch
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """A launcher stopped with SIGTERM (``timeout``, ``kill``, a CI runner) tears down like Ctrl-C
+    instead of dying with its cluster still running (the VMs' own caps would stop them, but later)."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (e.g. called from a notebook worker): leave it alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
 
 def launch(
     ctx: typer.Context,
@@ -101,7 +122,8 @@ def launch(
             raise typer.Exit(1)
     err = console(stderr=True)
     show = _EventPrinter(err)
-    result = executor.run(spec, on_event=show)
+    with _sigterm_as_interrupt():
+        result = executor.run(spec, on_event=show)
     if as_json:
         print_json(result)
     else:

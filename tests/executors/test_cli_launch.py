@@ -134,6 +134,16 @@ def test_budget_form_recommends_with_objective_time(cli, monkeypatch, fake):
     assert cli("launch", "--model", "resnet50", "--epochs", "1", "--dataset-size", "10").exit_code == 2  # no budget
 
 
+def test_budget_form_with_the_real_recommender_stays_within_the_budget(cli, fake):
+    # no mock: recommend under the budget (objective time), then preview the winner on GCP
+    r = cli("launch", "--model", "resnet50", "--epochs", "90", "--dataset-size", "1281167", "--budget", "200",
+            "--dry-run", "--json", *_gcp_args(fake))
+    assert r.exit_code == 0, r.output
+    pv = json.loads(r.output)["preview"]
+    assert 0 < pv["cost_cap_usd"] <= 200 and len(pv["nodes"]) >= 1
+    assert fake.requests == []
+
+
 # ------------------------------------------------------------------------------ real runs through the CLI
 
 def test_gcp_launch_status_down_round_trip(cli, fake, plan):
@@ -193,3 +203,26 @@ def test_no_secret_reaches_state_scripts_plans_or_output(cli, fake, plan, tmp_pa
         assert s not in scripts and s.encode() not in state_bytes and s not in plan.read_text()
         assert all(s not in o for o in outputs)
     assert "startup-script" in scripts  # the scripts were really inspected
+
+
+def test_sigterm_to_the_launcher_tears_the_local_cluster_down(tmp_path):
+    p = write_plan(tmp_path / "p.json", [t4(nodes=1)], budget_usd=5)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "cloudfit", "launch", str(p), "--yes", "--name", "term", "--backend", "local",
+         "--steps", "100000", "--check-interval", "0.2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        rec = StateStore().cluster("term") if (Path(os.environ["CLOUDFIT_HOME"]) / "state.db").exists() else None
+        if rec is not None and StateStore().resources("term"):
+            break
+        time.sleep(0.1)
+    time.sleep(1.0)
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=60) != 0
+    rec = StateStore().cluster("term")
+    assert rec.status == "ended" and rec.reason == "interrupted"
+    status = json.loads(run_cloudfit("status", "term", "--json").stdout)
+    assert status["status"] == "ended"
+    for r in status["resources"]:  # the torchrun process group is gone
+        with pytest.raises(ProcessLookupError):
+            os.kill(r["pid"], 0)
