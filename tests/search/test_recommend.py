@@ -10,7 +10,7 @@ from cloudfit.errors import InfeasibleError, UsageError
 from cloudfit.plan import recommend
 from cloudfit.planio import load_plan, plan_to_dict, save_plan
 from cloudfit.search.problem import cost_quantile
-from cloudfit.search.space import build_space
+from cloudfit.search.space import GUARD_INTERVAL_S, TEARDOWN_S, build_space
 from cloudfit.workload import make_workload
 
 IMAGENET_90 = dict(model="resnet50", epochs=90, dataset_size=1_281_167)
@@ -38,7 +38,19 @@ def _check_limits(plan, w):
                 cost_usd = np.array([e.cost_usd])
                 cost_p90_usd = np.array([e.cost_p90_usd])
 
-            assert cost_quantile(A, w.confidence)[0] <= w.budget_usd + 1e-6, e
+            # …and leave the launcher's budget guard one check interval of headroom
+            reserve = e.config.price_per_hour * GUARD_INTERVAL_S / 3600
+            assert cost_quantile(A, w.confidence)[0] + reserve <= w.budget_usd + 1e-6, e
+
+
+def test_costs_include_teardown_and_start_up(cat, profile):
+    w = make_workload(**IMAGENET_90, deadline="24h", spot="never")
+    space = build_space(w, profile, cat)
+    a = space.assess(w.deadline_hours)
+    compute_h = space.compute_hours
+    # on-demand: no revocations, so cost = price × (start-up + compute·e^{σ²/2} + final save) + teardown
+    assert np.all(a.cost_usd > space.price_per_hour * (compute_h + TEARDOWN_S / 3600))
+    assert np.allclose(a.cost_usd - space.price_per_hour * a.hours, space.price_per_hour * TEARDOWN_S / 3600)
 
 
 @pytest.mark.parametrize(
