@@ -23,7 +23,6 @@ cannot be reached, rejects the credentials, or denies access. google-cloud is im
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import os
 import re
 import tempfile
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 from urllib.parse import urlsplit
 
+from cloudfit.endpoints import is_loopback_host
 from cloudfit.errors import BillingError, CatalogError, CloudfitError, UsageError
 from cloudfit.types import Offering, to_jsonable
 
@@ -288,7 +288,7 @@ def make_client(endpoint: str | None = None, *, credentials: Any = None, api_key
     parts = urlsplit(endpoint if "://" in endpoint else "https://" + endpoint)
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
         raise UsageError(f"billing endpoint {endpoint!r} is not a URL like https://HOST[:PORT]")
-    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
         raise UsageError(f"refusing to send requests for billing data over plain http to {parts.hostname}; use https")
     from google.cloud import billing_v1
 
@@ -311,15 +311,6 @@ def make_client(endpoint: str | None = None, *, credentials: Any = None, api_key
                 f"no Google Cloud credentials ({why}): run `gcloud auth application-default login`, "
                 "or set CLOUDFIT_BILLING_API_KEY to an API key") from None
     return billing_v1.CloudCatalogClient(credentials=credentials, transport="rest", client_options=options)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def refresh_catalog(base: Any, *, client: Any = None, endpoint: str | None = None, credentials: Any = None,

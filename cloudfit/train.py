@@ -182,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         samples_seen = int(state.get("samples_seen", 0))
     resumed_from = start
 
+    from cloudfit.profiling.runner import backward_and_step
+
     ddp = model
     if distributed:
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -228,13 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             loss = zm.loss(ddp, data)
         opt.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
+        backward_and_step(loss, opt, scaler)
         step += 1
         samples_seen += batch * world
         if step - start == warm_steps:

@@ -21,7 +21,6 @@ plain-http loopback endpoint (a test server), which gets anonymous credentials.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import os
 import random
 import shlex
@@ -32,6 +31,7 @@ from typing import Any, Callable, Sequence
 from urllib.parse import urlparse
 
 from cloudfit import __version__
+from cloudfit.endpoints import is_loopback_http
 from cloudfit.errors import BudgetExceeded, LaunchError, QuotaError, StockoutError, UsageError
 from cloudfit.executors import state as st
 from cloudfit.executors.base import (
@@ -57,19 +57,6 @@ _QUOTA_CODES = ("QUOTA_EXCEEDED", "QUOTA_LIMIT")
 
 def pip_spec() -> str:
     return os.environ.get(ENV_PIP_SPEC) or f"cloudfit=={__version__}"
-
-
-def is_loopback_http(endpoint: str) -> bool:
-    u = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
-    if u.scheme != "http":
-        return False
-    host = u.hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass

@@ -56,6 +56,17 @@ def resolve_batch_size(zm: ZooModel, device_type: str, batch_size: int | None) -
     return zm.default_batch_size
 
 
+def backward_and_step(loss, opt, scaler=None) -> None:
+    """Backward and optimizer step, through the fp16 loss scaler when there is one (shared with the trainer)."""
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    else:
+        loss.backward()
+        opt.step()
+
+
 def profile_run(
     zm: ZooModel,
     *,
@@ -153,13 +164,7 @@ def _timed_run(zm, dev, b, steps, warmup, precision, progress, op_breakdown):
         ctx = torch.autocast(dev.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
         with ctx:
             loss = zm.loss(model, batch)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
+        backward_and_step(loss, opt, scaler)
         if cuda:
             torch.cuda.synchronize(dev)
 
