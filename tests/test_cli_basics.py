@@ -83,3 +83,24 @@ def test_help_does_not_import_heavy_modules():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""
+
+
+def test_lazy_commands_list_the_same_help_as_the_commands_themselves():
+    import click
+
+    from cloudfit.cli.main import LAZY, _available, load_command
+
+    for name, (_, _, text) in LAZY.items():
+        if not _available(name):
+            continue
+        real = load_command(name)
+        assert click.Command(name, help=text).get_short_help_str(300) == real.get_short_help_str(300), name
+
+
+def test_help_imports_no_command_module():
+    code = ("import sys; from cloudfit.cli.main import run; sys.argv = ['cloudfit', '--help']\n"
+            "try:\n    run()\nexcept SystemExit:\n    pass\n"
+            "mods = [m for m in sys.modules if m.startswith(('cloudfit.cli.', 'numpy', 'torch'))]\n"
+            "sys.stderr.write(repr(sorted(m for m in mods if m not in ('cloudfit.cli.main', 'cloudfit.cli.render'))))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.stderr.strip() == "[]", p.stderr
