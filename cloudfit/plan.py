@@ -273,7 +273,8 @@ def infeasible(space: Space, problem: Problem) -> InfeasibleError:
             hints.append(f"a deadline of {_hours_arg(d)} (+{format_hours(d - problem.deadline_hours)})")
     if problem.budget_usd is not None and on_time.any():
         need = float(cost_q[on_time].min())
-        hints.append(f"a budget of ${need:,.2f} (+${need - problem.budget_usd:,.2f})")
+        hints.append(f"a budget of ${need:,.2f} (+${need - problem.budget_usd:,.2f}; the budget must cover "
+                     f"the {conf:.0%} cost quantile)")
     if problem.deadline_hours is not None:
         best_p = float(np.asarray(a.p_on_time)[within].max()) if within.any() else 0.0
         if 0.0 < best_p < conf:
@@ -298,8 +299,9 @@ def infeasible(space: Space, problem: Problem) -> InfeasibleError:
         limits.append(f"a {format_hours(problem.deadline_hours)} deadline at {conf:.0%} confidence")
     if problem.budget_usd is not None:
         limits.append(f"a ${problem.budget_usd:,.2f} budget")
-    near = "; ".join(f"{_describe(e)} in {e.config.offering.zone}: {format_hours(e.hours)}, ${e.cost_usd:,.2f}, "
-                     f"P(on time) {e.p_on_time:.0%}" for e in closest)
+    on_time = (lambda e: f", P(on time) {e.p_on_time:.0%}") if problem.deadline_hours is not None else (lambda e: "")
+    near = "; ".join(f"{_describe(e)} in {e.config.offering.zone}: {format_hours(e.hours)}, ${e.cost_usd:,.2f} expected, "
+                     f"${e.cost_p90_usd:,.2f} P90{on_time(e)}" for e in closest)
     relax = (" Relax to " + " or ".join(hints) + ".") if hints else ""
     return InfeasibleError(f"no configuration meets {' and '.join(limits)}.{relax} Closest: {near}.",
                            closest=tuple(closest))

@@ -154,14 +154,14 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
              f"minimising {'cost' if w.objective == 'cost' else 'time'}")
     t = Table(title=title, title_justify="left")
     for col, just in [("#", "right"), ("zone", "left"), ("machine type", "left"), ("GPUs/node", "left"),
-                      ("nodes", "right"), ("spot", "left"), ("samples/s (10–90%)", "right"), ("hours", "right"),
+                      ("nodes", "right"), ("spot", "left"), ("samples/s (10–90%)", "right"), ("time", "right"),
                       ("exp. $", "right"), ("P90 $", "right"), ("P(on time)", "right")]:
         t.add_column(col, justify=just, no_wrap=col in ("zone", "machine type"))  # type: ignore[arg-type]
     for r, e in enumerate(shown, 1):
         c, o = e.config, e.config.offering
         t.add_row(str(r), o.zone, o.machine_type, f"{o.accelerators_per_node}×{o.accelerator}", str(c.nodes),
                   "yes" if c.spot else "no", f"{e.samples_per_second:,.0f} ({e.low:,.0f}–{e.high:,.0f})",
-                  f"{e.hours:.1f}", money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}")
+                  format_hours(e.hours), money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}")
     con.print(t)
     if plan.explanation:
         con.print(f"Why #1: {plan.explanation}")
