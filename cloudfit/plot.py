@@ -67,6 +67,88 @@ def pareto(plan: "Plan") -> "Figure":
     return fig
 
 
+def cost_vs_deadline(sweep, *, chosen_deadline_hours: float | None = None) -> "Figure":
+    """Cheapest expected cost against the deadline, one line for spot and one for on-demand.
+
+    ``sweep`` is a DataFrame from :func:`cloudfit.explore.deadline_sweep`. Lines carry gids ``spot``
+    and ``on-demand``; deadlines no configuration meets are left out of the lines.
+    """
+    fig = _figure()
+    ax = fig.add_subplot()
+    styles = {"spot": ("tab:orange", "o"), "on-demand": ("tab:blue", "s")}
+    for mode, (color, marker) in styles.items():
+        part = sweep[(sweep["mode"] == mode) & sweep["feasible"]].sort_values("deadline_hours")
+        ax.plot(part["deadline_hours"], part["cost_usd"], color=color, marker=marker, ms=4, label=mode, gid=mode)
+    if chosen_deadline_hours is not None:
+        ax.axvline(chosen_deadline_hours, color="tab:red", ls="--", lw=1, label=f"deadline {chosen_deadline_hours:g} h",
+                   gid="deadline")
+    ax.set_xscale("log")
+    ax.set_xlabel("deadline (hours)")
+    ax.set_ylabel("cheapest expected cost (USD)")
+    ax.set_title("What a deadline costs")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def spot_risk(risk, *, confidence: float | None = None, chosen=None) -> "Figure":
+    """P(finishing on time) against expected cost for every config (its cheapest zone).
+
+    ``risk`` is a DataFrame from :func:`cloudfit.explore.risk_frame`; ``chosen`` an Estimate to mark.
+    Gids: ``spot``, ``on-demand``, ``confidence``, ``chosen``.
+    """
+    fig = _figure()
+    ax = fig.add_subplot()
+    for is_spot, name, color in ((True, "spot", "tab:orange"), (False, "on-demand", "tab:blue")):
+        part = risk[risk["spot"] == is_spot]
+        ax.scatter(part["cost_usd"], part["p_on_time"], s=8, alpha=0.6, color=color, label=name, gid=name)
+    if confidence is not None:
+        ax.axhline(confidence, color="0.3", ls="--", lw=1, label=f"required {confidence:.0%}", gid="confidence")
+    if chosen is not None:
+        ax.scatter([chosen.cost_usd], [chosen.p_on_time], s=220, marker="*", color="tab:red", edgecolors="black",
+                   label=f"chosen: {_label(chosen)}", zorder=3, gid="chosen")
+    ax.set_xscale("log")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("expected cost (USD)")
+    ax.set_ylabel("P(finishing by the deadline)")
+    ax.set_title("Spot risk: cheaper, but will it finish on time?")
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def predicted_vs_measured(frame, *, predicted: str = "predicted", measured: str = "measured", low: str | None = "low",
+                          high: str | None = "high", group: str | None = "group", title: str = "") -> "Figure":
+    """Predicted against measured samples/s (log–log) with the 10–90% band as error bars.
+
+    One point series per value of ``group`` (gid ``points:<group>``), the identity line (gid
+    ``identity``) and ±25% guides (gid ``guide``).
+    """
+    import numpy as np
+
+    fig = _figure(figsize=(6.0, 5.5))
+    ax = fig.add_subplot()
+    groups = [(None, frame)] if group is None or group not in frame else list(frame.groupby(group, sort=True))
+    for name, part in groups:
+        x, y = part[measured].to_numpy(float), part[predicted].to_numpy(float)
+        yerr = None
+        if low and high and low in part and high in part:
+            yerr = np.vstack([np.maximum(y - part[low].to_numpy(float), 0), np.maximum(part[high].to_numpy(float) - y, 0)])
+        cont = ax.errorbar(x, y, yerr=yerr, fmt="o", ms=3, lw=0.6, alpha=0.7, label=None if name is None else str(name))
+        cont.lines[0].set_gid(f"points:{'all' if name is None else name}")
+    lo = float(min(frame[measured].min(), frame[predicted].min())) * 0.8
+    hi = float(max(frame[measured].max(), frame[predicted].max())) * 1.25
+    ax.plot([lo, hi], [lo, hi], color="black", lw=1, gid="identity", label="predicted = measured")
+    for f in (0.75, 1.25):
+        ax.plot([lo, hi], [lo * f, hi * f], color="0.6", lw=0.8, ls=":", gid="guide")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured samples/s")
+    ax.set_ylabel("predicted samples/s")
+    ax.set_title(title or "Predicted vs measured throughput (dotted: ±25%)")
+    if group is not None and group in frame:
+        ax.legend(fontsize=7, ncol=2)
+    return fig
+
+
 def save(fig: "Figure", path: str | Path, dpi: int = 120) -> Path:
     """Write ``fig`` as a PNG, atomically (no half-written image on a crash)."""
     p = Path(path)

@@ -171,6 +171,26 @@ class Profile:
     def with_measurement(self, m: Measurement) -> "Profile":
         return dataclasses.replace(self, measurements=self.measurements + (m,))
 
+    def to_frame(self):
+        """The measurements as a pandas DataFrame, one row each (step times flattened, no op shares)."""
+        import pandas as pd
+
+        rows = []
+        for m in self.measurements:
+            d = to_jsonable(m)
+            step = d.pop("step_time_s", None) or {}
+            d.pop("op_time_share", None)
+            d.update({f"step_{k}_s": v for k, v in (step.items() if isinstance(step, dict) else [])})
+            rows.append({"model": self.model, **d})
+        return pd.DataFrame(rows)
+
+    def stats_frame(self):
+        """The model stats as a one-row DataFrame (op-class breakdowns left out)."""
+        import pandas as pd
+
+        d = {k: v for k, v in to_jsonable(self.stats).items() if not isinstance(v, (dict, list))}
+        return pd.DataFrame([{"model": self.model, **d}])
+
 
 # --------------------------------------------------------------------------------------------
 # Predictions and plans
@@ -240,6 +260,28 @@ class Estimate:
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable(self)
 
+    def row(self) -> dict[str, Any]:
+        """The flat form of this candidate (``recommend --json`` candidates, ``Plan.to_frame`` rows)."""
+        c, o = self.config, self.config.offering
+        return {
+            "machine_type": o.machine_type,
+            "accelerator": o.accelerator,
+            "accelerators_per_node": o.accelerators_per_node,
+            "nodes": c.nodes,
+            "region": o.region,
+            "zone": o.zone,
+            "spot": c.spot,
+            "price_per_hour": round(c.price_per_hour, 5),
+            "samples_per_second": self.samples_per_second,
+            "low": self.low,
+            "high": self.high,
+            "hours": self.hours,
+            "hours_p90": self.hours_p90,
+            "cost_usd": self.cost_usd,
+            "cost_p90_usd": self.cost_p90_usd,
+            "p_on_time": self.p_on_time,
+        }
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Estimate":
         kw = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d and f.name != "config"}
@@ -269,3 +311,14 @@ class Plan:
         """The chosen estimate followed by the ranked alternatives (best first)."""
         out = (self.chosen,) + tuple(self.alternatives)
         return out if k is None else out[:k]
+
+    def to_frame(self, which: str = "candidates"):
+        """A pandas DataFrame of the ranked candidates (rank 1 = chosen) or of the Pareto front
+        (``which="pareto"``, fastest first, with a ``feasible`` column)."""
+        import pandas as pd
+
+        if which == "candidates":
+            return pd.DataFrame([{"rank": i + 1, **e.row()} for i, e in enumerate(self.candidates())])
+        if which == "pareto":
+            return pd.DataFrame([{**e.row(), "feasible": e.feasible} for e in self.pareto])
+        raise ValueError(f"which must be 'candidates' or 'pareto', not {which!r}")

@@ -18,29 +18,6 @@ def _split(values: Optional[list[str]]) -> list[str]:
     return out
 
 
-def candidate_row(e) -> dict[str, Any]:
-    """The flat JSON form of one candidate (an Estimate)."""
-    c, o = e.config, e.config.offering
-    return {
-        "machine_type": o.machine_type,
-        "accelerator": o.accelerator,
-        "accelerators_per_node": o.accelerators_per_node,
-        "nodes": c.nodes,
-        "region": o.region,
-        "zone": o.zone,
-        "spot": c.spot,
-        "price_per_hour": round(c.price_per_hour, 5),
-        "samples_per_second": e.samples_per_second,
-        "low": e.low,
-        "high": e.high,
-        "hours": e.hours,
-        "hours_p90": e.hours_p90,
-        "cost_usd": e.cost_usd,
-        "cost_p90_usd": e.cost_p90_usd,
-        "p_on_time": e.p_on_time,
-    }
-
-
 def recommend(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="A shipped profile by name (see `cloudfit models`)."),
     profile: Optional[str] = typer.Option(None, "--profile", "-p", help="A profile JSON made by `cloudfit profile run`."),
@@ -102,7 +79,7 @@ def recommend(
     if as_json:
         from cloudfit.planio import plan_to_dict
 
-        print_json({"plan": plan_to_dict(plan), "candidates": [candidate_row(e) for e in shown]})
+        print_json({"plan": plan_to_dict(plan), "candidates": [e.row() for e in shown]})
         return
     _render(plan, shown, out, plot, emit_skypilot)
 

@@ -55,8 +55,12 @@ def baseline_tflops(prep: fit_mod.Prepared, train: np.ndarray) -> np.ndarray:
 
 
 def run(*, progress: Callable[[str], None] | None = None, inner: bool = True,
-        schemes: tuple[str, ...] = ("accelerator", "model"), prep: fit_mod.Prepared | None = None) -> dict[str, Any]:
-    """Run the evaluation; returns a JSON-able report (see :func:`summarize`)."""
+        schemes: tuple[str, ...] = ("accelerator", "model"), prep: fit_mod.Prepared | None = None,
+        keep_records: bool = False) -> dict[str, Any]:
+    """Run the evaluation; returns a JSON-able report (see :func:`summarize`).
+
+    ``keep_records`` adds every held-out prediction under ``report["records"][scheme]`` (for
+    :func:`to_frame`)."""
     prep = prep or fit_mod.prepare()
     rows = np.arange(len(prep.y))
     report: dict[str, Any] = {"rows": int(len(rows)), "schemes": {}}
@@ -98,7 +102,36 @@ def run(*, progress: Callable[[str], None] | None = None, inner: bool = True,
             if progress:
                 progress(f"{SCHEMES[scheme]}: held out {g} ({len(held)} rows)")
         report["schemes"][scheme] = summarize(recs)
+        if keep_records:
+            report.setdefault("records", {})[scheme] = recs
     return report
+
+
+def to_frame(report: dict[str, Any], scheme: str = "accelerator", kind: str = "anchored"):
+    """Held-out predictions of one scheme as a DataFrame (needs ``run(keep_records=True)``).
+
+    Columns: row, group (the held-out accelerator or model family), workload, source, multi,
+    measured, predicted (cloudfit), low/high (its 10–90% band, where calibrated), ape, and one
+    ``<method>`` column per baseline. Rows without a prediction of this ``kind`` are left out.
+    """
+    import pandas as pd
+
+    recs = report.get("records", {}).get(scheme)
+    if recs is None:
+        raise ValueError(f"the report holds no records for {scheme!r}: run(keep_records=True, schemes=(…, {scheme!r}))")
+    rows = []
+    for r in recs:
+        pred = r["cloudfit"][kind]
+        if math.isnan(pred):
+            continue
+        row = {k: r[k] for k in ("row", "group", "workload", "source", "multi", "measured")}
+        row["predicted"] = pred
+        if "band" in r:
+            row["low"], row["high"] = pred * math.exp(r["band"][kind][0]), pred * math.exp(r["band"][kind][1])
+        row["ape"] = abs(pred - r["measured"]) / r["measured"]
+        row.update({m: r[m][kind] for m in METHODS if m != "cloudfit"})
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def _ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
