@@ -19,6 +19,9 @@ import time
 from pathlib import Path
 
 BASELINE = [sys.executable, "-c", "import typer, rich"]
+# Both sides run as a user's shell would: bytecode caching on (some sandboxes export
+# PYTHONDONTWRITEBYTECODE=1, which makes every cloudfit import recompile its sources).
+ENV = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def cloudfit_argv(args: list[str]) -> list[str]:
@@ -28,7 +31,7 @@ def cloudfit_argv(args: list[str]) -> list[str]:
 
 def wall(argv: list[str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=ENV)
     return time.perf_counter() - t0
 
 

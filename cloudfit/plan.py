@@ -116,7 +116,8 @@ def pareto_front(space: Space, problem: Problem, limit: int = N_PARETO) -> tuple
     prev_min = np.concatenate(([np.inf], np.minimum.accumulate(c)[:-1]))
     front = order[c < prev_min * (1 - 1e-9)].tolist()
     if len(front) > limit:  # keep both ends and an even spread between
-        pick = np.unique(np.round(np.linspace(0, len(front) - 1, limit)).astype(int))
+        pick = np.round(np.linspace(0, len(front) - 1, limit)).astype(int)
+        pick = pick[np.concatenate(([True], np.diff(pick) > 0))]  # sorted already; np.unique would import numpy.ma
         front = [front[k] for k in pick]
     ids = np.asarray(front, dtype=np.int64)
     feasible, _, _ = score(space.assess(problem.deadline_hours, ids), problem)

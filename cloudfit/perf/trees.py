@@ -101,7 +101,7 @@ class Forest:
             codes = np.zeros((n, p), dtype=np.int32)
             for j in range(min(p, len(flat.cuts))):
                 codes[:, j] = np.searchsorted(flat.cuts[j], X32[:, j], side="right")
-            _, first, inverse = np.unique(codes, axis=0, return_index=True, return_inverse=True)
+            first, inverse = _unique_rows(codes)
             if len(first) < n:
                 return self._walk(X32[first], flat)[inverse.ravel()]
         return self._walk(X32, flat)
@@ -131,7 +131,7 @@ class Forest:
             base = (np.arange(t) * m)[:, None]
             internal = ~leaf
             n_feat = int(self.feature[internal].max()) + 1 if internal.any() else 0
-            cuts = tuple(np.unique(self.threshold[internal & (self.feature == j)]).astype(np.float32)
+            cuts = tuple(_unique(self.threshold[internal & (self.feature == j)]).astype(np.float32)
                          for j in range(n_feat))
             f = _Flat(feature=np.where(leaf, 0, self.feature).ravel().astype(np.int32),
                       threshold=np.where(leaf, np.float32(np.inf), self.threshold).ravel().astype(np.float32),
@@ -177,3 +177,21 @@ def _max_depth(trees) -> int:
                     stack.append(c)
         best = max(best, max(depth.values()))
     return best
+
+
+# np.unique imports numpy.ma on first use (~25 ms, a tenth of `cloudfit recommend`'s budget): sort instead.
+def _unique(v: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of a 1-D array."""
+    s = np.sort(v)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if s.size else s
+
+
+def _unique_rows(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each distinct row's first occurrence, row → distinct-row id), like np.unique(axis=0)."""
+    order = np.lexsort(codes.T[::-1])
+    srt = codes[order]
+    new = np.concatenate(([True], np.any(srt[1:] != srt[:-1], axis=1)))
+    gid = np.cumsum(new) - 1
+    inverse = np.empty(len(codes), dtype=np.int64)
+    inverse[order] = gid
+    return order[new], inverse
