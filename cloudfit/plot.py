@@ -17,12 +17,28 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def _figure(figsize=(7.0, 4.5)) -> "Figure":
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
+    # A bare Figure on an Agg canvas: no pyplot, so no GUI backend is started and the caller's
+    # backend (a notebook's inline one, say) is left alone; notebooks still display it.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    return Figure(figsize=figsize, layout="constrained")
+    fig = Figure(figsize=figsize, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _plain_log_ticks(ax, which: str, fmt: str = "{:g}") -> None:
+    """Tick labels of a log axis as plain numbers ($40, 0.5) rather than 4×10¹; on a short range
+    (under ~30×) the 2× and 5× minor ticks are labelled too. Call after plotting."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    lo, hi = ax.get_xlim() if which == "x" else ax.get_ylim()
+    f = FuncFormatter(lambda v, _: fmt.format(v) if v > 0 else "")
+    axis.set_major_formatter(f)
+    if lo > 0 and hi / lo < 30:
+        axis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+        axis.set_minor_formatter(f)
 
 
 def _label(e) -> str:
@@ -60,6 +76,8 @@ def pareto(plan: "Plan") -> "Figure":
         ax.axhline(w.budget_usd, color="tab:green", ls="--", lw=1, label=f"budget ${w.budget_usd:,.0f}")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _plain_log_ticks(ax, "x")
+    _plain_log_ticks(ax, "y", "${:,.4g}")
     ax.set_xlabel("expected hours")
     ax.set_ylabel("expected cost (USD)")
     ax.set_title(f"{w.model}: cost × time")
@@ -83,6 +101,7 @@ def cost_vs_deadline(sweep, *, chosen_deadline_hours: float | None = None) -> "F
         ax.axvline(chosen_deadline_hours, color="tab:red", ls="--", lw=1, label=f"deadline {chosen_deadline_hours:g} h",
                    gid="deadline")
     ax.set_xscale("log")
+    _plain_log_ticks(ax, "x")
     ax.set_xlabel("deadline (hours)")
     ax.set_ylabel("cheapest expected cost (USD)")
     ax.set_title("What a deadline costs")
@@ -107,6 +126,7 @@ def spot_risk(risk, *, confidence: float | None = None, chosen=None) -> "Figure"
         ax.scatter([chosen.cost_usd], [chosen.p_on_time], s=220, marker="*", color="tab:red", edgecolors="black",
                    label=f"chosen: {_label(chosen)}", zorder=3, gid="chosen")
     ax.set_xscale("log")
+    _plain_log_ticks(ax, "x", "${:,.4g}")
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("expected cost (USD)")
     ax.set_ylabel("P(finishing by the deadline)")
@@ -119,21 +139,29 @@ def predicted_vs_measured(frame, *, predicted: str = "predicted", measured: str 
                           high: str | None = "high", group: str | None = "group", title: str = "") -> "Figure":
     """Predicted against measured samples/s (log–log) with the 10–90% band as error bars.
 
-    One point series per value of ``group`` (gid ``points:<group>``), the identity line (gid
-    ``identity``) and ±25% guides (gid ``guide``).
+    ``frame`` is a DataFrame such as :func:`cloudfit.perf.evaluate.to_frame` returns. One point
+    series per value of ``group`` (gid ``points:<group>``, its bands ``band:<group>``; without a
+    band column there are no bars), the identity line (gid ``identity``) and ±25% guides (gid
+    ``guide``).
     """
     import numpy as np
+    from matplotlib import colormaps
 
     fig = _figure(figsize=(6.0, 5.5))
     ax = fig.add_subplot()
     groups = [(None, frame)] if group is None or group not in frame else list(frame.groupby(group, sort=True))
-    for name, part in groups:
+    palette = colormaps["tab10" if len(groups) <= 10 else "tab20"].colors
+    for k, (name, part) in enumerate(groups):
         x, y = part[measured].to_numpy(float), part[predicted].to_numpy(float)
         yerr = None
         if low and high and low in part and high in part:
             yerr = np.vstack([np.maximum(y - part[low].to_numpy(float), 0), np.maximum(part[high].to_numpy(float) - y, 0)])
-        cont = ax.errorbar(x, y, yerr=yerr, fmt="o", ms=3, lw=0.6, alpha=0.7, label=None if name is None else str(name))
-        cont.lines[0].set_gid(f"points:{'all' if name is None else name}")
+        cont = ax.errorbar(x, y, yerr=yerr, fmt="o", ms=3, lw=0.6, alpha=0.7, color=palette[k % len(palette)],
+                           label=None if name is None else str(name))
+        key = "all" if name is None else name
+        cont.lines[0].set_gid(f"points:{key}")
+        for bars in cont.lines[2]:
+            bars.set_gid(f"band:{key}")
     lo = float(min(frame[measured].min(), frame[predicted].min())) * 0.8
     hi = float(max(frame[measured].max(), frame[predicted].max())) * 1.25
     ax.plot([lo, hi], [lo, hi], color="black", lw=1, gid="identity", label="predicted = measured")

@@ -32,6 +32,7 @@ def test_pareto_marks_the_chosen_plan_and_the_limits(world, tmp_path):
     assert n_front == len(plan.pareto)
     assert len(_gid(ax, "alternatives")[0].get_offsets()) == len(plan.alternatives)
     assert ax.get_xlabel() == "expected hours" and ax.get_ylabel() == "expected cost (USD)"
+    assert ax.yaxis.get_major_formatter()(20.0, 0) == "$20"  # plain dollars, not 2×10¹
     assert any(line.get_xdata()[0] == w.deadline_hours for line in ax.get_lines() if "deadline" in str(line.get_label()))
     out = plot.save(fig, tmp_path / "p.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -74,6 +75,35 @@ def test_predicted_vs_measured_one_series_per_group_with_bands():
         (pts,) = _gid(ax, f"points:{g}")
         assert list(pts.get_xdata()) == list(df[df.group == g].measured)
         assert list(pts.get_ydata()) == list(df[df.group == g].predicted)
+        # the band: one vertical bar per point, from low to high
+        (bars,) = _gid(ax, f"band:{g}")
+        segs = bars.get_segments()
+        part = df[df.group == g]
+        assert [(s[0][0], s[0][1], s[1][1]) for s in segs] == list(zip(part.measured, part.low, part.high))
     (ident,) = _gid(ax, "identity")
     assert list(ident.get_xdata()) == list(ident.get_ydata())
     assert ax.get_xscale() == "log" and ax.get_xlabel() == "measured samples/s"
+    assert ax.get_ylabel() == "predicted samples/s"
+    assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == ["A", "B", "predicted = measured"]
+
+
+def test_predicted_vs_measured_without_bands_draws_no_bars():
+    df = pd.DataFrame({"measured": [100.0, 200, 400], "predicted": [110.0, 180, 420]})
+    ax = plot.predicted_vs_measured(df, group=None).axes[0]
+    assert len(_gid(ax, "points:all")[0].get_xdata()) == 3
+    assert not _gid(ax, "band:all")
+
+
+def test_plots_leave_the_callers_matplotlib_backend_alone(world, tmp_path):
+    """A notebook's inline backend must survive a plot call (pyplot figures would stop showing)."""
+    import matplotlib
+
+    _, _, plan = world
+    before = matplotlib.get_backend()
+    matplotlib.use("svg")  # any backend other than Agg
+    try:
+        fig = plot.pareto(plan)
+        plot.save(fig, tmp_path / "p.png")
+        assert matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use(before)
