@@ -1,0 +1,46 @@
+"""Assemble bench/RESULTS.md from the per-benchmark result files (each written by its own script).
+
+    python bench/collect.py
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PARTS = [  # (file, the script that writes it)
+    ("RESULTS_startup.md", "bench/startup.py"),
+    ("RESULTS_profiling.md", "bench/profiling.py"),
+    ("RESULTS_perf.md", "bench/perf_eval.py"),
+    ("RESULTS_spot.md", "bench/spot_validation.py"),
+    ("RESULTS_recommend.md", "bench/recommend_regret.py"),
+    ("RESULTS_search_evals.md", "bench/search_evals.py"),
+    ("RESULTS_active.md", "bench/active_search.py"),
+    ("RESULTS_executors.md", "bench/budget_sim.py"),
+]
+
+HEADER = """# Benchmark results
+
+Every number here is written by a script in `bench/` (named in each section with its command, date and
+machine); `python bench/collect.py` reassembles this file from the sections. Tests check correctness;
+these benchmarks measure speed and accuracy.
+"""
+
+
+def main() -> None:
+    out = [HEADER]
+    for name, script in PARTS:
+        p = HERE / name
+        if not p.exists():
+            out.append(f"\n(missing: run `python {script}`)\n")
+            continue
+        text = p.read_text().strip()
+        # demote the parts' top headings one level under this file's title
+        lines = [("#" + ln) if ln.startswith("#") else ln for ln in text.splitlines()]
+        out.append("\n" + "\n".join(lines) + "\n")
+    (HERE / "RESULTS.md").write_text("\n".join(out))
+    print(f"wrote {HERE / 'RESULTS.md'}")
+
+
+if __name__ == "__main__":
+    main()
