@@ -56,7 +56,8 @@ def load_replay_table(path: str | Path) -> dict[Key, float]:
 
 
 class ReplayExecutor:
-    """An Executor whose runs are looked up, not launched: each probe lasts ``probe_seconds``."""
+    """An Executor whose runs are looked up, not launched: each probe lasts its spec's ``timeout_s``
+    (``probe_seconds`` when the spec has none) and is charged the configuration's price for that long."""
 
     name = "replay"
 
@@ -80,8 +81,8 @@ class ReplayExecutor:
         o = c.offering
         node = NodePlan(name=f"{spec.name}-0", zone=o.zone, machine_type=o.machine_type, accelerator=o.accelerator,
                         accelerators=o.accelerators_per_node, provisioning="replay", price_per_hour=c.price_per_hour,
-                        max_run_duration_s=int(self.probe_seconds), labels=dict(spec.labels))
-        cost = c.price_per_hour * self.probe_seconds / 3600
+                        max_run_duration_s=int(self._seconds(spec)), labels=dict(spec.labels))
+        cost = c.price_per_hour * self._seconds(spec) / 3600
         return Preview(backend="replay", name=spec.name, config=c, nodes=(node,), budget_usd=spec.budget_usd,
                        cost_cap_usd=min(cost, spec.budget_usd), interval_s=0.0, teardown_s=0.0,
                        fallbacks=len(spec.configs) - 1)
@@ -93,12 +94,16 @@ class ReplayExecutor:
         if sps is None:
             return RunResult(name=spec.name, backend="replay", reason="failed", spend_usd=0.0, elapsed_s=0.0, config=c,
                              detail="configuration not in the replay table (as a stockout would)")
-        cost = c.price_per_hour * self.probe_seconds / 3600
-        if cost > spec.budget_usd + 1e-12:
+        seconds = self._seconds(spec)
+        cost = c.price_per_hour * seconds / 3600
+        if cost > spec.budget_usd + 1e-9:
             return RunResult(name=spec.name, backend="replay", reason="budget", spend_usd=0.0, elapsed_s=0.0, config=c,
-                             detail=f"a {self.probe_seconds:.0f} s probe costs ${cost:.4f}, above its ${spec.budget_usd:.4f}")
+                             detail=f"a {seconds:.0f} s probe costs ${cost:.4f}, above its ${spec.budget_usd:.4f}")
         return RunResult(name=spec.name, backend="replay", reason="completed", spend_usd=cost,
-                         elapsed_s=self.probe_seconds, config=c, samples_per_second=sps)
+                         elapsed_s=seconds, config=c, samples_per_second=sps)
+
+    def _seconds(self, spec: RunSpec) -> float:
+        return float(spec.timeout_s) if spec.timeout_s else self.probe_seconds
 
     def down(self, name: str) -> DownResult:
         return DownResult(name=name, deleted=(), already_gone=())

@@ -212,7 +212,7 @@ def test_sigterm_to_the_launcher_tears_the_local_cluster_down(tmp_path):
          "--steps", "100000", "--check-interval", "0.2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        rec = StateStore().cluster("term") if (Path(os.environ["CLOUDFIT_HOME"]) / "state.db").exists() else None
+        rec = StateStore().find_cluster("term") if (Path(os.environ["CLOUDFIT_HOME"]) / "state.db").exists() else None
         if rec is not None and StateStore().resources("term"):
             break
         time.sleep(0.1)
