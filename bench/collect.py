@@ -9,12 +9,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PARTS = [  # (file, the script that writes it)
-    ("RESULTS_startup.md", "bench/startup.py"),
     ("RESULTS_profiling.md", "bench/profiling.py"),
     ("RESULTS_perf.md", "bench/perf_eval.py"),
     ("RESULTS_spot.md", "bench/spot_validation.py"),
-    ("RESULTS_recommend.md", "bench/recommend_regret.py"),
-    ("RESULTS_search_evals.md", "bench/search_evals.py"),
+    ("RESULTS_recommend.md", "bench/recommend_regret.py, bench/startup.py, bench/search_evals.py"),
     ("RESULTS_active.md", "bench/active_search.py"),
     ("RESULTS_executors.md", "bench/budget_sim.py"),
 ]
