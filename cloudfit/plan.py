@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,9 @@ from cloudfit import __version__
 from cloudfit.catalog import Catalog
 from cloudfit.errors import InfeasibleError, UsageError
 from cloudfit.search import Problem, get_searcher
-from cloudfit.search.problem import cost_quantile, score
-from cloudfit.search.space import Space, build_space, estimate
-from cloudfit.types import Estimate, Plan, Profile, Workload
+from cloudfit.search.problem import Ranking, cost_quantile, score
+from cloudfit.search.space import _GROUPS, Priced, Space, build_space, estimate
+from cloudfit.types import ClusterConfig, Estimate, Plan, Profile, Workload
 from cloudfit.units import format_hours
 from cloudfit.workload import default_objective, validate_workload  # noqa: F401  (re-exported)
 
@@ -67,17 +67,23 @@ def recommend(
         space = build_space(workload, prof, cat)
     problem = Problem.of(workload)
     result = get_searcher(searcher, **(searcher_options or {})).search(space, problem)
-    if result.order.size == 0:
+    if result.n_feasible == 0:
         raise infeasible(space, problem)
 
-    order = result.order
-    picked = _diverse(space, order, per_config=ZONES_PER_CONFIG, limit=N_ALTERNATIVES + 1)
-    a = space.assess(problem.deadline_hours, picked)
-    ranked = [estimate(space, int(i), a, j) for j, i in enumerate(picked)]
+    # the best few of the ranking are enough: take a longer head only if it runs out
+    n = 4 * (N_ALTERNATIVES + 1)
+    while True:
+        head = result.head(n)
+        picked = _diverse(space, head, per_config=ZONES_PER_CONFIG, limit=N_ALTERNATIVES + 1)
+        runner = _runner_up(space, head)
+        if (picked.size == N_ALTERNATIVES + 1 and runner is not None) or head.size < n:
+            break
+        n *= 4
+    a = space.assess(problem.deadline_hours)  # the whole space, priced once (cached)
+    ranked = [estimate(space, int(i), a) for i in picked]
     chosen, alternatives = ranked[0], tuple(ranked[1:])
     pareto = pareto_front(space, problem)
-    runner = _runner_up(space, order)
-    explanation = explain(chosen, None if runner is None else _estimate_of(space, problem, runner), problem)
+    explanation = explain(chosen, None if runner is None else estimate(space, runner, a), problem)
     provenance = {
         "cloudfit_version": __version__,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -90,12 +96,12 @@ def recommend(
         "searcher": result.searcher,
         "evaluations": int(result.evaluations),
         "space_size": len(space),
-        "feasible": int(order.size) if result.searcher == "exhaustive" else None,
+        "feasible": result.n_feasible if result.searcher == "exhaustive" else None,
         "excluded": dict(space.excluded),
     }
     plan = Plan(workload=workload, chosen=chosen, alternatives=alternatives, pareto=pareto,
                 provenance=provenance, explanation=explanation)
-    return replace(plan, sensitivity=sensitivity(space, problem, chosen))
+    return replace(plan, sensitivity=sensitivity(space, problem, chosen, int(picked[0])))
 
 
 # --------------------------------------------------------------------------------------------
@@ -110,7 +116,8 @@ def pareto_front(space: Space, problem: Problem, limit: int = N_PARETO) -> tuple
     """
     a = space.assess(problem.deadline_hours)
     hours, cost = np.asarray(a.hours), np.asarray(a.cost_usd)
-    order = np.lexsort((np.arange(len(space)), cost, hours))
+    cand = _cheapest_of_each_group(space, hours, cost)
+    order = cand[np.lexsort((cand, cost[cand], hours[cand]))]
     c = cost[order]
     # on the front: strictly cheaper than everything at least as fast (fastest first)
     prev_min = np.concatenate(([np.inf], np.minimum.accumulate(c)[:-1]))
@@ -120,9 +127,27 @@ def pareto_front(space: Space, problem: Problem, limit: int = N_PARETO) -> tuple
         pick = pick[np.concatenate(([True], np.diff(pick) > 0))]  # sorted already; np.unique would import numpy.ma
         front = [front[k] for k in pick]
     ids = np.asarray(front, dtype=np.int64)
-    feasible, _, _ = score(space.assess(problem.deadline_hours, ids), problem)
-    sub = space.assess(problem.deadline_hours, ids)
-    return tuple(estimate(space, int(i), sub, j, feasible=bool(feasible[j])) for j, i in enumerate(ids))
+    feasible, _, _ = score(Priced(**{f.name: getattr(a, f.name)[ids] for f in fields(Priced)}), problem)
+    return tuple(estimate(space, int(i), a, feasible=bool(feasible[j])) for j, i in enumerate(ids))
+
+
+def _cheapest_of_each_group(space: Space, hours: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """Ids that can be on the Pareto front: of each group of candidates that differ only in price
+    (equal hours), the cheapest, lowest id first. Sorted by (hours, cost, id), every other member
+    follows one at least as fast and as cheap, so it never passes the front's strict test."""
+    groups = space._cache.get(_GROUPS)
+    n = len(space)
+    if groups is None or np.isnan(cost).any() or np.isnan(hours).any():
+        return np.arange(n)
+    rep, inv = groups
+    if not np.array_equal(hours[rep][inv], hours):  # not the grouping this assessment came from
+        return np.arange(n)
+    low = np.full(rep.size, np.inf)
+    np.minimum.at(low, inv, cost)
+    ids = np.flatnonzero(cost == low[inv])
+    first = np.full(rep.size, n)
+    np.minimum.at(first, inv[ids], ids)
+    return first
 
 
 def _diverse(space: Space, order: np.ndarray, *, per_config: int, limit: int) -> np.ndarray:
@@ -150,13 +175,11 @@ def _runner_up(space: Space, order: np.ndarray) -> int | None:
     return None
 
 
-def _estimate_of(space: Space, problem: Problem, i: int) -> Estimate:
-    ids = np.asarray([i], dtype=np.int64)
-    return estimate(space, i, space.assess(problem.deadline_hours, ids), 0)
-
-
 def _describe(e: Estimate) -> str:
-    c = e.config
+    return _describe_config(e.config)
+
+
+def _describe_config(c: ClusterConfig) -> str:
     o = c.offering
     nodes = f"{c.nodes}× " if c.nodes > 1 else ""
     return f"{nodes}{o.machine_type} ({o.accelerators_per_node}×{o.accelerator}{', spot' if c.spot else ''})"
@@ -185,19 +208,48 @@ def explain(chosen: Estimate, runner: Estimate | None, problem: Problem) -> str:
 
 def _best(space: Space, problem: Problem) -> tuple[int, Any] | None:
     a = space.assess(problem.deadline_hours)
-    feasible, primary, secondary = score(a, problem)
-    if not feasible.any():
-        return None
-    ids = np.flatnonzero(feasible)
-    j = ids[np.lexsort((ids, secondary[ids], primary[ids]))[0]]
-    return int(j), a
+    head = Ranking(a, problem, np.arange(len(space))).head(1)
+    return (int(head[0]), a) if head.size else None
 
 
-def sensitivity(space: Space, problem: Problem, chosen: Estimate) -> str:
-    """What a looser limit buys: a deadline 2 h later (cost objective) or a 10% larger budget (time)."""
+def _best_later_deadline(space: Space, problem: Problem, looser: Problem, chosen_id: int | None) -> tuple[int, Any] | None:
+    """``_best(space, looser)`` where ``looser`` is ``problem`` with a later deadline.
+
+    The deadline moves only P(on time): costs and hours are those of the assessment already made
+    (returned in its place). If the chosen candidate stays feasible (checked), the answer is among
+    the candidates no dearer than it, and only their groups are re-priced at the later deadline.
+    """
+    groups = space._cache.get(_GROUPS)
+    if groups is None or chosen_id is None or ("assess", looser.deadline_hours) in space._cache:
+        return _best(space, looser)
+    rep, inv = groups
+    now = space.assess(problem.deadline_hours)
+    cost = np.asarray(now.cost_usd)
+    cand = np.flatnonzero(cost <= cost[chosen_id])
+    used = np.zeros(rep.size, dtype=bool)
+    used[inv[cand]] = True
+    gs = np.flatnonzero(used)
+    row = np.zeros(rep.size, dtype=np.int64)
+    row[gs] = np.arange(gs.size)
+    p_on = np.asarray(space.assess(looser.deadline_hours, rep[gs]).p_on_time)[row[inv[cand]]]
+    view = Priced(**{f.name: getattr(now, f.name)[cand] for f in fields(Priced) if f.name != "p_on_time"},
+                  p_on_time=p_on)
+    scored = Ranking(view, looser, cand)
+    at = int(np.searchsorted(cand, chosen_id))
+    if at == cand.size or cand[at] != chosen_id or not scored.feasible[at]:
+        return _best(space, looser)
+    return int(scored.head(1)[0]), now
+
+
+def sensitivity(space: Space, problem: Problem, chosen: Estimate, chosen_id: int | None = None) -> str:
+    """What a looser limit buys: a deadline 2 h later (cost objective) or a 10% larger budget (time).
+
+    ``chosen_id`` (``chosen``'s candidate id in ``space``) lets the later deadline re-price only
+    what could beat it.
+    """
     if problem.objective == "cost" and problem.deadline_hours is not None:
         looser = replace(problem, deadline_hours=problem.deadline_hours + DEADLINE_SLACK_HOURS)
-        best = _best(space, looser)
+        best = _best_later_deadline(space, problem, looser, chosen_id)
         if best is None:  # cannot happen: a looser deadline keeps every feasible candidate
             return ""
         j, a = best
@@ -205,7 +257,7 @@ def sensitivity(space: Space, problem: Problem, chosen: Estimate) -> str:
         if saved <= 0.005:
             return f"A deadline {DEADLINE_SLACK_HOURS:g} h later would not save anything."
         return (f"A deadline {DEADLINE_SLACK_HOURS:g} h later saves ${saved:,.2f} "
-                f"({saved / chosen.cost_usd:.0%}) with {_describe(_estimate_of(space, looser, j))}.")
+                f"({saved / chosen.cost_usd:.0%}) with {_describe_config(space.config(j))}.")
     if problem.budget_usd is not None:
         looser = replace(problem, budget_usd=problem.budget_usd * (1 + BUDGET_SLACK))
         best = _best(space, looser)
@@ -217,7 +269,7 @@ def sensitivity(space: Space, problem: Problem, chosen: Estimate) -> str:
             if sooner <= 1 / 3600:
                 return f"A budget {BUDGET_SLACK:.0%} larger would not finish sooner."
             return (f"A budget {BUDGET_SLACK:.0%} larger (${looser.budget_usd:,.0f}) finishes {format_hours(sooner)} sooner "
-                    f"with {_describe(_estimate_of(space, looser, j))}.")
+                    f"with {_describe_config(space.config(j))}.")
         saved = chosen.cost_usd - float(a.cost_usd[j])
         return "" if saved <= 0.005 else f"A budget {BUDGET_SLACK:.0%} larger saves ${saved:,.2f} in expectation."
     return ""

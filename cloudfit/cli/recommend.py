@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
 from cloudfit.cli.render import console, money, print_json
+
+# One OpenBLAS thread unless the user chose: the recommender's matrix products are small, and on a
+# 2-core machine whose other core is busy, starting OpenBLAS's second thread at `import numpy`
+# (which comes after this module) cost ~9 ms (median of 60 interleaved runs; nothing measurable on
+# an idle machine). Results are identical (bench/recommend_equivalence.py runs the code before
+# without the setting).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _split(values: Optional[list[str]]) -> list[str]:

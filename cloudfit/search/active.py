@@ -151,7 +151,7 @@ def _with_measured(space, measured: dict[Point, float]):
         if k in measured:
             sel = inv == j
             sps[sel] = low[sel] = high[sel] = measured[k]
-    return replace(space, samples_per_second=sps, low=low, high=high, _full={})
+    return replace(space, samples_per_second=sps, low=low, high=high, _cache={})
 
 
 def _restrict(space, allowed: set[Point] | None):
@@ -163,7 +163,7 @@ def _restrict(space, allowed: set[Point] | None):
         raise InfeasibleError("no catalog configuration matches a row of the replay table")
     cols = {k: getattr(space, k)[keep] for k in ("offering", "shape", "nodes", "spot", "price_per_hour",
                                                  "samples_per_second", "low", "high", "hazard_per_node_hour")}
-    return replace(space, **cols, _full={})
+    return replace(space, **cols, _cache={})
 
 
 def _gp_correlation(a: list[Point], b: list[Point]) -> np.ndarray:
@@ -220,7 +220,7 @@ def _gp_corrected(space, measured: dict[Point, float]):
     ratio = np.sqrt(var) / s * math.sqrt(kappa2)  # posterior sd ÷ the model's own sd
     sps = space.samples_per_second * np.exp(mu[inv])
     sig = np.maximum(sig_c, 1e-3) * ratio[inv]
-    return replace(space, samples_per_second=sps, low=sps * np.exp(-Z90 * sig), high=sps * np.exp(Z90 * sig), _full={})
+    return replace(space, samples_per_second=sps, low=sps * np.exp(-Z90 * sig), high=sps * np.exp(Z90 * sig), _cache={})
 
 
 def _best_per_point(space, problem: Problem):
@@ -264,7 +264,7 @@ def _lookahead(space, problem: Problem, incumbent: float, open_points: set[Point
     t = space.samples_per_second[rep] * np.exp(space.log_sigma[rep] * zz)
     cols = {k: getattr(space, k)[rep] for k in ("offering", "shape", "nodes", "spot", "price_per_hour",
                                                  "hazard_per_node_hour")}
-    stacked = replace(space, **cols, samples_per_second=t, low=t, high=t, _full={})
+    stacked = replace(space, **cols, samples_per_second=t, low=t, high=t, _cache={})
     sa = stacked.assess(problem.deadline_hours)
     f2, v2, _ = score(sa, problem)
     v2 = np.where(f2, v2, np.inf)

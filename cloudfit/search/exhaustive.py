@@ -1,10 +1,10 @@
-"""The exact oracle: price every candidate at once and sort."""
+"""The exact oracle: price every candidate at once and rank them (lazily: see ``SearchResult``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from cloudfit.search.problem import Problem, SearchResult, rank
+from cloudfit.search.problem import Problem, SearchResult
 
 
 class ExhaustiveSearcher:
@@ -12,7 +12,6 @@ class ExhaustiveSearcher:
 
     def search(self, space, problem: Problem) -> SearchResult:
         a = space.assess(problem.deadline_hours)
-        ids = np.arange(len(space))
-        order = rank(a, problem, ids)
-        return SearchResult(order=order, evaluations=len(space), searcher=self.name,
-                            first_hit=len(space) if order.size else None)
+        res = SearchResult(ranking=(a, problem, np.arange(len(space))), evaluations=len(space), searcher=self.name)
+        res.first_hit = len(space) if res.n_feasible else None
+        return res

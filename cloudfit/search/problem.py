@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import numpy as np
 
 
-
 @dataclass(frozen=True)
 class Problem:
     objective: str  # "cost" (minimise expected $) or "time" (minimise expected hours)
@@ -20,13 +19,66 @@ class Problem:
         return cls(workload.objective, workload.deadline_hours, workload.budget_usd, workload.confidence)
 
 
-@dataclass
 class SearchResult:
-    order: np.ndarray  # candidate ids of feasible candidates, best first (only those evaluated)
-    evaluations: int  # candidates the searcher priced
-    searcher: str
-    trials: int = 0  # optuna trials (bayes only)
-    first_hit: int | None = None  # evaluations until the returned best was first seen
+    """What a searcher found: the feasible candidates it evaluated, best first.
+
+    ``order`` holds their ids ranked (objective, then the other objective, then id). A searcher may
+    hand over a ``ranking`` (assessment, problem, ids) instead: ``order`` is then sorted on first
+    use, while ``n_feasible`` and ``head(n)`` — all ``recommend`` needs — cost a partition, not a sort.
+    """
+
+    def __init__(self, order: np.ndarray | None = None, evaluations: int = 0, searcher: str = "",
+                 trials: int = 0, first_hit: int | None = None, *,
+                 ranking: tuple[object, "Problem", np.ndarray] | None = None) -> None:
+        if (order is None) == (ranking is None):
+            raise ValueError("SearchResult needs either order or ranking")
+        self._order = order
+        self._scored = None if ranking is None else Ranking(*ranking)
+        self.evaluations = evaluations  # candidates the searcher priced
+        self.searcher = searcher
+        self.trials = trials  # optuna trials (bayes only)
+        self.first_hit = first_hit  # evaluations until the returned best was first seen
+
+    @property
+    def order(self) -> np.ndarray:
+        """Candidate ids of the feasible candidates evaluated, best first."""
+        if self._order is None:
+            self._order = self._scored.head(self._scored.n_feasible)
+        return self._order
+
+    @property
+    def n_feasible(self) -> int:
+        return int(self._order.size) if self._order is not None else self._scored.n_feasible
+
+    def head(self, n: int) -> np.ndarray:
+        """``order[:n]`` without sorting the rest."""
+        return self._order[:n] if self._order is not None else self._scored.head(n)
+
+    def __repr__(self) -> str:
+        return (f"SearchResult(searcher={self.searcher!r}, evaluations={self.evaluations}, "
+                f"feasible={self.n_feasible}, trials={self.trials}, first_hit={self.first_hit})")
+
+
+class Ranking:
+    """``rank(a, problem, ids)`` made lazily: the feasible mask and sort keys of assessed
+    candidates, from which ``head(n)`` gives the best ``n`` without sorting the rest."""
+
+    def __init__(self, a, problem: "Problem", ids: np.ndarray) -> None:
+        self.feasible, self.primary, self.secondary = score(a, problem)
+        self.ids = ids
+        self.keep = np.flatnonzero(self.feasible)
+        self.n_feasible = int(self.keep.size)
+
+    def head(self, n: int) -> np.ndarray:
+        """The first ``n`` of ``rank(a, problem, ids)``, exactly, sorting only what can be among them."""
+        keep = self.keep
+        if 0 < n < keep.size:
+            p = self.primary[keep]
+            t = np.partition(p, n - 1)[n - 1]  # the n-th smallest objective
+            if not np.isnan(t):  # (lexsort puts NaN last; then sort everything)
+                keep = keep[p <= t]  # every one of the first n, and their ties
+        order = np.lexsort((self.ids[keep], self.secondary[keep], self.primary[keep]))
+        return self.ids[keep][order][:n]
 
 
 def cost_quantile(a, q: float) -> np.ndarray:

@@ -1,9 +1,12 @@
 """The configuration space of a workload, as columns: every offering × nodes 1..max × spot/on-demand.
 
 Building a ``Space`` asks the performance model once per distinct hardware shape × node count
-(a few thousand queries), then broadcasts to every candidate (~10⁵); ``Space.evaluate`` prices the
-whole space with the preemption model in one vectorised pass. Searchers read these arrays; the
-exhaustive searcher is simply an argmin over them.
+(a few thousand queries), then broadcasts to every candidate (~10⁵); ``Space.assess`` prices the
+whole space with the preemption model in one vectorised pass. Candidates that differ only in price
+(the zones of a region, regions at the same hazard) share every preemption-model input, so the
+whole-space pass runs the model once per group (~5·10³ rows) and bills each candidate at its own
+price — the same numbers as pricing every row (tests/search/test_fast_path.py). Searchers read
+these arrays; the exhaustive searcher is simply an argmin over them.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ TEARDOWN_S = 180.0
 #: ahead one check interval (30 s on GCP) plus teardown before it lets a cluster keep running, so a
 #: plan that spends the budget to the cent would be stopped just before it finishes.
 GUARD_INTERVAL_S = 30.0
+#: ``Space._cache`` key of (representative candidate per group, group of each candidate), where a
+#: group is one (shape, nodes, spot, hazard): candidates whose preemption-model inputs agree.
+_GROUPS = "groups"
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,9 @@ class Space:
     excluded: dict[str, int] = field(default_factory=dict)  # reason → number of candidates left out
     basis: str = ""
     checkpoint_bytes: float = 0.0
-    _full: dict = field(default_factory=dict, repr=False, compare=False)  # deadline → whole-space assessment
+    #: Derived data: whole-space assessments per deadline and, from ``build_space``, the groups of
+    #: candidates that differ only in price (``_GROUPS``). Pass ``_cache={}`` when replacing columns.
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
         return int(self.offering.shape[0])
@@ -87,19 +95,24 @@ class Space:
 
         Costs include the VM teardown (``TEARDOWN_S`` billed at the cluster's price); ``reserve_usd``
         is the launcher's guard headroom a budget must also cover (``GUARD_INTERVAL_S``).
+        The whole-space assessment is cached per deadline.
         """
         if idx is None:  # the searcher, the Pareto front and the explanation all price the whole space
-            if deadline_hours not in self._full:
-                self._full[deadline_hours] = self._assess(deadline_hours, slice(None))
-            return self._full[deadline_hours]
+            key = ("assess", deadline_hours)
+            if key not in self._cache:
+                groups = self._cache.get(_GROUPS)
+                self._cache[key] = (self._assess(deadline_hours, slice(None)) if groups is None
+                                    else self._assess_grouped(deadline_hours, *groups))
+            return self._cache[key]
         return self._assess(deadline_hours, idx)
 
     def _assess(self, deadline_hours: float | None, sel) -> "Priced":
         from cloudfit import spot
 
+        sps, low, high = self.samples_per_second[sel], self.low[sel], self.high[sel]
         a = spot.assess(
-            compute_hours=self.compute_hours[sel],
-            log_sigma=self.log_sigma[sel],
+            compute_hours=self.workload.samples / sps / 3600.0,  # = compute_hours[sel], log_sigma[sel]
+            log_sigma=np.maximum(np.log(high) - np.log(low), 0.0) / (2 * Z90),
             nodes=self.nodes[sel],
             spot=self.spot[sel],
             hazard_per_node_hour=self.hazard_per_node_hour[sel],
@@ -112,6 +125,24 @@ class Space:
         cols = {f.name: getattr(a, f.name) for f in fields(a)}
         cols["cost_usd"] = cols["cost_usd"] + teardown
         cols["cost_p90_usd"] = cols["cost_p90_usd"] + teardown
+        return Priced(**cols, reserve_usd=price * (GUARD_INTERVAL_S / 3600.0))
+
+    def _assess_grouped(self, deadline_hours: float | None, rep: np.ndarray, inv: np.ndarray) -> "Priced":
+        """The whole space priced through one representative per group of candidates that differ
+        only in price (zones of one region, regions at one hazard): the preemption model runs on a
+        few thousand rows, then every candidate gets its group's times and its own price. Equal to
+        ``_assess(deadline_hours, slice(None))`` number for number (tests/search/test_fast_path.py)."""
+        from cloudfit.spot.model import bill
+
+        price = self.price_per_hour
+        if price.size and not np.all(price >= 0):
+            raise UsageError("assess(): log_sigma, hazard_per_node_hour and price_per_hour must be >= 0 and nodes >= 1")
+        g = self._assess(deadline_hours, rep)
+        cols = {f.name: getattr(g, f.name)[inv] for f in fields(Assessment)
+                if f.name not in ("cost_usd", "cost_p90_usd")}
+        teardown = price * (TEARDOWN_S / 3600.0)
+        cols["cost_usd"] = bill(price, cols["hours"]) + teardown
+        cols["cost_p90_usd"] = bill(price, cols["hours_p90"]) + teardown
         return Priced(**cols, reserve_usd=price * (GUARD_INTERVAL_S / 3600.0))
 
     def config(self, i: int) -> ClusterConfig:
@@ -174,38 +205,65 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
     modes = {"allow": (False, True), "never": (False,), "only": (True,)}[workload.spot]
 
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("offering", "nodes", "spot", "price")}
-    oi, ni = np.meshgrid(np.arange(len(offs)), node_counts, indexing="ij")
-    oi, ni = oi.ravel(), ni.ravel()
-    ok = fits[off_shape[oi], ni - 1]
+    fits_off = fits[off_shape]  # offering × nodes
     for is_spot in modes:
-        per_node = sp[oi] if is_spot else od[oi]
-        keep = ok & ~np.isnan(per_node)
+        per_node = sp if is_spot else od
+        priced = ~np.isnan(per_node)
         if is_spot and workload.spot == "allow":
-            n_nospot = int((ok & np.isnan(per_node)).sum())
+            n_nospot = int(fits_off[~priced].sum())
             if n_nospot:
                 excluded["no spot price in the catalog"] = excluded.get("no spot price in the catalog", 0) + n_nospot
-        cols["offering"].append(oi[keep])
-        cols["nodes"].append(ni[keep])
-        cols["spot"].append(np.full(int(keep.sum()), is_spot))
-        cols["price"].append(per_node[keep] * ni[keep])
+        oi, ni = np.nonzero(fits_off & priced[:, None])  # offering-major, then nodes
+        ni = ni + 1
+        cols["offering"].append(oi)
+        cols["nodes"].append(ni)
+        cols["spot"].append(np.full(oi.size, is_spot))
+        cols["price"].append(per_node[oi] * ni)
     offering = np.concatenate(cols["offering"])
     if offering.size == 0:
         raise InfeasibleError("no configuration can hold the model: " + "; ".join(excluded) if excluded
                               else "no configuration left to consider")
     nodes = np.concatenate(cols["nodes"])
     shape = off_shape[offering]
+    at = shape * max_nodes + (nodes - 1)  # row of (shape, nodes) in the prediction table
     accs = [offs[i].accelerator for i in range(len(offs))]
     regs = [offs[i].region for i in range(len(offs))]
-    hz_off = spot.hazards(accs, regs)
+    hz_off = np.asarray(spot.hazards(accs, regs), dtype=float)
+    is_spot = np.concatenate(cols["spot"])
     return Space(
         workload=workload, profile=profile, catalog=cat, shapes=shapes,
-        offering=offering, shape=shape, nodes=nodes, spot=np.concatenate(cols["spot"]),
+        offering=offering, shape=shape, nodes=nodes, spot=is_spot,
         price_per_hour=np.concatenate(cols["price"]),
-        samples_per_second=sps[shape, nodes - 1], low=low[shape, nodes - 1], high=high[shape, nodes - 1],
-        hazard_per_node_hour=np.asarray(hz_off, dtype=float)[offering],
+        samples_per_second=sps.ravel()[at], low=low.ravel()[at], high=high.ravel()[at],
+        hazard_per_node_hour=hz_off[offering],
         excluded=excluded, basis=_basis(table),
         checkpoint_bytes=_checkpoint_bytes(profile),
+        _cache={_GROUPS: _price_groups(shape, nodes, is_spot, hz_off, offering, n_shapes, max_nodes)},
     )
+
+
+def _price_groups(shape, nodes, is_spot, hz_off, offering, n_shapes: int, max_nodes: int):
+    """(representative candidate of each group, group of each candidate) for groups of candidates
+    that differ only in price: the same shape (so the same predictions), nodes and spot, and for
+    spot the same per-node hazard (on-demand ignores it). Any member stands for its group."""
+    _, hz_code = np.unique(hz_off, return_inverse=True)
+    n_hz = int(hz_code.max()) + 1 if hz_code.size else 1
+    hz = np.where(is_spot, hz_code.reshape(-1)[offering] + 1, 0)
+    code = ((shape * max_nodes + (nodes - 1)) * (n_hz + 1) + hz) * 2 + is_spot
+    n_codes = n_shapes * max_nodes * (n_hz + 1) * 2
+    if n_codes <= 8 * code.size + 4096:  # dense table: no sort of the candidates
+        present = np.zeros(n_codes, dtype=bool)
+        present[code] = True
+        dense = np.cumsum(present) - 1
+        inv = dense[code]
+        n_groups = int(dense[-1]) + 1
+    else:
+        _, inv = np.unique(code, return_inverse=True)
+        inv = inv.reshape(-1)
+        n_groups = int(inv.max()) + 1 if inv.size else 0
+    rep = np.empty(n_groups, dtype=np.int64)
+    rep[inv] = np.arange(code.size)  # some member of each group: all give the same answer
+    return rep, inv
 
 
 def _basis(table) -> str:
