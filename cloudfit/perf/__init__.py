@@ -11,7 +11,7 @@ Public API (numpy + standard library only at import and prediction time)::
 How it works: ``prior`` (roofline per op class + all-reduce / parameter-server communication) ×
 a learned correction (xgboost fitted by ``cloudfit model fit``, evaluated here as numpy trees),
 anchored on the profile's own GPU measurements when it has any; the 10–90% band is conformal on
-grouped cross-validation residuals. ``cloudfit model eval`` reports the accuracy.
+grouped cross-validation residuals, per regime and per workload novelty. ``cloudfit model eval`` reports the accuracy.
 """
 
 from __future__ import annotations

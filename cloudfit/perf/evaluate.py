@@ -8,6 +8,10 @@ training rows only) and every baseline are refit without the group. A held-out r
   source, precision, nearest batch): what a profile measured elsewhere provides; and
 * stats-only — from model stats and hardware specs alone.
 
+cloudfit's predictions go through the path `predict_many` ships (``fit.shipped_predictions``: λ per
+single/multi-device, then the linear-scaling cap against the same prediction on one node and on one
+device), and its band is the one `predict_many` would give (per regime, per workload novelty).
+
 Methods: (a) cloudfit (prior × learned correction), (b) TFLOPS-ratio scaling (anchored: measured ×
 peak ratio × device-count ratio; stats-only: one median FLOP efficiency fitted on the training rows),
 (c) a CM-DARE-style SVR (RBF) on GPU TFLOPS, model FLOPs, parameters, batch, devices and nodes
@@ -68,35 +72,31 @@ def run(*, progress: Callable[[str], None] | None = None, inner: bool = True,
         recs: list[dict[str, Any]] = []
         for g, held in fit_mod.group_folds(prep, rows, scheme):
             train = np.setdiff1d(rows, held)
-            fp = fit_mod.prepare_for(prep, train)  # the prior calibrated without the held-out group
-            forest = fit_mod.fit_forest(fp.X[train], fp.y[train], fp.weight[train])
-            f = forest.predict(fp.X)
+            fp, fm = fit_mod.fold_model(prep, train)  # prior calibrated and correction fitted without the group
             cal = fit_mod.calibrate(fp, train) if inner else None
+            lam = cal.anchor_lambda if cal is not None else {"single": 1.0, "multi": 1.0}
             bases = {
-                "cloudfit": fp.prior_sps * np.exp(f),
                 "tflops-ratio": baseline_tflops(prep, train),
                 "svr": baseline_svr(prep, train),
                 "prior": prep.prior_sps,
-                "calibrated-prior": fp.prior_sps,
+                "calibrated-prior": fm.prior_sps,
             }
             preds = {m: fit_mod.predictions(prep, b, held) for m, b in bases.items()}
-            q = None
-            if cal is not None:
-                q = cal.log_quantiles
-                # Anchored cloudfit keeps λ of the correction (chosen by the inner CV, per regime).
-                anch = preds["cloudfit"][0].copy()
-                for key, multi in (("single", False), ("multi", True)):
-                    a_l, _ = fit_mod.predictions(prep, fp.prior_sps * np.exp(cal.anchor_lambda[key] * f), held)
-                    sel = prep.multi[held] == multi
-                    anch[sel] = a_l[sel]
-                preds["cloudfit"] = (anch, preds["cloudfit"][1])
+            # cloudfit exactly as `predict_many` ships it: λ per single/multi, then the linear-scaling cap
+            preds["cloudfit"] = fit_mod.shipped_predictions(fp, fm, held, lam)
+            new = fit_mod.novel(prep, train, held)
+            q = cal.log_quantiles if cal is not None else None
+            scale = fit_mod.band_scale(fit_mod.anchor_jump(fp, fm, held), cal.jump_slope if cal is not None else 0.0)
             for k, i in enumerate(held):
                 rec = {"row": int(i), "group": g, "multi": bool(prep.multi[i]), "measured": float(prep.measured[i]),
-                       "source": str(prep.table["source"][i]), "workload": str(prep.table["workload"][i])}
+                       "source": str(prep.table["source"][i]), "workload": str(prep.table["workload"][i]),
+                       "new_workload": bool(new[k])}
                 for m in METHODS:
                     rec[m] = {"anchored": float(preds[m][0][k]), "stats-only": float(preds[m][1][k])}
                 if q is not None:
-                    rec["band"] = {kind: q[f"{'multi' if rec['multi'] else 'single'}-{kind}"]
+                    regime = "multi" if rec["multi"] else "single"
+                    rec["band"] = {kind: [v * (scale[k] if kind == "anchored" else 1.0)
+                                          for v in q[fit_mod.band_key(f"{regime}-{kind}", new[k])]]
                                    for kind in ("anchored", "stats-only")}
                 recs.append(rec)
             if progress:

@@ -138,6 +138,32 @@ def feature_matrix(w: Work, s: Setup, p: PriorResult, framework_tf) -> np.ndarra
     return X.astype(np.float32).astype(np.float64)
 
 
+#: Two workloads with signatures closer than this (max abs difference) count as the same workload.
+SIGNATURE_TOL = 0.01
+
+
+def signature(w: Work) -> np.ndarray:
+    """Batch-free fingerprint of a workload's stats, (n, 6) or (6,): log tensor FLOPs, parameters and
+    activation bytes per sample, and the conv/matmul/attention shares of tensor FLOPs. The band is
+    wider for workloads whose signature matches none of the training set's (:func:`seen`)."""
+    flops = np.asarray(w.flops, dtype=float)
+    tensor_idx = [OP_CLASSES.index(c) for c in TENSOR]
+    tf = flops[..., tensor_idx].sum(-1)
+    share = [flops[..., OP_CLASSES.index(c)] / np.maximum(tf, 1.0) for c in ("conv", "matmul", "attention")]
+    cols = [_log(tf), _log(w.parameters), _log(w.activation_bytes)] + share
+    out = np.stack([np.asarray(c, dtype=float) for c in np.broadcast_arrays(*cols)], axis=-1)
+    return np.round(out, 6)
+
+
+def seen(sig: np.ndarray, known: np.ndarray, tol: float = SIGNATURE_TOL) -> np.ndarray:
+    """Per row of ``sig`` (n, k): whether some row of ``known`` (m, k) is within ``tol`` everywhere."""
+    sig = np.atleast_2d(sig)
+    known = np.asarray(known, dtype=float).reshape(-1, sig.shape[1])
+    if len(known) == 0:
+        return np.zeros(len(sig), bool)
+    return (np.abs(sig[:, None, :] - known[None, :, :]).max(-1) <= tol).any(1)
+
+
 def setup(accelerators: Sequence[str], precisions: Sequence[str] | str, *, batch, count, nodes, intra_gbps,
           network_gbps, ps=0.0, ps_count=1.0, ps_network_gbps=np.nan) -> Setup:
     """Build a :class:`Setup` for rows of (canonical accelerator, precision, configuration)."""
@@ -163,5 +189,6 @@ def intra_gbps(accelerators: Sequence[str], counts) -> np.ndarray:
     return out
 
 
-__all__ = ["FEATURES", "FEATURE_NAMES", "MONOTONE", "CONSTANTS", "feature_matrix", "setup", "work_from_stats",
+__all__ = ["signature", "seen", "SIGNATURE_TOL",
+           "FEATURES", "FEATURE_NAMES", "MONOTONE", "CONSTANTS", "feature_matrix", "setup", "work_from_stats",
            "hardware_arrays", "intra_gbps"]

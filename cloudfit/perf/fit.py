@@ -3,13 +3,16 @@
 Three fitted pieces, all refitted without the held-out group inside ``cloudfit model eval``:
 
 1. **Prior calibration** (:func:`calibrate_prior`): the prior's tensor-core share κ and memory efficiency
-   are chosen on a grid to best explain how throughput moves *between accelerators* (anchor pairs).
+   are chosen on a grid to best explain how throughput moves *between accelerators* (anchor pairs), then
+   its communication constants (overlap, tail, network efficiency) how it moves *with devices*.
 2. **Learned correction** ``f``: xgboost on ``log(measured / prior)`` over spec, stats and configuration
    features (``cloudfit.perf.features``), monotone in every hardware feature.
 3. **Calibration** (:func:`calibrate`), from grouped out-of-fold predictions (leave-one-accelerator-out
-   and leave-one-model-family-out): λ, the share of ``f`` anchored predictions keep, and the conformal
-   10–90% quantiles per regime (raw quantile models under-cover on unseen models and accelerators —
-   DESIGN.md, known traps).
+   and leave-one-model-family-out) made through the shipped predict path (:func:`shipped_predictions`:
+   anchors, λ, linear-scaling cap): λ, the share of ``f`` anchored predictions keep, and the conformal
+   10–90% quantiles per regime and per workload novelty (a workload whose stats signature is in the
+   training set, or a new one), anchored bands normalised by the hardware jump from the anchors (raw
+   quantile models under-cover on unseen models and accelerators — DESIGN.md, known traps).
 
 Predictions (``cloudfit.perf.model``): stats-only ``prior(q)·exp(f(q))``; anchored on a profile's
 measurements ``a``: ``prior(q)·exp(λf(q))`` × mean over anchors of ``measured(a) / (prior(a)·exp(λf(a)))``
@@ -41,7 +44,7 @@ from cloudfit.perf import features, prior
 from cloudfit.perf.trees import Forest, export_booster
 from cloudfit.types import OP_CLASSES
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 REGIMES = ("single-anchored", "single-stats-only", "multi-anchored", "multi-stats-only")
 ALPHA_LOW, ALPHA_HIGH = 0.10, 0.90
 
@@ -81,9 +84,17 @@ class Prepared:
     anchors: list[np.ndarray]  # per row: indices of anchor rows (other accelerators)
     weight: np.ndarray
     aux: dict[str, np.ndarray]  # raw quantities the baselines use (peak, flops, params, batch, devices, nodes)
+    anchor_weights: np.ndarray  # (n, n): row i's normalised weights over its anchors (all zero: no anchor)
+    signature: np.ndarray  # (n, k): batch-free workload signature (features.signature) per row
+    #: The one-node (rows 0..n-1) and one-device (rows n..2n-1) versions of every row, as the shipped
+    #: predict path builds them for its linear-scaling cap (``model._cap_scaling``); None inside itself.
+    variants: "Prepared | None" = None
+    #: per multi-device row: the same workload's single-device rows on the *same* accelerator (nearest batch)
+    scaling_pairs: list[np.ndarray] = dataclasses.field(default_factory=list)
 
 
-def prepare(table: data_mod.Table | None = None, constants: dict[str, float] | None = None) -> Prepared:
+def prepare(table: data_mod.Table | None = None, constants: dict[str, float] | None = None, *,
+            with_variants: bool = True) -> Prepared:
     t = table or data_mod.load_table()
     work, setup, tf = data_mod.table_inputs(t)
     measured = t["samples_per_second"]
@@ -92,9 +103,43 @@ def prepare(table: data_mod.Table | None = None, constants: dict[str, float] | N
     aux = {"peak_tflops": setup.peak_tflops, "mem_bw_gbps": setup.mem_bw_gbps, "flops_per_sample": work.flops[:, tensor].sum(1),
            "parameters": work.parameters, "batch": setup.batch, "devices": setup.count * setup.nodes,
            "nodes": setup.nodes}
+    if with_variants:
+        anchors = anchor_candidates(t)
+        W, variants = anchor_weight_matrix(anchors, np.log(setup.batch)), _prepare_variants(t)
+    else:  # the variants themselves: predicted from their row's anchors, never anchors themselves
+        anchors, W, variants = [np.zeros(0, dtype=int)] * len(t), np.zeros((0, 0)), None
     base = Prepared(t, work, setup, tf, {}, np.zeros((0, 0)), np.zeros(0), np.zeros(0), measured, multi,
-                    anchor_candidates(t), row_weights(t), aux)
+                    anchors, row_weights(t), aux, W, features.signature(work), variants,
+                    anchor_candidates(t, same_accelerator=True) if with_variants else [])
     return with_constants(base, constants or dict(prior.CONSTANTS))
+
+
+def _prepare_variants(t: data_mod.Table) -> Prepared:
+    """Rows 0..n-1: every row on one node (same devices per node); rows n..2n-1: on one device. Like
+    ``model._variant``: the same accelerator, batch, precision and parallelism, no inter-node link."""
+    n = len(t)
+    v = t.take(np.concatenate([np.arange(n), np.arange(n)]))
+    cols = dict(v.columns)
+    one_dev = np.arange(2 * n) >= n
+    cols["count"] = np.where(one_dev, 1.0, v["count"])
+    cols["nodes"] = np.ones(2 * n)
+    cols["network_gbps"] = np.full(2 * n, np.nan)
+    cols["intra_gbps"] = np.where(one_dev, np.nan, v["intra_gbps"])
+    return prepare(data_mod.Table(cols, t.stats), with_variants=False)
+
+
+def anchor_weight_matrix(anchors: list[np.ndarray], log_batch: np.ndarray) -> np.ndarray:
+    """Dense (n, n) matrix W with W[i, a] = the weight of anchor a in row i's anchored prediction,
+    exactly as :func:`cloudfit.perf.model.combine_anchors` weighs them; so an anchored prediction is
+    ``base_i · exp(W[i] @ log(measured / base))``."""
+    from cloudfit.perf.model import anchor_weights
+
+    n = len(anchors)
+    W = np.zeros((n, n))
+    for i, a in enumerate(anchors):
+        if len(a):
+            W[i, a] = anchor_weights(log_batch[i:i + 1], log_batch[a])[0]
+    return W
 
 
 def with_constants(prep: Prepared, constants: dict[str, float]) -> Prepared:
@@ -102,7 +147,8 @@ def with_constants(prep: Prepared, constants: dict[str, float]) -> Prepared:
     p = prior.prior(prep.work, prep.setup, constants)
     X = features.feature_matrix(prep.work, prep.setup, p, prep.framework_tf)
     y = np.log(prep.measured / p.samples_per_second)
-    return dataclasses.replace(prep, constants=dict(constants), X=X, y=y, prior_sps=p.samples_per_second)
+    v = with_constants(prep.variants, constants) if prep.variants is not None else None
+    return dataclasses.replace(prep, constants=dict(constants), X=X, y=y, prior_sps=p.samples_per_second, variants=v)
 
 
 #: Prior constants calibrated on the training rows, and the values searched (deterministic).
@@ -110,29 +156,52 @@ CALIBRATED = {
     "tensor_core_share": (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
     "eta_mem": (0.1, 0.15, 0.2, 0.3, 0.4, 0.6, 0.8, 1.2, 1.6, 2.4),
 }
+#: Communication constants, calibrated second on data-parallel scaling (see :func:`calibrate_prior`).
+CALIBRATED_COMM = {
+    "backward_share": (0.0, 1.0 / 3.0, 2.0 / 3.0),
+    "tail": (0.1, 0.2, 0.4, 1.0),
+    "eta_net": (0.5, 0.85),
+}
 
 
 def calibrate_prior(prep: Prepared, rows: np.ndarray) -> dict[str, float]:
-    """Prior constants that best explain how throughput moves between accelerators on ``rows``:
-    grid search over :data:`CALIBRATED` minimising the mean |log error| of prior ratios over
-    anchor pairs (same source, workload, precision and batch on two accelerators). Only relative
-    hardware scaling enters, so the workloads' absolute efficiencies (left to the learned correction)
-    cannot bias it."""
-    inside = np.zeros(len(prep.measured), bool)
+    """Prior constants that best explain how throughput moves on ``rows``, by grid search (mean |log
+    error| of prior *ratios*, so the workloads' absolute efficiencies — left to the learned correction —
+    cannot bias them):
+
+    1. :data:`CALIBRATED` (κ, η_mem) on how throughput moves *between accelerators*: anchor pairs (same
+       source, workload, precision and batch, single device, two accelerators);
+    2. then :data:`CALIBRATED_COMM` (overlap, tail, network efficiency) on how it moves *with devices*:
+       scaling pairs (a multi-device row and the same workload's single-device row on the same
+       accelerator, same source and precision, nearest batch).
+    """
+    c = dict(prior.CONSTANTS)
+    c = _grid_search(prep, _pairs(prep.anchors, rows), c, CALIBRATED)
+    return _grid_search(prep, _pairs(prep.scaling_pairs, rows), c, CALIBRATED_COMM)
+
+
+def _pairs(partners: list[np.ndarray], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(query, partner) index pairs with both ends inside ``rows``."""
+    inside = np.zeros(len(partners), bool)
     inside[rows] = True
     q_idx, a_idx = [], []
     for i in rows:
-        for j in prep.anchors[i]:
+        for j in partners[i]:
             if inside[j]:
                 q_idx.append(i)
                 a_idx.append(j)
-    c = dict(prior.CONSTANTS)
-    if not q_idx:
+    return np.array(q_idx, dtype=int), np.array(a_idx, dtype=int)
+
+
+def _grid_search(prep: Prepared, pairs: tuple[np.ndarray, np.ndarray], c: dict[str, float],
+                 grid: dict[str, tuple[float, ...]]) -> dict[str, float]:
+    q_idx, a_idx = pairs
+    if not len(q_idx):
         return c
     used = np.unique(np.concatenate([q_idx, a_idx]))
     pos = np.full(len(prep.measured), -1)
     pos[used] = np.arange(len(used))
-    q, a = pos[np.array(q_idx)], pos[np.array(a_idx)]
+    q, a = pos[q_idx], pos[a_idx]
     work = prior.Work(prep.work.flops[used], prep.work.bytes[used], prep.work.parameters[used],
                       prep.work.gradient_bytes[used], prep.work.activation_bytes[used])
     setup = prior.Setup(*(np.asarray(getattr(prep.setup, f.name))[used] for f in dataclasses.fields(prior.Setup)))
@@ -143,8 +212,8 @@ def calibrate_prior(prep: Prepared, rows: np.ndarray) -> dict[str, float]:
         return float(np.mean(np.abs(target - np.log(sps[q] / sps[a]))))
 
     best = (error(c), c)
-    keys = sorted(CALIBRATED)
-    for values in itertools.product(*(CALIBRATED[k] for k in keys)):
+    keys = sorted(grid)
+    for values in itertools.product(*(grid[k] for k in keys)):
         trial = dict(c, **dict(zip(keys, values)))
         e = error(trial)
         if e < best[0] - 1e-12:
@@ -167,9 +236,12 @@ def row_weights(t: data_mod.Table) -> np.ndarray:
     return w / w.mean()
 
 
-def anchor_candidates(t: data_mod.Table) -> list[np.ndarray]:
+def anchor_candidates(t: data_mod.Table, *, same_accelerator: bool = False) -> list[np.ndarray]:
     """For each row, the single-device rows of the same source, workload and precision on *another*
-    accelerator, at the nearest batch size: what a profile measured elsewhere would hold."""
+    accelerator, at the nearest batch size: what a profile measured elsewhere would hold.
+
+    ``same_accelerator``: instead, for each multi-device row, those on its *own* accelerator (the
+    scaling pairs the communication constants are calibrated on); none for single-device rows."""
     n = len(t)
     single = (t["count"] * t["nodes"]) == 1
     key = [f"{s}|{w}|{p}" for s, w, p in zip(t["source"], t["workload"], t["precision"])]
@@ -180,7 +252,10 @@ def anchor_candidates(t: data_mod.Table) -> list[np.ndarray]:
     lb = np.log(t["batch_per_device"])
     out = []
     for i in range(n):
-        cand = [j for j in by_key.get(key[i], []) if t["accelerator"][j] != t["accelerator"][i]]
+        if same_accelerator:
+            cand = [j for j in by_key.get(key[i], []) if t["accelerator"][j] == t["accelerator"][i] and not single[i]]
+        else:
+            cand = [j for j in by_key.get(key[i], []) if t["accelerator"][j] != t["accelerator"][i]]
         if cand:
             d = np.abs(lb[cand] - lb[i])
             cand = [c for c, dd in zip(cand, d) if dd <= d.min() + 1e-9]
@@ -215,17 +290,106 @@ def predictions(prep: Prepared, base: np.ndarray, rows: np.ndarray) -> tuple[np.
     """(anchored, stats-only) predicted samples/s for ``rows`` from a model's stats-only prediction
     ``base`` for every row of the table. Anchored combines the row's anchors exactly as prediction
     does (:func:`cloudfit.perf.model.combine_anchors`); it is NaN where a row has no anchor."""
-    from cloudfit.perf.model import combine_anchors
-
     stats_only = base[rows]
-    anchored = np.full(len(rows), np.nan)
-    lbt = np.log(prep.aux["batch"])
-    for k, i in enumerate(rows):
-        a = prep.anchors[i]
-        if len(a):
-            pred, _ = combine_anchors(base[i:i + 1], lbt[i:i + 1], np.log(prep.measured[a] / base[a]), lbt[a])
-            anchored[k] = pred[0]
+    W = prep.anchor_weights[rows]
+    has = W.sum(1) > 0
+    anchored = np.where(has, stats_only * np.exp(W @ np.log(prep.measured / base)), np.nan)
     return anchored, stats_only
+
+
+@dataclass(frozen=True)
+class FoldModel:
+    """What one fold's fitted model says about every row and its cap variants: the calibrated prior
+    and the learned correction ``f`` (log), as arrays over the table."""
+
+    prior_sps: np.ndarray
+    f: np.ndarray
+    prior_v: np.ndarray  # over prep.variants: one node (first n), one device (last n)
+    f_v: np.ndarray
+
+
+def fold_model(prep: Prepared, train: np.ndarray, *, params=None, rounds: int = N_ROUNDS) -> tuple[Prepared, FoldModel]:
+    """Calibrate the prior and fit the correction on ``train`` only; evaluate both on every row."""
+    fp = prepare_for(prep, train)
+    forest = fit_forest(fp.X[train], fp.y[train], fp.weight[train], params=params, rounds=rounds)
+    v = fp.variants
+    return fp, FoldModel(fp.prior_sps, forest.predict(fp.X), v.prior_sps, forest.predict(v.X))
+
+
+def shipped_predictions(prep: Prepared, fm: FoldModel, rows: np.ndarray, lam: dict[str, float],
+                        *, cap: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(anchored, stats-only) samples/s for ``rows`` exactly as ``model.predict_many`` computes them:
+    stats-only ``prior·exp(f)``; anchored ``prior·exp(λf)`` × the anchors' weighted ``measured /
+    (prior·exp(λf))``, λ by single/multi-device; then the linear-scaling cap against the same
+    prediction on one node and on one device."""
+    n = len(prep.measured)
+    v = prep.variants
+    dev = prep.setup.count * prep.setup.nodes
+    dev_v = v.setup.count * v.setup.nodes
+    lam_q = np.where(dev > 1, lam["multi"], lam["single"])
+    lam_v = np.where(dev_v > 1, lam["multi"], lam["single"])
+    logm = np.log(prep.measured)
+    W = prep.anchor_weights[rows]
+    has = W.sum(1) > 0
+
+    def anchored(log_prior_q, f_q, lam_rows):
+        # Σ_a W[i,a]·(log measured_a − log prior_a − λ_i f_a), λ_i the query's λ
+        shift = W @ (logm - np.log(fm.prior_sps)) - lam_rows * (W @ fm.f)
+        return np.where(has, np.exp(log_prior_q + lam_rows * f_q + shift), np.nan)
+
+    anch = anchored(np.log(fm.prior_sps[rows]), fm.f[rows], lam_q[rows])
+    stat = fm.prior_sps[rows] * np.exp(fm.f[rows])
+    if not cap:
+        return anch, stat
+    nodes = prep.setup.nodes[rows]
+    devices = dev[rows]
+    out = []
+    for pred, kind in ((anch, "anchored"), (stat, "stats-only")):
+        lim = []
+        for off, mult in ((0, nodes), (n, devices)):
+            idx = rows + off
+            if kind == "anchored":
+                base = anchored(np.log(fm.prior_v[idx]), fm.f_v[idx], lam_v[idx])
+            else:
+                base = fm.prior_v[idx] * np.exp(fm.f_v[idx])
+            lim.append(mult * base)
+        capped = np.minimum(pred, np.minimum(lim[0], lim[1]))
+        out.append(np.where(devices > 1, capped, pred))
+    return out[0], out[1]
+
+
+def anchor_jump(prep: Prepared, fm: FoldModel, rows: np.ndarray) -> np.ndarray:
+    """How far each row's hardware is from its anchors': Σₐ W[i,a]·|log(prior₁(i) / prior(a))|, with
+    prior₁ the row's one-device prior (so device counts do not count as a jump); 0 without anchors.
+    The anchored band widens with it (:func:`band_scale`), as ``model.predict_many`` does."""
+    n = len(prep.measured)
+    p1 = np.where(prep.multi[rows], fm.prior_v[n + rows], fm.prior_sps[rows])
+    W = prep.anchor_weights[rows]
+    return (W * np.abs(np.log(p1)[:, None] - np.log(fm.prior_sps)[None, :])).sum(1)
+
+
+def band_scale(jump: np.ndarray, slope: float) -> np.ndarray:
+    """Normalised-conformal scale of an anchored prediction's band: 1 + slope × jump."""
+    return 1.0 + slope * np.asarray(jump, dtype=float)
+
+
+JUMP_SLOPE_MAX = 2.0
+
+
+def fit_jump_slope(abs_res: np.ndarray, jump: np.ndarray) -> float:
+    """``slope`` in |log residual| ≈ a·(1 + slope·jump), by least squares on out-of-fold anchored
+    residuals, clipped to [0, JUMP_SLOPE_MAX] (rounded: the model file must rebuild bit-for-bit)."""
+    if len(abs_res) < 10 or np.ptp(jump) <= 0:
+        return 0.0
+    b, a = np.polyfit(jump, abs_res, 1)
+    if a <= 0:
+        return JUMP_SLOPE_MAX if b > 0 else 0.0
+    return float(round(min(max(b / a, 0.0), JUMP_SLOPE_MAX), 3))
+
+
+def novel(prep: Prepared, train: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Whether each of ``rows`` has a workload unlike every workload in ``train`` (by signature)."""
+    return ~features.seen(prep.signature[rows], np.unique(prep.signature[train], axis=0))
 
 
 # --------------------------------------------------------------------------------------------
@@ -249,37 +413,38 @@ class Calibration:
     keep (λ per single/multi-device), and the band's conformal log-quantiles per regime."""
 
     anchor_lambda: dict[str, float]  # "single" / "multi" → λ
-    log_quantiles: dict[str, list[float]]
+    log_quantiles: dict[str, list[float]]  # anchored bands: of residual / band_scale (normalised)
     residual_counts: dict[str, int]
+    jump_slope: float = 0.0
 
 
 def calibrate(prep: Prepared, rows: np.ndarray, *, params=None, rounds: int = N_ROUNDS,
               progress: Callable[[str], None] | None = None) -> Calibration:
     """Grouped out-of-fold predictions over ``rows`` (leave-one-accelerator-out and leave-one-model-
-    family-out): choose λ, the share of the correction that anchored predictions keep
-    (``prior·exp(λ·f)`` as the base on both ends), by out-of-fold MAPE; then take the conformal
-    quantiles of the out-of-fold log residuals per regime."""
-    # (scheme, held-out rows, stats-only prediction and prior for every row); each fold calibrates its prior
-    folds: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []
+    family-out), through the shipped path (:func:`shipped_predictions`, capped): choose λ, the share of
+    the correction that anchored predictions keep, by out-of-fold MAPE — single-device first, then
+    multi-device (whose cap uses the single-device λ); then the conformal quantiles of the out-of-fold
+    log residuals per regime and per novelty (workload seen in the fold's training rows or new)."""
+    folds: list[tuple[np.ndarray, np.ndarray, FoldModel, str]] = []
     for scheme in ("accelerator", "model"):
         for g, held in group_folds(prep, rows, scheme):
             train = np.setdiff1d(rows, held)
             if len(train) < 20:
                 continue
-            fp = prepare_for(prep, train)
-            forest = fit_forest(fp.X[train], fp.y[train], fp.weight[train], params=params, rounds=rounds)
-            folds.append((scheme, held, fp.prior_sps * np.exp(forest.predict(fp.X)), fp.prior_sps))
+            _, fm = fold_model(prep, train, params=params, rounds=rounds)
+            folds.append((held, novel(prep, train, held), fm, scheme))
             if progress:
                 progress(f"{scheme}:{g}")
     # λ: minimise the worse of the two schemes' out-of-fold MAPE, and keep λ > 0 only if it beats λ = 0
     # by LAMBDA_MARGIN in *both* schemes (the correction must earn its place in anchored predictions).
-    lam: dict[str, float] = {}
+    lam = {"single": 0.0, "multi": 0.0}
     for multi, key in ((False, "single"), (True, "multi")):
         scores: dict[float, dict[str, float]] = {}
         for la in LAMBDA_GRID:
+            trial = dict(lam, **{key: la})
             ape: dict[str, list[float]] = {"accelerator": [], "model": []}
-            for scheme, held, full, pri in folds:
-                anch, _ = predictions(prep, pri * (full / pri) ** la, held)
+            for held, _, fm, scheme in folds:
+                anch, _ = shipped_predictions(prep, fm, held, trial, cap=multi)
                 sel = ~np.isnan(anch) & (prep.multi[held] == multi)
                 ape[scheme].extend(np.abs(anch[sel] / prep.measured[held][sel] - 1).tolist())
             scores[la] = {k: float(np.mean(v)) for k, v in ape.items() if v}
@@ -290,33 +455,51 @@ def calibrate(prep: Prepared, rows: np.ndarray, *, params=None, rounds: int = N_
             if sc and all(sc[k] <= zero[k] - LAMBDA_MARGIN for k in sc) and max(sc.values()) < max(scores[best].values()) - 1e-12:
                 best = la
         lam[key] = best
-    res: dict[str, list[float]] = {r: [] for r in REGIMES}
-    for _, held, full, pri in folds:
+    out = []
+    for held, new, fm, _ in folds:
+        anch, stat = shipped_predictions(prep, fm, held, lam)
+        out.append((held, new, anch, stat, anchor_jump(prep, fm, held)))
+    # The anchored band widens with the hardware jump from the anchors (normalised conformal).
+    ok_all = [~np.isnan(a) for _, _, a, _, _ in out]
+    slope = fit_jump_slope(np.concatenate([np.abs(np.log(prep.measured[h][ok] / a[ok]))
+                                           for (h, _, a, _, _), ok in zip(out, ok_all)]),
+                           np.concatenate([j[ok] for (_, _, _, _, j), ok in zip(out, ok_all)]))
+    res: dict[str, list[float]] = {band_key(r, nv): [] for r in REGIMES for nv in (False, True)}
+    for held, new, anch, stat, jump in out:
         meas = prep.measured[held]
-        stat = full[held]
+        scale = band_scale(jump, slope)
         for multi in (False, True):
             key = "multi" if multi else "single"
-            anch, _ = predictions(prep, pri * (full / pri) ** lam[key], held)
-            sel = prep.multi[held] == multi
-            ok = sel & ~np.isnan(anch)
-            res[f"{key}-anchored"].extend(np.log(meas[ok] / anch[ok]).tolist())
-            res[f"{key}-stats-only"].extend(np.log(meas[sel] / stat[sel]).tolist())
+            for nv in (False, True):
+                sel = (prep.multi[held] == multi) & (new == nv)
+                ok = sel & ~np.isnan(anch)
+                res[band_key(f"{key}-anchored", nv)].extend((np.log(meas[ok] / anch[ok]) / scale[ok]).tolist())
+                res[band_key(f"{key}-stats-only", nv)].extend(np.log(meas[sel] / stat[sel]).tolist())
     arr = {k: np.array(v) for k, v in res.items()}
-    return Calibration(lam, conformal_quantiles(arr), {k: int(len(v)) for k, v in arr.items()})
+    return Calibration(lam, conformal_quantiles(arr), {k: int(len(v)) for k, v in arr.items()}, slope)
+
+
+def band_key(regime: str, new: bool) -> str:
+    """Key of a band: regime (single/multi × anchored/stats-only) and whether the workload is new."""
+    return f"{regime}|{'new' if new else 'seen'}"
 
 
 def conformal_quantiles(res: dict[str, np.ndarray]) -> dict[str, list[float]]:
-    """Finite-sample split-conformal 10% and 90% quantiles of each regime's residuals; a regime with
-    few residuals borrows the pooled ones of its kind."""
+    """Finite-sample split-conformal 10% and 90% quantiles of each band's residuals (keys
+    ``regime|seen`` / ``regime|new``); a band with few residuals borrows the pooled ones of its regime,
+    then of its kind (anchored / stats-only)."""
     out = {}
-    for r in REGIMES:
-        v = res.get(r, np.array([]))
+    for key in sorted(res):
+        regime = key.split("|")[0]
+        v = res[key]
         if len(v) < 10:
-            kind = r.split("-", 1)[1]
-            v = np.concatenate([res[k] for k in REGIMES if k.endswith(kind)] + [np.array([])])
+            v = np.concatenate([res[k] for k in res if k.split("|")[0] == regime])
+        if len(v) < 10:
+            kind = regime.split("-", 1)[1]
+            v = np.concatenate([res[k] for k in res if k.split("|")[0].endswith(kind)])
         if len(v) == 0:
             v = np.concatenate(list(res.values()))
-        out[r] = [conformal_quantile(v, ALPHA_LOW), conformal_quantile(v, ALPHA_HIGH)]
+        out[key] = [conformal_quantile(v, ALPHA_LOW), conformal_quantile(v, ALPHA_HIGH)]
     return out
 
 
@@ -365,7 +548,12 @@ def fit_model(*, measurements: Path | None = None, stats: Path | None = None,
         "band": {"levels": [ALPHA_LOW, ALPHA_HIGH], "log_quantiles": cal.log_quantiles,
                  "residuals": cal.residual_counts,
                  "method": "split-conformal on grouped out-of-fold residuals (leave-one-accelerator-out + "
-                           "leave-one-model-family-out)"},
+                           "leave-one-model-family-out) through the capped predict path, per regime and per "
+                           "workload novelty (signature seen in the training rows or new); anchored bands "
+                           "scale by 1 + anchor_jump_slope × the hardware jump from the anchors",
+                 "anchor_jump_slope": cal.jump_slope,
+                 "seen_signatures": [[float(x) for x in r] for r in np.unique(prep.signature[rows], axis=0)],
+                 "signature_tolerance": features.SIGNATURE_TOL},
         "training": {"rows": int(len(rows)), "measurements_sha256": digest(mpath), "stats_sha256": digest(spath)},
         "forest": booster,
     }

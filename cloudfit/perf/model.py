@@ -21,7 +21,7 @@ from cloudfit.perf import features, prior
 from cloudfit.perf.trees import Forest
 from cloudfit.types import PRECISIONS, Measurement, Prediction, Profile
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 PARALLELISMS = ("allreduce", "ps")
 DEFAULT_PRECISION = "fp16"
 #: A profile's measurements at a batch size far from the query's count less:
@@ -84,11 +84,19 @@ class PredictionTable:
 @dataclass(frozen=True)
 class FittedModel:
     forest: Forest
-    log_quantiles: dict[str, tuple[float, float]]
+    log_quantiles: dict[str, tuple[float, float]]  # "regime|seen" / "regime|new" → (low, high) in log
     anchor_lambda: dict[str, float]
     constants: dict[str, float]
     version: str
     path: str
+    seen_signatures: np.ndarray = field(default_factory=lambda: np.zeros((0, 6)))
+    signature_tolerance: float = features.SIGNATURE_TOL
+    jump_slope: float = 0.0  # anchored bands scale by 1 + jump_slope × hardware jump from the anchors
+
+    def novel(self, work: prior.Work) -> bool:
+        """Whether a workload is unlike every training workload (its predictions get the wider band)."""
+        return not bool(features.seen(features.signature(work), self.seen_signatures,
+                                      self.signature_tolerance)[0])
 
 
 def model_path() -> Path:
@@ -114,8 +122,10 @@ def load_model(path: str | None = None) -> FittedModel:
         raise ModelError(f"performance model {p} was fitted on other features; rebuild it with `cloudfit model fit`")
     q = {k: (float(v[0]), float(v[1])) for k, v in doc["band"]["log_quantiles"].items()}
     lam = {k: float(v) for k, v in doc["anchor_lambda"].items()}
+    sigs = np.array(doc["band"]["seen_signatures"], dtype=float).reshape(-1, 6)
     return FittedModel(Forest.from_dict(doc["forest"]), q, lam, dict(doc["prior_constants"]),
-                       "sha256:" + hashlib.sha256(raw).hexdigest()[:16], str(p))
+                       "sha256:" + hashlib.sha256(raw).hexdigest()[:16], str(p), sigs,
+                       float(doc["band"]["signature_tolerance"]), float(doc["band"]["anchor_jump_slope"]))
 
 
 def model_version(path: str | None = None) -> str:
@@ -133,17 +143,23 @@ class _Anchors:
     correction: np.ndarray  # the learned correction f at the anchor
     log_batch: np.ndarray
     labels: tuple[str, ...]
+    log_prior_per_device: np.ndarray  # log(prior / devices) at each anchor: where its hardware sits
+
+
+def anchor_weights(log_batch_q: np.ndarray, log_batch_a: np.ndarray) -> np.ndarray:
+    """(queries, anchors) batch-similarity weights exp(−|Δ log batch| / ANCHOR_SCALE), rows summing to 1.
+    Shared by prediction and cross-validation (``fit.anchor_weight_matrix``)."""
+    d = np.abs(np.asarray(log_batch_q, dtype=float)[:, None] - np.asarray(log_batch_a, dtype=float)[None, :])
+    w = np.exp(-(d - d.min(axis=1, keepdims=True)) / ANCHOR_SCALE)
+    return w / w.sum(1, keepdims=True)
 
 
 def combine_anchors(base_q: np.ndarray, log_batch_q: np.ndarray, log_factor_a: np.ndarray,
                     log_batch_a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Anchored prediction base(q) × exp(Σ wₐ·log factorₐ / Σ wₐ), with factorₐ = measured(a) /
-    stats-only prediction(a) and batch-similarity weights wₐ; also each query's heaviest anchor.
-    Shared by prediction and cross-validation."""
-    d = np.abs(np.asarray(log_batch_q, dtype=float)[:, None] - np.asarray(log_batch_a, dtype=float)[None, :])
-    w = np.exp(-(d - d.min(axis=1, keepdims=True)) / ANCHOR_SCALE)
-    factor = (w * log_factor_a[None, :]).sum(1) / w.sum(1)
-    return base_q * np.exp(factor), np.argmax(w, axis=1)
+    """Anchored prediction base(q) × exp(Σ wₐ·log factorₐ), with factorₐ = measured(a) / stats-only
+    prediction(a) and :func:`anchor_weights` wₐ; also each query's heaviest anchor."""
+    w = anchor_weights(log_batch_q, log_batch_a)
+    return base_q * np.exp(w @ log_factor_a), np.argmax(w, axis=1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -240,7 +256,8 @@ def _anchors(m: FittedModel, profile: Profile, work: prior.Work) -> _Anchors | N
     _, p, f = _evaluate(m, work, r)
     labels = tuple(f"{u.accelerator}×{u.count} bs{u.batch_size_per_device} {u.precision}" for u in usable)
     meas_sps = np.array([u.samples_per_second for u in usable])
-    return _Anchors(np.log(meas_sps / p.samples_per_second), f, np.log(r["batch"]), labels)
+    return _Anchors(np.log(meas_sps / p.samples_per_second), f, np.log(r["batch"]), labels,
+                    np.log(p.samples_per_second / r["count"]))
 
 
 def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_file: str | None = None) -> PredictionTable:
@@ -272,24 +289,30 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     anchors = _anchors(m, profile, work)
     devices = r["count"] * r["nodes"]
     multi = devices > 1
+    band_scale = np.ones(len(uq))
     if anchors is not None:
         # Anchored: prior·exp(λ·f) on both ends, λ per single/multi-device chosen by grouped CV.
-        sps = np.empty(len(uq))
-        best = np.zeros(len(uq), dtype=int)
-        for key, sel in (("single", ~multi), ("multi", multi)):
-            if sel.any():
-                lam = m.anchor_lambda[key]
-                sps[sel], best[sel] = combine_anchors(
-                    p.samples_per_second[sel] * np.exp(lam * f[sel]), np.log(r["batch"][sel]),
-                    anchors.log_over_prior - lam * anchors.correction, anchors.log_batch)
+        w = anchor_weights(np.log(r["batch"]), anchors.log_batch)
+        lam = np.where(multi, m.anchor_lambda["multi"], m.anchor_lambda["single"])
+        shift = w @ anchors.log_over_prior - lam * (w @ anchors.correction)
+        sps = p.samples_per_second * np.exp(lam * f + shift)
         kind = "anchored"
         n_a = len(anchors.labels)
-        basis = [f"anchored on {anchors.labels[b]}" + (f" (+{n_a - 1} more)" if n_a > 1 else "") for b in best]
+        basis = [f"anchored on {anchors.labels[b]}" + (f" (+{n_a - 1} more)" if n_a > 1 else "")
+                 for b in np.argmax(w, axis=1)]
+        # The band widens with the hardware jump from the anchors (one-device prior vs theirs).
+        dev1 = np.arange(len(uq))
+        for i, (_, d1) in base.items():
+            dev1[i] = d1
+        jump = (w * np.abs(np.log(p.samples_per_second[dev1])[:, None] - anchors.log_prior_per_device[None, :])).sum(1)
+        band_scale = 1.0 + m.jump_slope * jump
     else:
         sps, kind, basis = p.samples_per_second * np.exp(f), "stats-only", ["stats-only"] * len(uq)
     sps = _cap_scaling(sps, r, base)
-    lo_q = np.array([m.log_quantiles[f"{'multi' if mu else 'single'}-{kind}"][0] for mu in multi])
-    hi_q = np.array([m.log_quantiles[f"{'multi' if mu else 'single'}-{kind}"][1] for mu in multi])
+    novelty = "new" if m.novel(work) else "seen"
+    q_single, q_multi = m.log_quantiles[f"single-{kind}|{novelty}"], m.log_quantiles[f"multi-{kind}|{novelty}"]
+    lo_q = np.where(multi, q_multi[0], q_single[0]) * band_scale
+    hi_q = np.where(multi, q_multi[1], q_single[1]) * band_scale
     step = devices * r["batch"] / sps
     scale = step / p.step_time_s  # split the final step time in the prior's proportions
     compute, comm = p.compute_s * scale, p.communication_s * scale

@@ -70,3 +70,27 @@ def test_nested_calibration_reports_band_coverage(small):
     report = evaluate.run(prep=small, inner=True, schemes=("accelerator",))
     blk = report["schemes"]["accelerator"]["single-anchored"]
     assert 0.0 <= blk["coverage"] <= 1.0
+
+
+def test_scaling_pairs_are_the_same_workload_on_the_same_accelerator(small):
+    t = small.table
+    n_pairs = 0
+    for i, partners in enumerate(small.scaling_pairs):
+        if not small.multi[i]:
+            assert len(partners) == 0
+        for j in partners:
+            assert t["accelerator"][j] == t["accelerator"][i]
+            assert t["workload"][j] == t["workload"][i] and t["source"][j] == t["source"][i]
+            assert t["count"][j] * t["nodes"][j] == 1
+            n_pairs += 1
+    assert n_pairs > 0
+
+
+def test_comm_calibration_sees_only_its_rows(small):
+    rows = np.arange(len(small.y))
+    held = rows[small.table["workload"] == small.table["workload"][np.argmax(small.multi)]]
+    train = np.setdiff1d(rows, held)
+    b = fit.calibrate_prior(small, train)
+    scrambled = fit.dataclasses.replace(small, measured=np.where(np.isin(rows, held), 1.0, small.measured))
+    assert fit.calibrate_prior(scrambled, train) == b
+    assert set(fit.CALIBRATED_COMM) <= set(b)
