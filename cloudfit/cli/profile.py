@@ -18,7 +18,8 @@ DEFAULT_WARMUP = 2
 
 @app.command("run")
 def run(
-    model: str = typer.Argument(..., help="A zoo model (see `cloudfit models`), or the name to record for --model-file."),
+    model: Optional[str] = typer.Argument(
+        None, help="A zoo model (see `cloudfit models`), or the name to record for --model-file (default: the file's stem)."),
     model_file: Optional[str] = typer.Option(
         None, "--model-file", metavar="PATH.py:FACTORY",
         help="Profile your own model: FACTORY() returns (model, make_batch[, loss]); make_batch(batch_size, device)."),
@@ -41,6 +42,8 @@ def run(
     from cloudfit.profiling import io, zoo
     from cloudfit.types import Profile
 
+    if model is None and not model_file:
+        raise ProfileError("give a zoo MODEL (see `cloudfit models`) or --model-file path/to/file.py:factory")
     if batch_size is not None and batch_size < 1:
         raise ProfileError(f"batch size must be a positive integer, got {batch_size}")
     if not stats_only:
@@ -48,10 +51,10 @@ def run(
 
         check_run_options(steps=steps, warmup=warmup, precision=precision, device=device, batch_size=batch_size)
     with _Progress() as bar:
-        bar.phase(f"building {model}")
+        bar.phase(f"building {model or model_file}")
         if model_file:
             zm = zoo.load_user_model(model_file)
-            zm.name = model
+            model = zm.name = model or zm.name
         else:
             # Counting alone needs no weights: build on the meta device (instant, no memory).
             zm = zoo.build(model, device="meta" if stats_only else None)

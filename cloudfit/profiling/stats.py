@@ -97,7 +97,11 @@ def _count_fake(zm: ZooModel, batch_size: int):
     try:
         with fake_mode, _reparametrize_module(model, swaps, tie_weights=True), _fused_attention():
             saved.exclude(list(model.parameters()) + list(model.buffers()))
-            batch = zm.make_batch(batch_size, "cpu")
+            try:
+                batch = zm.make_batch(batch_size, "cpu")
+            except Exception as e:  # a user's make_batch: say which function failed, not the forward's rules
+                raise ProfileError(f"{zm.name}: make_batch(batch_size, device) failed "
+                                   f"({type(e).__name__}: {_one_line(e)})") from e
             with counter:
                 with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
                     loss = zm.loss(model, batch)

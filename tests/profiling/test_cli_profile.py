@@ -81,6 +81,31 @@ def test_model_file(cli, tmp_path):
     assert r.exit_code == 2 and "has no function nothere()" in _err(r)
 
 
+def test_model_file_alone_names_the_profile_after_the_file(cli, tmp_path, monkeypatch):
+    """`cloudfit profile run --model-file path/to/file.py:factory`, as the docs write it, needs no MODEL."""
+    f = tmp_path / "mynet.py"
+    f.write_text(textwrap.dedent("""
+        import torch
+        def factory():
+            model = torch.nn.Sequential(torch.nn.Linear(16, 4))
+            def make_batch(batch_size):  # wrong: make_batch takes (batch_size, device)
+                return torch.randn(batch_size, 16), torch.randint(0, 4, (batch_size,))
+            def good_batch(batch_size, device):
+                return make_batch(batch_size)
+            return model, (good_batch if GOOD else make_batch)
+        GOOD = True
+    """))
+    monkeypatch.chdir(tmp_path)
+    r = cli("profile", "run", "--model-file", f"{f}:factory", "--stats-only", "--out", "p.json")
+    assert r.exit_code == 0, r.stderr
+    assert io.load_profile(tmp_path / "p.json").model == "mynet"
+    f.write_text(f.read_text().replace("GOOD = True", "GOOD = False"))
+    r = cli("profile", "run", "--model-file", f"{f}:factory", "--stats-only")
+    assert r.exit_code == 2 and "mynet: make_batch(batch_size, device) failed (TypeError" in _err(r)
+    r = cli("profile", "run")
+    assert r.exit_code == 2 and "give a zoo MODEL" in _err(r)
+
+
 @pytest.mark.parametrize("args, message", [
     (("profile", "run", "nosuch"), "cloudfit: error: unknown model 'nosuch' (zoo: resnet18, resnet50"),
     (("profile", "run", "mlp", "--batch-size", "0"), "cloudfit: error: batch size must be a positive integer, got 0"),
