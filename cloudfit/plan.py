@@ -312,6 +312,10 @@ def _hours_arg(h: float) -> str:
     return f"{math.ceil(h * 10) / 10:g}h"
 
 
+#: The infeasibility message suggests a lower --confidence only down to this probability of finishing on time.
+MIN_SUGGESTED_CONFIDENCE = 0.5
+
+
 def infeasible(space: Space, problem: Problem) -> InfeasibleError:
     """An ``InfeasibleError`` naming the closest configurations and which limit to relax by how much."""
     a = space.assess(problem.deadline_hours)
@@ -329,9 +333,10 @@ def infeasible(space: Space, problem: Problem) -> InfeasibleError:
         hints.append(f"a budget of ${need:,.2f} (+${need - problem.budget_usd:,.2f}; the budget must cover "
                      f"the {conf:.0%} cost quantile)")
     if problem.deadline_hours is not None:
-        best_p = float(np.asarray(a.p_on_time)[within].max()) if within.any() else 0.0
-        if 0.0 < best_p < conf:
-            hints.append(f"--confidence {math.floor(best_p * 100) / 100:.2f}")
+        best_p = math.floor((float(np.asarray(a.p_on_time)[within].max()) if within.any() else 0.0) * 100) / 100
+        # A plan more likely late than on time is no plan: below an even chance, relax the other limits.
+        if MIN_SUGGESTED_CONFIDENCE <= best_p < conf:
+            hints.append(f"--confidence {best_p:.2f}")
     # closest: the most likely to be on time within budget, else the cheapest
     if problem.deadline_hours is not None:
         key = np.lexsort((np.asarray(a.cost_usd), -np.asarray(a.p_on_time) * within))

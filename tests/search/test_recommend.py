@@ -127,9 +127,23 @@ def test_infeasible_names_closest_and_the_relaxation(cat, profile):
     with pytest.raises(InfeasibleError) as e:
         recommend(w, catalog=cat, profile=profile)
     assert "a deadline of" in str(e.value)
+    assert "--confidence" not in str(e.value)  # nothing is even 50% likely on time: a lower confidence is no fix
     need = str(e.value).split("a deadline of ")[1].split(" ")[0]  # printed so it can be pasted: 5m, 3.2h
     # relaxing the deadline as told makes it feasible
     recommend(make_workload(**IMAGENET_90, deadline=need), catalog=cat, profile=profile)
+
+
+def test_infeasible_suggests_a_confidence_only_where_it_helps(cat, profile):
+    """Just short of the deadline at 99%: the message offers the confidence the best candidate reaches."""
+    best = recommend(make_workload(**IMAGENET_90, deadline="24h", objective="time", confidence=0.5),
+                     catalog=cat, profile=profile).chosen
+    w = make_workload(**IMAGENET_90, deadline=f"{best.hours * 1.02:.4f}h", objective="time", confidence=0.999)
+    with pytest.raises(InfeasibleError) as e:
+        recommend(w, catalog=cat, profile=profile)
+    conf = float(str(e.value).split("--confidence ")[1][:4])
+    assert 0.5 <= conf < 0.999
+    recommend(make_workload(**IMAGENET_90, deadline=f"{best.hours * 1.02:.4f}h", objective="time", confidence=conf),
+              catalog=cat, profile=profile)
 
 
 @pytest.mark.parametrize(
