@@ -3,8 +3,10 @@
 Three fitted pieces, all refitted without the held-out group inside ``cloudfit model eval``:
 
 1. **Prior calibration** (:func:`calibrate_prior`): the prior's tensor-core share κ and memory efficiency
-   are chosen on a grid to best explain how throughput moves *between accelerators* (anchor pairs), then
-   its communication constants (overlap, tail, network efficiency) how it moves *with devices*.
+   are chosen on a grid to best explain how throughput moves *between accelerators* (anchor pairs), its
+   parameter-server per-step overhead how it moves *with the batch and the model's size* (overhead
+   pairs), then its
+   communication constants (overlap, tail, network efficiency, server CPU time) how it moves *with devices*.
 2. **Learned correction** ``f``: xgboost on ``log(measured / prior)`` over spec, stats and configuration
    features (``cloudfit.perf.features``), monotone in every hardware feature.
 3. **Calibration** (:func:`calibrate`), from grouped out-of-fold predictions (leave-one-accelerator-out
@@ -91,6 +93,9 @@ class Prepared:
     variants: "Prepared | None" = None
     #: per multi-device row: the same workload's single-device rows on the *same* accelerator (nearest batch)
     scaling_pairs: list[np.ndarray] = dataclasses.field(default_factory=list)
+    #: per row: rows of the same setup at another batch size, and (single device) of another workload
+    #: on the same accelerator in the same source — what the per-step overhead is calibrated on
+    overhead_pairs: list[np.ndarray] = dataclasses.field(default_factory=list)
 
 
 def prepare(table: data_mod.Table | None = None, constants: dict[str, float] | None = None, *,
@@ -110,7 +115,8 @@ def prepare(table: data_mod.Table | None = None, constants: dict[str, float] | N
         anchors, W, variants = [np.zeros(0, dtype=int)] * len(t), np.zeros((0, 0)), None
     base = Prepared(t, work, setup, tf, {}, np.zeros((0, 0)), np.zeros(0), np.zeros(0), measured, multi,
                     anchors, row_weights(t), aux, W, features.signature(work), variants,
-                    anchor_candidates(t, same_accelerator=True) if with_variants else [])
+                    anchor_candidates(t, same_accelerator=True) if with_variants else [],
+                    overhead_pairs(t) if with_variants else [])
     return with_constants(base, constants or dict(prior.CONSTANTS))
 
 
@@ -156,11 +162,20 @@ CALIBRATED = {
     "tensor_core_share": (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
     "eta_mem": (0.1, 0.15, 0.2, 0.3, 0.4, 0.6, 0.8, 1.2, 1.6, 2.4),
 }
-#: Communication constants, calibrated second on data-parallel scaling (see :func:`calibrate_prior`).
+#: Per-step overhead under parameter servers (seconds at 1000 GB/s; see ``prior``), calibrated second on
+#: :func:`overhead_pairs`. The general ``step_overhead_s`` stays 0: calibrated the same way it came out
+#: at 10 ms, made every held-out regime worse (bench/RESULTS_perf.md) and predicted a tiny MLP slower on
+#: a T4 than on this machine's CPU — a real per-step cost grows with the number of kernels, which the
+#: model stats do not count.
+CALIBRATED_OVERHEAD = {
+    "ps_overhead_s": (0.0, 0.005, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12),
+}
+#: Communication constants, calibrated last on data-parallel scaling (see :func:`calibrate_prior`).
 CALIBRATED_COMM = {
     "backward_share": (0.0, 1.0 / 3.0, 2.0 / 3.0),
     "tail": (0.1, 0.2, 0.4, 1.0),
     "eta_net": (0.5, 0.85),
+    "ps_server_overhead_s": (0.0, 0.002, 0.005, 0.01, 0.02, 0.04),
 }
 
 
@@ -171,12 +186,17 @@ def calibrate_prior(prep: Prepared, rows: np.ndarray) -> dict[str, float]:
 
     1. :data:`CALIBRATED` (κ, η_mem) on how throughput moves *between accelerators*: anchor pairs (same
        source, workload, precision and batch, single device, two accelerators);
-    2. then :data:`CALIBRATED_COMM` (overlap, tail, network efficiency) on how it moves *with devices*:
-       scaling pairs (a multi-device row and the same workload's single-device row on the same
-       accelerator, same source and precision, nearest batch).
+    2. then :data:`CALIBRATED_OVERHEAD` (the per-step overhead of parameter-server training) on how it
+       moves *with the batch and the model size*: :func:`overhead_pairs` (the same setup at two batch
+       sizes; two workloads of one source on one accelerator). The grid holds 0, so the data may
+       choose no overhead;
+    3. then :data:`CALIBRATED_COMM` (overlap, tail, network efficiency, parameter-server CPU time) on how
+       it moves *with devices*: scaling pairs (a multi-device row and the same workload's single-device
+       row on the same accelerator, same source and precision, nearest batch).
     """
     c = dict(prior.CONSTANTS)
     c = _grid_search(prep, _pairs(prep.anchors, rows), c, CALIBRATED)
+    c = _grid_search(prep, _pairs(prep.overhead_pairs, rows), c, CALIBRATED_OVERHEAD)
     return _grid_search(prep, _pairs(prep.scaling_pairs, rows), c, CALIBRATED_COMM)
 
 
@@ -260,6 +280,32 @@ def anchor_candidates(t: data_mod.Table, *, same_accelerator: bool = False) -> l
             d = np.abs(lb[cand] - lb[i])
             cand = [c for c, dd in zip(cand, d) if dd <= d.min() + 1e-9]
         out.append(np.array(sorted(cand), dtype=int))
+    return out
+
+
+def overhead_pairs(t: data_mod.Table) -> list[np.ndarray]:
+    """For each row, the partners (later rows only, so each pair counts once) that show the per-step
+    overhead: the same source, workload, accelerator, precision and parallel setup at another batch
+    size (a fixed cost per step makes throughput saturate with the batch), and — single device — another
+    workload in the same source on the same accelerator at the same precision (a fixed cost per step
+    makes small models run far below their roofline, large ones close to it)."""
+    n = len(t)
+    single = (t["count"] * t["nodes"]) == 1
+    cols = [t[c] for c in ("source", "accelerator", "precision", "parallelism")]
+    setup_key = ["|".join(str(c[i]) for c in cols) for i in range(n)]
+    config = [f"{setup_key[i]}|{t['workload'][i]}|{t['count'][i]:g}|{t['nodes'][i]:g}|{t['ps_count'][i]}|"
+              f"{t['network_gbps'][i]}|{t['ps_network_gbps'][i]}" for i in range(n)]
+    by_config: dict[str, list[int]] = {}
+    by_setup: dict[str, list[int]] = {}
+    for i in range(n):
+        by_config.setdefault(config[i], []).append(i)
+        if single[i]:
+            by_setup.setdefault(setup_key[i], []).append(i)
+    out = []
+    for i in range(n):
+        batch = [j for j in by_config[config[i]] if j > i and t["batch_per_device"][j] != t["batch_per_device"][i]]
+        other = [j for j in by_setup.get(setup_key[i], []) if single[i] and j > i and t["workload"][j] != t["workload"][i]]
+        out.append(np.array(sorted(set(batch) | set(other)), dtype=int))
     return out
 
 

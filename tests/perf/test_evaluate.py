@@ -94,3 +94,31 @@ def test_comm_calibration_sees_only_its_rows(small):
     scrambled = fit.dataclasses.replace(small, measured=np.where(np.isin(rows, held), 1.0, small.measured))
     assert fit.calibrate_prior(scrambled, train) == b
     assert set(fit.CALIBRATED_COMM) <= set(b)
+
+
+def test_overhead_pairs_differ_only_in_batch_or_workload(small):
+    t = small.table
+    n_batch = n_workload = 0
+    for i, partners in enumerate(small.overhead_pairs):
+        for j in partners:
+            assert j > i  # each pair once
+            assert t["source"][j] == t["source"][i] and t["accelerator"][j] == t["accelerator"][i]
+            assert t["precision"][j] == t["precision"][i]
+            if t["workload"][j] == t["workload"][i]:
+                assert t["batch_per_device"][j] != t["batch_per_device"][i]
+                assert (t["count"][j], t["nodes"][j]) == (t["count"][i], t["nodes"][i])
+                n_batch += 1
+            else:
+                assert t["count"][i] * t["nodes"][i] == 1 and t["count"][j] * t["nodes"][j] == 1
+                n_workload += 1
+    assert n_batch > 0 and n_workload > 0
+
+
+def test_overhead_calibration_sees_only_its_rows(small):
+    rows = np.arange(len(small.y))
+    held = rows[small.table["accelerator"] == "A100"]
+    train = np.setdiff1d(rows, held)
+    b = fit.calibrate_prior(small, train)
+    scrambled = fit.dataclasses.replace(small, measured=np.where(np.isin(rows, held), 1.0, small.measured))
+    assert fit.calibrate_prior(scrambled, train) == b
+    assert set(fit.CALIBRATED_OVERHEAD) <= set(b)

@@ -116,3 +116,34 @@ def test_memory_needed_hand_computed():
     expected = 1e8 * C["state_bytes_per_param"] + 1e7 * 16 * 0.5 + C["reserve_gib"] * 2**30
     assert need == pytest.approx(expected)
     assert math.isclose(float(prior.memory_capacity_bytes(s)), 80 * 2**30 * C["memory_usable"])
+
+
+def test_per_step_overhead_scales_with_bandwidth_not_batch():
+    # 20 ms per step at the reference bandwidth (1000 GB/s): 40 ms at 500 GB/s, whatever the batch;
+    # under parameter servers another 30 ms (at 1000 GB/s) joins it.
+    c = dict(C, step_overhead_s=0.02, ps_overhead_s=0.03)
+    w = _work(matmul_flops=1e9, matmul_bytes=1.0)
+    for bw, fixed in ((1000.0, 0.02), (500.0, 0.04)):
+        for batch in (1, 64):
+            total, tensor, memory = prior.compute_time(w, _setup(bw=bw, batch=batch), c)
+            base, _, _ = prior.compute_time(w, _setup(bw=bw, batch=batch))
+            assert float(total - base) == pytest.approx(fixed, rel=1e-12)
+    total_ps, _, _ = prior.compute_time(w, _setup(bw=500.0, ps=1.0), c)
+    total_ar, _, _ = prior.compute_time(w, _setup(bw=500.0, ps=0.0), c)
+    assert float(total_ps - total_ar) == pytest.approx(0.06, rel=1e-12)
+    # A small model gains little from a bigger batch once the fixed cost dominates.
+    r = prior.prior(w, _setup(batch=np.array([1.0, 1024.0])), c)
+    assert float(r.samples_per_second[1] / r.samples_per_second[0]) < 1024
+
+
+def test_parameter_server_cpu_time_makes_throughput_plateau():
+    # Tiny gradients (links never fill) but 10 ms of server CPU per worker step, 20 ms worker step:
+    # one server tops out at 100 worker steps/s; two servers at 200.
+    c_step = dict(C, ps_server_overhead_s=0.01, step_overhead_s=0.02)
+    w = _work(matmul_flops=1.0, grad=1.0)
+    for ps_count, cap in ((1, 100.0), (2, 200.0)):
+        r = prior.prior(w, _setup(count=1, nodes=64, net=100.0, ps=1.0, ps_count=ps_count, ps_net=100.0, batch=1),
+                        c_step)
+        assert float(r.samples_per_second) == pytest.approx(cap, rel=1e-3)
+    r2 = prior.prior(w, _setup(count=1, nodes=2, net=100.0, ps=1.0, ps_count=1, ps_net=100.0, batch=1), c_step)
+    assert float(r2.samples_per_second) == pytest.approx(2 / 0.02, rel=1e-3)  # below the plateau: linear
