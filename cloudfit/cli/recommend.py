@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 import typer
 
+from cloudfit.cli import options as opts
 from cloudfit.cli.render import console, money, print_json
 
 # One OpenBLAS thread unless the user chose: the recommender's matrix products are small, and on a
@@ -18,32 +19,24 @@ from cloudfit.cli.render import console, money, print_json
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
-def _split(values: Optional[list[str]]) -> list[str]:
-    """Accept repeated options and comma-separated lists alike."""
-    out: list[str] = []
-    for v in values or []:
-        out.extend(x.strip() for x in v.split(",") if x.strip())
-    return out
-
-
 def recommend(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="A shipped profile by name (see `cloudfit models`)."),
-    profile: Optional[str] = typer.Option(None, "--profile", "-p", help="A profile JSON made by `cloudfit profile run`."),
-    samples: Optional[float] = typer.Option(None, "--samples", help="Total training samples."),
-    epochs: Optional[float] = typer.Option(None, "--epochs", help="Epochs (with --dataset-size)."),
-    dataset_size: Optional[int] = typer.Option(None, "--dataset-size", help="Samples per epoch (with --epochs)."),
-    deadline: Optional[str] = typer.Option(None, "--deadline", help="Finish within, e.g. 12h, 90m, 2d."),
+    model: Optional[str] = opts.MODEL,
+    profile: Optional[str] = opts.PROFILE,
+    samples: Optional[float] = opts.SAMPLES,
+    epochs: Optional[float] = opts.EPOCHS,
+    dataset_size: Optional[int] = opts.DATASET_SIZE,
+    deadline: Optional[str] = opts.DEADLINE,
     budget: Optional[str] = typer.Option(None, "--budget", help="Spend at most this many USD, e.g. 300."),
-    objective: Optional[str] = typer.Option(None, "--objective", help="cost or time (default: cost under a deadline, time under a budget)."),
-    regions: Optional[list[str]] = typer.Option(None, "--regions", "--region", help="Regions, names or globs (comma-separated or repeated), e.g. 'us-*'."),
-    accelerators: Optional[list[str]] = typer.Option(None, "--accelerators", "--accelerator", help="Accelerators to consider, e.g. A100,H100."),
-    spot: Optional[bool] = typer.Option(None, "--spot/--no-spot", help="Allow spot VMs (default) or never use them."),
-    spot_only: bool = typer.Option(False, "--spot-only", help="Consider spot VMs only."),
-    max_nodes: int = typer.Option(64, "--max-nodes", help="Most VMs in one cluster."),
-    catalog_path: Optional[Path] = typer.Option(None, "--catalog", help="Catalog CSV (default: the shipped GCP catalog).", dir_okay=False),
-    confidence: float = typer.Option(0.9, "--confidence", help="Required probability of meeting the deadline (and the budget)."),
-    precision: str = typer.Option("fp16", "--precision", help="Training precision: fp32, tf32, fp16 (mixed), bf16, fp8."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Batch per device (default: the profile's)."),
+    objective: Optional[str] = opts.OBJECTIVE,
+    regions: Optional[list[str]] = opts.REGIONS,
+    accelerators: Optional[list[str]] = opts.ACCELERATORS,
+    spot: Optional[bool] = opts.SPOT,
+    spot_only: bool = opts.SPOT_ONLY,
+    max_nodes: int = opts.MAX_NODES,
+    catalog_path: Optional[Path] = opts.CATALOG,
+    confidence: float = opts.CONFIDENCE,
+    precision: str = opts.PRECISION,
+    batch_size: Optional[int] = opts.BATCH_SIZE,
     top: int = typer.Option(5, "--top", help="Show the K best distinct options."),
     search: str = typer.Option("exhaustive", "--search", help="exhaustive (exact) or bayes (optuna)."),
     trials: int = typer.Option(200, "--trials", help="Optuna trials with --search bayes."),
@@ -65,8 +58,8 @@ def recommend(
         raise UsageError(f"--search must be exhaustive or bayes, got {search!r}")
     workload = make_workload(
         model=model, profile=profile, samples=samples, epochs=epochs, dataset_size=dataset_size,
-        deadline=deadline, budget=budget, objective=objective, regions=_split(regions),
-        accelerators=_split(accelerators), spot="only" if spot_only else ("never" if spot is False else "allow"),
+        deadline=deadline, budget=budget, objective=objective, regions=opts.split(regions),
+        accelerators=opts.split(accelerators), spot="only" if spot_only else ("never" if spot is False else "allow"),
         max_nodes=max_nodes, confidence=confidence, precision=precision, batch_size=batch_size,
     )
     from cloudfit.plan import recommend as plan_recommend

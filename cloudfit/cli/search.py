@@ -7,27 +7,28 @@ from typing import Optional
 
 import typer
 
+from cloudfit.cli import options as opts
 from cloudfit.cli.render import console, money, print_json
 
 
 def search(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="A shipped profile by name (see `cloudfit models`)."),
-    profile: Optional[str] = typer.Option(None, "--profile", "-p", help="A profile JSON made by `cloudfit profile run`."),
-    samples: Optional[float] = typer.Option(None, "--samples", help="Total training samples."),
-    epochs: Optional[float] = typer.Option(None, "--epochs", help="Epochs (with --dataset-size)."),
-    dataset_size: Optional[int] = typer.Option(None, "--dataset-size", help="Samples per epoch (with --epochs)."),
-    deadline: Optional[str] = typer.Option(None, "--deadline", help="Finish within, e.g. 12h, 90m, 2d."),
+    model: Optional[str] = opts.MODEL,
+    profile: Optional[str] = opts.PROFILE,
+    samples: Optional[float] = opts.SAMPLES,
+    epochs: Optional[float] = opts.EPOCHS,
+    dataset_size: Optional[int] = opts.DATASET_SIZE,
+    deadline: Optional[str] = opts.DEADLINE,
     budget: Optional[str] = typer.Option(None, "--budget", help="Spend at most this many USD on the training run."),
-    objective: Optional[str] = typer.Option(None, "--objective", help="cost or time."),
-    regions: Optional[list[str]] = typer.Option(None, "--regions", "--region", help="Regions, names or globs."),
-    accelerators: Optional[list[str]] = typer.Option(None, "--accelerators", "--accelerator", help="Accelerators to consider."),
-    spot: Optional[bool] = typer.Option(None, "--spot/--no-spot", help="Allow spot VMs (default) or never use them."),
-    spot_only: bool = typer.Option(False, "--spot-only", help="Consider spot VMs only."),
-    max_nodes: int = typer.Option(64, "--max-nodes", help="Most VMs in one cluster."),
-    catalog_path: Optional[Path] = typer.Option(None, "--catalog", help="Catalog CSV (default: the shipped GCP catalog).", dir_okay=False),
-    confidence: float = typer.Option(0.9, "--confidence", help="Required probability of meeting the deadline (and the budget)."),
-    precision: str = typer.Option("fp16", "--precision", help="Training precision."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Batch per device (default: the profile's)."),
+    objective: Optional[str] = opts.OBJECTIVE,
+    regions: Optional[list[str]] = opts.REGIONS,
+    accelerators: Optional[list[str]] = opts.ACCELERATORS,
+    spot: Optional[bool] = opts.SPOT,
+    spot_only: bool = opts.SPOT_ONLY,
+    max_nodes: int = opts.MAX_NODES,
+    catalog_path: Optional[Path] = opts.CATALOG,
+    confidence: float = opts.CONFIDENCE,
+    precision: str = opts.PRECISION,
+    batch_size: Optional[int] = opts.BATCH_SIZE,
     probe_budget: str = typer.Option(..., "--probe-budget", help="Spend at most this many USD on probe runs."),
     max_trials: int = typer.Option(10, "--max-trials", help="Most probe runs."),
     probe_minutes: float = typer.Option(10.0, "--probe-minutes", help="Length of one probe run (its cost cap: this long at the VM's price)."),
@@ -50,13 +51,12 @@ def search(
     from cloudfit.units import parse_usd
     from cloudfit.workload import make_workload
 
-    from cloudfit.cli.recommend import _split
 
     if spot_only and spot is False:
         raise UsageError("--spot-only and --no-spot contradict each other")
     workload = make_workload(
         model=model, profile=profile, samples=samples, epochs=epochs, dataset_size=dataset_size, deadline=deadline,
-        budget=budget, objective=objective, regions=_split(regions), accelerators=_split(accelerators),
+        budget=budget, objective=objective, regions=opts.split(regions), accelerators=opts.split(accelerators),
         spot="only" if spot_only else ("never" if spot is False else "allow"), max_nodes=max_nodes,
         confidence=confidence, precision=precision, batch_size=batch_size)
     probe_usd = parse_usd(probe_budget, "probe budget")

@@ -1,0 +1,38 @@
+"""Workload options shared by ``cloudfit recommend`` and ``cloudfit search``: one definition, one help text.
+
+Typer reads an option's declaration from the parameter's default, so one ``typer.Option`` object can
+serve several commands (as ``--project`` does in ``cloudfit.cli.launch``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+MODEL = typer.Option(None, "--model", "-m", help="A shipped profile by name (see `cloudfit models`).")
+PROFILE = typer.Option(None, "--profile", "-p", help="A profile JSON made by `cloudfit profile run`.")
+SAMPLES = typer.Option(None, "--samples", help="Total training samples.")
+EPOCHS = typer.Option(None, "--epochs", help="Epochs (with --dataset-size).")
+DATASET_SIZE = typer.Option(None, "--dataset-size", help="Samples per epoch (with --epochs).")
+DEADLINE = typer.Option(None, "--deadline", help="Finish within, e.g. 12h, 90m, 2d.")
+OBJECTIVE = typer.Option(None, "--objective",
+                         help="cost or time (default: cost under a deadline, time under a budget).")
+REGIONS = typer.Option(None, "--regions", "--region",
+                       help="Regions, names or globs (comma-separated or repeated), e.g. 'us-*'.")
+ACCELERATORS = typer.Option(None, "--accelerators", "--accelerator", help="Accelerators to consider, e.g. A100,H100.")
+SPOT = typer.Option(None, "--spot/--no-spot", help="Allow spot VMs (default) or never use them.")
+SPOT_ONLY = typer.Option(False, "--spot-only", help="Consider spot VMs only.")
+MAX_NODES = typer.Option(64, "--max-nodes", help="Most VMs in one cluster.")
+CATALOG = typer.Option(None, "--catalog", help="Catalog CSV (default: the shipped GCP catalog).", dir_okay=False)
+CONFIDENCE = typer.Option(0.9, "--confidence", help="Required probability of meeting the deadline (and the budget).")
+PRECISION = typer.Option("fp16", "--precision", help="Training precision: fp32, tf32, fp16 (mixed), bf16, fp8.")
+BATCH_SIZE = typer.Option(None, "--batch-size", help="Batch per device (default: the profile's).")
+
+
+def split(values: Optional[list[str]]) -> list[str]:
+    """Accept repeated options and comma-separated lists alike."""
+    out: list[str] = []
+    for v in values or []:
+        out.extend(x.strip() for x in v.split(",") if x.strip())
+    return out
