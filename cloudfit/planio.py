@@ -8,8 +8,6 @@ included), so ``launch`` needs nothing but the file. Writes are atomic.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -72,22 +70,11 @@ def load_plan(path: str | Path) -> Plan:
 
 def write_json_atomic(obj: Any, path: str | Path) -> None:
     """Write JSON so that readers see either the old file or the whole new one, never half."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=2, allow_nan=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from cloudfit.atomic import atomic_open
+
+    with atomic_open(path, encoding="utf-8") as fh:
+        json.dump(obj, fh, indent=2, allow_nan=False)
+        fh.write("\n")
 
 
 def save_plan(plan: Plan, path: str | Path) -> None:

@@ -5,8 +5,6 @@ Used by ``cloudfit recommend --plot`` and the notebooks. Imports matplotlib lazi
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -179,14 +177,8 @@ def predicted_vs_measured(frame, *, predicted: str = "predicted", measured: str 
 
 def save(fig: "Figure", path: str | Path, dpi: int = 120) -> Path:
     """Write ``fig`` as a PNG, atomically (no half-written image on a crash)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.stem}.", suffix=".png", dir=p.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=dpi, format="png")
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    from cloudfit.atomic import atomic_open
+
+    with atomic_open(path, "wb") as fh:
+        fig.savefig(fh, dpi=dpi, format="png")
+    return Path(path)

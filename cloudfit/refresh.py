@@ -23,9 +23,7 @@ cannot be reached, rejects the credentials, or denies access. google-cloud is im
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -494,24 +492,14 @@ def write_catalog(offerings: Iterable[Offering], out: str | Path):
     out = Path(out)
     if out.is_dir():
         raise UsageError(f"{out} is a directory; give a file path for the catalog")
+    from cloudfit.atomic import atomic_open
+
     text = catalog_csv(offerings)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a catalog is an ordinary file
+    with atomic_open(out, encoding="utf-8", newline="") as fh:
+        fh.write(text)
+        fh.flush()
         try:
-            cat = catalog.load(tmp)
+            cat = catalog.load(fh.name)
         except CatalogError as e:
             raise CatalogError(f"refreshed catalog failed validation, {out} not written: {e}") from None
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return dataclasses.replace(cat, path=str(out))

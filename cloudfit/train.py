@@ -22,10 +22,11 @@ import json
 import os
 import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from cloudfit.atomic import atomic_open
 
 PROGRESS_SCHEMA = 1
 _CKPT = re.compile(r"^ckpt-(\d{9})\.pt$")
@@ -76,15 +77,8 @@ def build_model(name: str, options: dict[str, Any]):
 # ------------------------------------------------------------------------------ files
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path) as fh:
+        json.dump(obj, fh)
 
 
 def checkpoints(folder: Path) -> list[tuple[int, Path]]:
@@ -98,18 +92,9 @@ def checkpoints(folder: Path) -> list[tuple[int, Path]]:
 def save_checkpoint(folder: Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
     import torch
 
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"ckpt-{step:09d}.pt"
-    fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(state, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)  # readers see the whole file or none of it
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path, "wb") as fh:  # a resuming rank sees the whole checkpoint or none of it
+        torch.save(state, fh)
     for _, old in checkpoints(folder)[keep:]:
         old.unlink(missing_ok=True)
     return path

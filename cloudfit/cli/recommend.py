@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
@@ -101,19 +101,14 @@ def _distinct(plan, k: int) -> list:
 
 
 def _write_skypilot(plan, path: Path) -> None:
-    import os
-    import tempfile
-
     import yaml
 
+    from cloudfit.atomic import atomic_open
     from cloudfit.plan import skypilot_task
 
     text = yaml.safe_dump(skypilot_task(plan), sort_keys=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
+    with atomic_open(path, encoding="utf-8") as fh:
         fh.write(text)
-    os.replace(tmp, path)
 
 
 def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | None) -> None:
