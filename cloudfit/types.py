@@ -126,6 +126,9 @@ class ModelStats:
     batch_size: int  # the batch per device the profile was made at (the default for predictions)
     input: str = ""  # e.g. "3x224x224 image" or "384 tokens"
     task: str = ""  # e.g. "image classification"
+    #: ATen ops that launch work in one forward + backward (per step, not per sample): the launch-bound
+    #: floor of a step's time (``cloudfit.perf.prior.launch_bound_sps``); None in older profiles.
+    kernels_per_step: int | None = None
 
     @property
     def weight_bytes(self) -> int:

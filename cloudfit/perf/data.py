@@ -31,6 +31,7 @@ def stats_to_dict(s: ModelStats) -> dict[str, Any]:
         "batch_size": int(s.batch_size),
         "input": s.input,
         "task": s.task,
+        "kernels_per_step": s.kernels_per_step,
     }
 
 
@@ -45,6 +46,7 @@ def stats_from_dict(d: Mapping[str, Any]) -> ModelStats:
         batch_size=int(d["batch_size"]),
         input=str(d.get("input", "")),
         task=str(d.get("task", "")),
+        kernels_per_step=None if d.get("kernels_per_step") is None else int(d["kernels_per_step"]),
     )
 
 

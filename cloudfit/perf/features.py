@@ -85,9 +85,10 @@ def work_from_stats(stats: ModelStats | Sequence[ModelStats]) -> Work:
     params = np.array([float(s.parameters) for s in seq])
     grad = np.array([float(s.gradient_bytes) for s in seq])
     act = np.array([float(s.activation_bytes_per_sample) for s in seq])
+    kern = np.array([np.nan if s.kernels_per_step is None else float(s.kernels_per_step) for s in seq])
     if not many:
-        return Work(flops[0], byts[0], params[0], grad[0], act[0])
-    return Work(flops, byts, params, grad, act)
+        return Work(flops[0], byts[0], params[0], grad[0], act[0], kern[0])
+    return Work(flops, byts, params, grad, act, kern)
 
 
 def _log(x) -> np.ndarray:

@@ -383,8 +383,10 @@ def shipped_predictions(prep: Prepared, fm: FoldModel, rows: np.ndarray, lam: di
         shift = W @ (logm - np.log(fm.prior_sps)) - lam_rows * (W @ fm.f)
         return np.where(has, np.exp(log_prior_q + lam_rows * f_q + shift), np.nan)
 
-    anch = anchored(np.log(fm.prior_sps[rows]), fm.f[rows], lam_q[rows])
-    stat = fm.prior_sps[rows] * np.exp(fm.f[rows])
+    launch = prior.launch_bound_sps(np.asarray(prep.work.kernels, dtype=float)[rows] if np.ndim(prep.work.kernels)
+                                    else prep.work.kernels, prep.setup.batch[rows], dev[rows])
+    anch = np.minimum(anchored(np.log(fm.prior_sps[rows]), fm.f[rows], lam_q[rows]), launch)
+    stat = np.minimum(fm.prior_sps[rows] * np.exp(fm.f[rows]), launch)
     if not cap:
         return anch, stat
     nodes = prep.setup.nodes[rows]
@@ -399,7 +401,7 @@ def shipped_predictions(prep: Prepared, fm: FoldModel, rows: np.ndarray, lam: di
             else:
                 base = fm.prior_v[idx] * np.exp(fm.f_v[idx])
             lim.append(mult * base)
-        capped = np.minimum(pred, np.minimum(lim[0], lim[1]))
+        capped = np.minimum(pred, np.minimum(lim[0], lim[1]))  # pred already within the launch bound
         out.append(np.where(devices > 1, capped, pred))
     return out[0], out[1]
 

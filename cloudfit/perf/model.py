@@ -309,6 +309,8 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     else:
         sps, kind, basis = p.samples_per_second * np.exp(f), "stats-only", ["stats-only"] * len(uq)
     sps = _cap_scaling(sps, r, base)
+    launch = prior.launch_bound_sps(work.kernels, r["batch"], devices)
+    sps = np.minimum(sps, launch)
     novelty = "new" if m.novel(work) else "seen"
     q_single, q_multi = m.log_quantiles[f"single-{kind}|{novelty}"], m.log_quantiles[f"multi-{kind}|{novelty}"]
     lo_q = np.where(multi, q_multi[0], q_single[0]) * band_scale
@@ -321,7 +323,7 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     fits = need <= cap
     reasons = ["" if ok else f"needs ~{nd / 2**30:.1f} GiB per device at batch {int(b)}, "
                f"{a} has {hardware.get(a).memory_gib:g} GiB" for ok, nd, b, a in zip(fits, need, r["batch"], r["acc"])]
-    cols = [sps, sps * np.exp(lo_q), sps * np.exp(hi_q), step, compute, comm]
+    cols = [sps, sps * np.exp(lo_q), np.minimum(sps * np.exp(hi_q), launch), step, compute, comm]
     cols = [np.where(fits, c, 0.0)[inverse] for c in cols]
     return PredictionTable(*cols, fits=fits[inverse], basis=tuple(basis[i] for i in inverse),
                            reason=tuple(reasons[i] for i in inverse))

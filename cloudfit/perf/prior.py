@@ -100,6 +100,24 @@ class Work:
     parameters: np.ndarray
     gradient_bytes: np.ndarray
     activation_bytes: np.ndarray  # saved for backward, per sample, fp32
+    kernels: np.ndarray | float = float("nan")  # per step (forward + backward); NaN where not counted
+
+
+#: Host-side seconds per counted kernel of an eager PyTorch training step (dispatch, autograd, launch,
+#: the optimizer's share). This 2-core VM takes 29 µs (`mlp`, 20 counted kernels, a whole SGD step at
+#: batch 1 in 587 µs, where compute is negligible); cloud GPU hosts have faster cores but add the CUDA
+#: launch (a few µs). 10 µs is a third of the measurement: a floor, not an estimate.
+LAUNCH_S_PER_KERNEL = 10e-6
+
+
+def launch_bound_sps(kernels, batch, devices) -> np.ndarray:
+    """Most samples/s a data-parallel step can reach when the host launches its kernels one by one:
+    the host launches while the device computes, so a step takes at least ``kernels × LAUNCH_S_PER_KERNEL``
+    however fast the device is. Infinite where the kernel count is unknown (NaN)."""
+    k = np.asarray(kernels, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        bound = np.asarray(devices, dtype=float) * np.asarray(batch, dtype=float) / (k * LAUNCH_S_PER_KERNEL)
+    return np.where(np.isnan(k) | (k <= 0), np.inf, bound)
 
 
 @dataclass(frozen=True)

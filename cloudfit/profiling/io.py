@@ -44,6 +44,7 @@ def profile_to_dict(p: Profile) -> dict[str, Any]:
             "batch_size": int(s.batch_size),
             "input": s.input,
             "task": s.task,
+            "kernels_per_step": s.kernels_per_step,
             "op_classes": {c: {"flops": round(v.flops), "bytes": round(v.bytes)} for c, v in s.op_classes.items()},
         },
         "measurements": [_measurement_to_dict(m) for m in p.measurements],
@@ -163,6 +164,7 @@ def _stats_from_dict(c: _Check, s: Mapping[str, Any]) -> ModelStats:
         batch_size=c.integer(s, "batch_size", w),
         input=c.text(s, "input", w),
         task=c.text(s, "task", w),
+        kernels_per_step=c.integer(s, "kernels_per_step", w, optional=True),
     )
 
 

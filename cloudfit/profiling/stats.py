@@ -34,6 +34,9 @@ from cloudfit.profiling.zoo import ZooModel, _one_line
 from cloudfit.types import OP_CLASSES, ModelStats, OpClassStats
 
 # Ops that index into a larger tensor: they read about as many bytes as they return, not the whole input.
+# Ops that only allocate (no kernel runs): not counted in ``kernels_per_step``.
+_ALLOCATIONS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+                          "_local_scalar_dense"})
 _GATHERS = frozenset({"embedding", "index_select", "gather", "index", "take", "_embedding_bag"})
 
 
@@ -73,6 +76,7 @@ def model_stats(zm: ZooModel, batch_size: int | None = None) -> ModelStats:
         batch_size=b,
         input=zm.input,
         task=zm.task,
+        kernels_per_step=counter.kernels,
     )
 
 
@@ -244,6 +248,7 @@ def _make_counter_cls():
             self.phase = "forward"
             self.flops = {ph: dict.fromkeys(OP_CLASSES, 0.0) for ph in ("forward", "backward")}
             self.bytes = {ph: dict.fromkeys(OP_CLASSES, 0.0) for ph in ("forward", "backward")}
+            self.kernels = 0  # ops that launch work on a device (not views, metadata or allocations)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -280,6 +285,8 @@ def _make_counter_cls():
                 moved = out_bytes + sum(_tensor_bytes(t) for t in ins)
             self.flops[self.phase][cls] += flops
             self.bytes[self.phase][cls] += moved
+            if packet.__name__ not in _ALLOCATIONS:
+                self.kernels += 1
 
     return Counter
 

@@ -194,3 +194,25 @@ def test_fit_is_deterministic_and_rebuilds_the_shipped_model(tmp_path):
     assert a.read_bytes() == b.read_bytes()
     shipped = Path(fit.default_model_path())
     assert a.read_bytes() == shipped.read_bytes(), "shipped cloudfit/perf/model.json is stale: run `cloudfit model fit`"
+
+
+def test_a_tiny_model_is_capped_by_kernel_launches(profiles):
+    """However fast the GPU, the host launches a step's kernels one by one: the mlp cannot beat
+    batch / (kernels × LAUNCH_S_PER_KERNEL) per device, and neither can its band."""
+    import dataclasses
+
+    from cloudfit.perf import prior
+
+    mlp = profiles["mlp"]
+    k, b = mlp.stats.kernels_per_step, mlp.stats.batch_size
+    assert k and k > 0
+    for acc, count in (("T4", 1), ("H100", 1), ("H100", 8)):
+        r = predict(mlp, acc, count, precision="fp16")
+        bound = count * b / (k * prior.LAUNCH_S_PER_KERNEL)
+        assert r.samples_per_second <= bound * (1 + 1e-9) and r.high <= bound * (1 + 1e-9)
+    # the H100 is so much faster than a T4 on paper that only the launch floor keeps them level
+    assert predict(mlp, "H100", 1, precision="fp16").samples_per_second == pytest.approx(
+        predict(mlp, "T4", 1, precision="fp16").samples_per_second)
+    # without a kernel count (an older profile) there is no such bound
+    old = dataclasses.replace(mlp, stats=dataclasses.replace(mlp.stats, kernels_per_step=None))
+    assert predict(old, "H100", 1, precision="fp16").samples_per_second > b / (k * prior.LAUNCH_S_PER_KERNEL)

@@ -147,3 +147,11 @@ def test_parameter_server_cpu_time_makes_throughput_plateau():
         assert float(r.samples_per_second) == pytest.approx(cap, rel=1e-3)
     r2 = prior.prior(w, _setup(count=1, nodes=2, net=100.0, ps=1.0, ps_count=1, ps_net=100.0, batch=1), c_step)
     assert float(r2.samples_per_second) == pytest.approx(2 / 0.02, rel=1e-3)  # below the plateau: linear
+
+
+def test_launch_bound_hand_computed():
+    # 400 kernels × 10 µs = 4 ms a step; 8 devices × batch 32 per step → 64,000 samples/s at most
+    assert prior.LAUNCH_S_PER_KERNEL == 10e-6
+    assert float(prior.launch_bound_sps(400, 32, 8)) == pytest.approx(8 * 32 / (400 * 10e-6))
+    bound = prior.launch_bound_sps(np.array([np.nan, 0.0, 20.0]), 64, 1)
+    assert np.isinf(bound[:2]).all() and bound[2] == pytest.approx(64 / 200e-6)  # unknown count: no bound

@@ -141,3 +141,18 @@ def test_merge_keeps_other_measurements_and_supersedes_the_same_setup():
     new = _profile()
     merged = io.merge_measurements(old, new)
     assert merged.measurements == (other, new.measurements[0])
+
+
+def test_kernels_per_step_is_optional(tmp_path):
+    import dataclasses
+
+    p = _profile()
+    counted = dataclasses.replace(p, stats=dataclasses.replace(p.stats, kernels_per_step=57))
+    io.save_profile(counted, tmp_path / "k.json")
+    assert io.load_profile(tmp_path / "k.json").stats.kernels_per_step == 57
+    d = io.profile_to_dict(p)
+    del d["stats"]["kernels_per_step"]  # a profile written before the field existed
+    assert io.profile_from_dict(d).stats.kernels_per_step is None
+    d["stats"]["kernels_per_step"] = -3
+    with pytest.raises(ProfileError, match="kernels_per_step must be positive"):
+        io.profile_from_dict(d)

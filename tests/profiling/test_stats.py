@@ -100,3 +100,14 @@ def test_data_dependent_model_gets_a_clear_error():
 def test_bad_batch_size(bad):
     with pytest.raises(ProfileError, match="batch size must be a positive integer"):
         model_stats(zoo.build("mlp", device="meta"), batch_size=bad)
+
+
+def test_kernels_per_step_counts_work_not_views():
+    mlp = model_stats(zoo.build("mlp", device="meta"), batch_size=8)
+    # 3 linear layers: forward addmm ×3 + relu ×2 + loss; backward mm for every weight and input,
+    # bias sums, relu backward, the loss's backward: tens, not hundreds (views and allocations excluded)
+    assert 10 <= mlp.kernels_per_step <= 40
+    big = model_stats(zoo.build("resnet50", device="meta"), batch_size=2)
+    assert big.kernels_per_step > 5 * mlp.kernels_per_step
+    # per step, not per sample: the batch does not change how many kernels run
+    assert model_stats(zoo.build("mlp", device="meta"), batch_size=512).kernels_per_step == mlp.kernels_per_step
