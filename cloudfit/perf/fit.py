@@ -32,8 +32,6 @@ import hashlib
 import itertools
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -613,13 +611,11 @@ def dumps(doc: dict[str, Any]) -> str:
 
 
 def write_model(doc: dict[str, Any], path: Path | None = None) -> Path:
-    """Atomically write the model document (tempfile + os.replace)."""
+    """Write the model document atomically (no half-written model on a crash)."""
+    from cloudfit.atomic import atomic_open
+
     path = path or default_model_path()
     text = dumps(doc)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
+    with atomic_open(path, encoding="utf-8") as f:
         f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
     return path
