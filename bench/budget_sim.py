@@ -36,7 +36,7 @@ def main() -> None:
     print(f"`python bench/budget_sim.py -n {a.n} --seed {a.seed}` on {platform.machine()}, "
           f"{__import__('os').cpu_count()} cores, no GPU: {wall:.1f} s.\n")
     print(f"- runs that spent past their budget: **{over} of {a.n}**; highest spend/budget: {worst:.6f}")
-    print(f"- how runs ended: " + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
+    print("- how runs ended: " + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
     print(f"- preemptions simulated: {sum(r.preemptions for r in runs):,}; stockout fallbacks: {sum(r.fallbacks for r in runs):,}")
     for reason in ("budget", "launcher-died"):
         used = sorted(r.billed_usd / r.budget_usd for r in runs if r.reason == reason)

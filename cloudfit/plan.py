@@ -17,7 +17,7 @@ import numpy as np
 
 from cloudfit import __version__
 from cloudfit.catalog import Catalog
-from cloudfit.errors import InfeasibleError, UsageError
+from cloudfit.errors import InfeasibleError
 from cloudfit.search import Problem, get_searcher
 from cloudfit.search.problem import Ranking, cost_quantile, score
 from cloudfit.search.space import _GROUPS, Priced, Space, build_space, estimate

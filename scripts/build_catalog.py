@@ -13,7 +13,6 @@ import csv
 import io
 import os
 import re
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -3,8 +3,6 @@ draws its pictures and writes nothing outside its scratch folder."""
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest

@@ -275,7 +275,6 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
         return PredictionTable(z, z, z, z, z, z, np.zeros(0, bool), (), ())
     uniq: dict[HardwareQuery, int] = {}
     inverse = np.array([uniq.setdefault(q, len(uniq)) for q in qs])
-    n_asked = len(uniq)
     # Each multi-device query also needs its one-node and one-device versions (for the scaling cap).
     base = {}
     for q in list(uniq):

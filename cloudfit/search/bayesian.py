@@ -41,7 +41,7 @@ class BayesianSearcher:
 
         seen: dict[tuple, tuple[float, float, np.ndarray]] = {}
         evaluated: list[np.ndarray] = []
-        best_key, best_val, first_hit = None, math.inf, None
+        best_val, first_hit = math.inf, None
         worst = 1.0
         for _ in range(self.n_trials):
             if len(seen) == len(groups):
@@ -60,7 +60,7 @@ class BayesianSearcher:
                     evaluated.append(ids)
                     v, viol, _ = seen[key]
                     if viol <= 0 and v < best_val:
-                        best_key, best_val = key, v
+                        best_val = v
                         first_hit = len(evaluated)
             value, violation, _ = seen[key]
             if math.isfinite(value):

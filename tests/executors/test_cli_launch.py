@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from cloudfit.executors.state import StateStore
-from cloudfit.planio import plan_to_dict
 from cloudfit.types import ClusterConfig
 from tests.conftest import run_cloudfit
 from tests.executors.conftest import PROJECT

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
 from cloudfit.executors.base import JobSpec, RunSpec
 from cloudfit.executors.local import LocalExecutor

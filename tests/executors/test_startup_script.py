@@ -14,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from cloudfit.executors.base import JobSpec, RunSpec
 from cloudfit.executors.gcp import render_startup_script
