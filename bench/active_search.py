@@ -330,6 +330,10 @@ def render(rows: list[dict], wall: float, args, skipped: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: Heading of the hand-written part of the results file, which a re-run keeps.
+READING = "### Reading the numbers"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--worlds", type=int, default=0, help="at most this many worlds (0: all)")
@@ -360,7 +364,11 @@ def main() -> None:
     report = render(rows, time.time() - t0, args, skipped)
     print(report)
     if args.out:
-        Path(args.out).write_text(report)
+        out = Path(args.out)
+        # keep the hand-written reading of an earlier run (it says which run it reads)
+        old = out.read_text() if out.exists() else ""
+        tail = old[old.index(READING):] if READING in old else ""
+        out.write_text(report + ("\n" + tail if tail else ""))
 
 
 if __name__ == "__main__":
