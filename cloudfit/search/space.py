@@ -83,12 +83,12 @@ class Space:
 
     @property
     def compute_hours(self) -> np.ndarray:
-        return self.workload.samples / self.samples_per_second / 3600.0
+        return _compute_hours(self.workload.samples, self.samples_per_second)
 
     @property
     def log_sigma(self) -> np.ndarray:
         """Std-dev of log throughput implied by the calibrated 10–90% band."""
-        return np.maximum(np.log(self.high) - np.log(self.low), 0.0) / (2 * Z90)
+        return _log_sigma(self.low, self.high)
 
     def assess(self, deadline_hours: float | None = None, idx: np.ndarray | None = None) -> "Priced":
         """Expected hours/cost, P90 and P(on time) for the candidates ``idx`` (default: all).
@@ -100,49 +100,29 @@ class Space:
         if idx is None:  # the searcher, the Pareto front and the explanation all price the whole space
             key = ("assess", deadline_hours)
             if key not in self._cache:
-                groups = self._cache.get(_GROUPS)
-                self._cache[key] = (self._assess(deadline_hours, slice(None)) if groups is None
-                                    else self._assess_grouped(deadline_hours, *groups))
+                self._cache[key] = self._assess(deadline_hours, slice(None), self._cache.get(_GROUPS))
             return self._cache[key]
         return self._assess(deadline_hours, idx)
 
-    def _assess(self, deadline_hours: float | None, sel) -> "Priced":
+    def _assess(self, deadline_hours: float | None, sel, groups=None) -> "Priced":
         from cloudfit import spot
 
-        sps, low, high = self.samples_per_second[sel], self.low[sel], self.high[sel]
-        a = spot.assess(
-            compute_hours=self.workload.samples / sps / 3600.0,  # = compute_hours[sel], log_sigma[sel]
-            log_sigma=np.maximum(np.log(high) - np.log(low), 0.0) / (2 * Z90),
+        a = spot.assess(  # compute_hours[sel] and log_sigma[sel], without computing every row first
+            compute_hours=_compute_hours(self.workload.samples, self.samples_per_second[sel]),
+            log_sigma=_log_sigma(self.low[sel], self.high[sel]),
             nodes=self.nodes[sel],
             spot=self.spot[sel],
             hazard_per_node_hour=self.hazard_per_node_hour[sel],
             price_per_hour=self.price_per_hour[sel],
             checkpoint_bytes=self.checkpoint_bytes,
             deadline_hours=deadline_hours,
+            groups=groups,
         )
         price = self.price_per_hour[sel]
         teardown = price * (TEARDOWN_S / 3600.0)
         cols = {f.name: getattr(a, f.name) for f in fields(a)}
         cols["cost_usd"] = cols["cost_usd"] + teardown
         cols["cost_p90_usd"] = cols["cost_p90_usd"] + teardown
-        return Priced(**cols, reserve_usd=price * (GUARD_INTERVAL_S / 3600.0))
-
-    def _assess_grouped(self, deadline_hours: float | None, rep: np.ndarray, inv: np.ndarray) -> "Priced":
-        """The whole space priced through one representative per group of candidates that differ
-        only in price (zones of one region, regions at one hazard): the preemption model runs on a
-        few thousand rows, then every candidate gets its group's times and its own price. Equal to
-        ``_assess(deadline_hours, slice(None))`` number for number (tests/search/test_fast_path.py)."""
-        from cloudfit.spot.model import bill
-
-        price = self.price_per_hour
-        if price.size and not np.all(price >= 0):
-            raise UsageError("assess(): log_sigma, hazard_per_node_hour and price_per_hour must be >= 0 and nodes >= 1")
-        g = self._assess(deadline_hours, rep)
-        cols = {f.name: getattr(g, f.name)[inv] for f in fields(Assessment)
-                if f.name not in ("cost_usd", "cost_p90_usd")}
-        teardown = price * (TEARDOWN_S / 3600.0)
-        cols["cost_usd"] = bill(price, cols["hours"]) + teardown
-        cols["cost_p90_usd"] = bill(price, cols["hours_p90"]) + teardown
         return Priced(**cols, reserve_usd=price * (GUARD_INTERVAL_S / 3600.0))
 
     def config(self, i: int) -> ClusterConfig:
@@ -240,6 +220,16 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
         checkpoint_bytes=_checkpoint_bytes(profile),
         _cache={_GROUPS: _price_groups(shape, nodes, is_spot, hz_off, offering, n_shapes, max_nodes)},
     )
+
+
+def _compute_hours(samples: float, samples_per_second: np.ndarray) -> np.ndarray:
+    """Hours of pure training at the predicted throughput."""
+    return samples / samples_per_second / 3600.0
+
+
+def _log_sigma(low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Std-dev of log throughput implied by a 10–90% band."""
+    return np.maximum(np.log(high) - np.log(low), 0.0) / (2 * Z90)
 
 
 def _price_groups(shape, nodes, is_spot, hz_off, offering, n_shapes: int, max_nodes: int):

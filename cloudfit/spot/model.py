@@ -325,6 +325,7 @@ def assess(
     checkpoint_bytes: float,
     deadline_hours: float | None,
     overheads: Overheads | None = None,
+    groups: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Assessment:
     """Price and risk-weigh every candidate at once (arrays broadcast; see ``Assessment``).
 
@@ -333,6 +334,8 @@ def assess(
     nodes, spot (bool), hazard_per_node_hour: the cluster; on-demand rows ignore the hazard.
     price_per_hour: the cluster's $/h. checkpoint_bytes: model + optimizer state per checkpoint.
     deadline_hours: for p_on_time (None → 1.0).
+    groups: (a row of each group, group of each row) for rows known to differ only in price, as
+    ``cloudfit.search.space`` builds them once per space; by default the groups are found here.
     """
     ov = overheads or DEFAULT_OVERHEADS
     arrays = [_as_1d("compute_hours", compute_hours), _as_1d("log_sigma", log_sigma), _as_1d("nodes", nodes),
@@ -357,7 +360,8 @@ def assess(
     with np.errstate(invalid="ignore"):
         Lam = np.where(sp, n * lam, 0.0)
     # Rows that differ only in price (the same shape × nodes in other zones) share every answer.
-    groups = _groups(W, sig, np.where(sp, Lam, -1.0)) if W.size > 512 else None
+    if groups is None and W.size > 512:
+        groups = _groups(W, sig, np.where(sp, Lam, -1.0))
     if groups is not None:
         first, inverse = groups
         W, sig, Lam, sp = W[first], sig[first], Lam[first], sp[first]
