@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from cloudfit.catalog import Catalog
 from cloudfit.errors import InfeasibleError
 from cloudfit.search import Problem, get_searcher
 from cloudfit.search.problem import Ranking, cost_quantile, score
-from cloudfit.search.space import _GROUPS, Priced, Space, build_space, estimate
+from cloudfit.search.space import Space, build_space, estimate
 from cloudfit.types import ClusterConfig, Estimate, Plan, Profile, Workload
 from cloudfit.units import format_hours
 from cloudfit.workload import default_objective, validate_workload  # noqa: F401  (re-exported)
@@ -127,7 +127,7 @@ def pareto_front(space: Space, problem: Problem, limit: int = N_PARETO) -> tuple
         pick = pick[np.concatenate(([True], np.diff(pick) > 0))]  # sorted already; np.unique would import numpy.ma
         front = [front[k] for k in pick]
     ids = np.asarray(front, dtype=np.int64)
-    feasible, _, _ = score(Priced(**{f.name: getattr(a, f.name)[ids] for f in fields(Priced)}), problem)
+    feasible, _, _ = score(a.take(ids), problem)
     return tuple(estimate(space, int(i), a, feasible=bool(feasible[j])) for j, i in enumerate(ids))
 
 
@@ -135,7 +135,7 @@ def _cheapest_of_each_group(space: Space, hours: np.ndarray, cost: np.ndarray) -
     """Ids that can be on the Pareto front: of each group of candidates that differ only in price
     (equal hours), the cheapest, lowest id first. Sorted by (hours, cost, id), every other member
     follows one at least as fast and as cheap, so it never passes the front's strict test."""
-    groups = space._cache.get(_GROUPS)
+    groups = space.price_groups
     n = len(space)
     if groups is None or np.isnan(cost).any() or np.isnan(hours).any():
         return np.arange(n)
@@ -219,8 +219,8 @@ def _best_later_deadline(space: Space, problem: Problem, looser: Problem, chosen
     (returned in its place). If the chosen candidate stays feasible (checked), the answer is among
     the candidates no dearer than it, and only their groups are re-priced at the later deadline.
     """
-    groups = space._cache.get(_GROUPS)
-    if groups is None or chosen_id is None or ("assess", looser.deadline_hours) in space._cache:
+    groups = space.price_groups
+    if groups is None or chosen_id is None or space.assessed(looser.deadline_hours):
         return _best(space, looser)
     rep, inv = groups
     now = space.assess(problem.deadline_hours)
@@ -232,8 +232,7 @@ def _best_later_deadline(space: Space, problem: Problem, looser: Problem, chosen
     row = np.zeros(rep.size, dtype=np.int64)
     row[gs] = np.arange(gs.size)
     p_on = np.asarray(space.assess(looser.deadline_hours, rep[gs]).p_on_time)[row[inv[cand]]]
-    view = Priced(**{f.name: getattr(now, f.name)[cand] for f in fields(Priced) if f.name != "p_on_time"},
-                  p_on_time=p_on)
+    view = replace(now.take(cand), p_on_time=p_on)
     scored = Ranking(view, looser, cand)
     at = int(np.searchsorted(cand, chosen_id))
     if at == cand.size or cand[at] != chosen_id or not scored.feasible[at]:

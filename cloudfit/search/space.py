@@ -36,6 +36,11 @@ GUARD_INTERVAL_S = 30.0
 _GROUPS = "groups"
 
 
+def _assess_key(deadline_hours: float | None) -> tuple[str, float | None]:
+    """``Space._cache`` key of the whole-space assessment at a deadline."""
+    return ("assess", deadline_hours)
+
+
 @dataclass(frozen=True)
 class Shape:
     """A distinct hardware shape: what the performance model needs to know about one VM."""
@@ -98,11 +103,21 @@ class Space:
         The whole-space assessment is cached per deadline.
         """
         if idx is None:  # the searcher, the Pareto front and the explanation all price the whole space
-            key = ("assess", deadline_hours)
+            key = _assess_key(deadline_hours)
             if key not in self._cache:
-                self._cache[key] = self._assess(deadline_hours, slice(None), self._cache.get(_GROUPS))
+                self._cache[key] = self._assess(deadline_hours, slice(None), self.price_groups)
             return self._cache[key]
         return self._assess(deadline_hours, idx)
+
+    def assessed(self, deadline_hours: float | None) -> bool:
+        """Whether the whole space is already priced (cached) at this deadline."""
+        return _assess_key(deadline_hours) in self._cache
+
+    @property
+    def price_groups(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(a candidate of each group, group of each candidate) for groups of candidates that differ
+        only in price, as ``build_space`` finds them; None for a space made another way."""
+        return self._cache.get(_GROUPS)
 
     def _assess(self, deadline_hours: float | None, sel, groups=None) -> "Priced":
         from cloudfit import spot

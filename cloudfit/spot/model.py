@@ -114,6 +114,10 @@ class Assessment:
     def row(self, i: int) -> AssessmentRow:
         return AssessmentRow(**{f.name: float(getattr(self, f.name)[i]) for f in fields(self)})
 
+    def take(self, idx: np.ndarray):
+        """The same kind of assessment for the candidates ``idx`` only (every column indexed)."""
+        return type(self)(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
+
 
 # --------------------------------------------------------------------------------------------
 # Small numerical helpers (stable near 0; vectorised)

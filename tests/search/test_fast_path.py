@@ -20,7 +20,7 @@ from cloudfit import catalog, plan as plan_mod
 from cloudfit.search import Problem
 from cloudfit.search.exhaustive import ExhaustiveSearcher
 from cloudfit.search.problem import Ranking, rank, score
-from cloudfit.search.space import _GROUPS, Priced, build_space, estimate
+from cloudfit.search.space import Priced, build_space, estimate
 from cloudfit.workload import make_workload
 
 CASES = [
@@ -118,7 +118,7 @@ def test_recommend_equals_the_plain_evaluation(cat, kw):
     fresh.assess(problem.deadline_hours)
     if looser.deadline_hours != problem.deadline_hours:
         got = plan_mod._best_later_deadline(fresh, problem, looser, picked[0])
-        assert ("assess", looser.deadline_hours) not in fresh._cache  # only a few groups were re-priced
+        assert not fresh.assessed(looser.deadline_hours)  # only a few groups were re-priced
     else:
         got = plan_mod._best(fresh, looser)
     assert (None if got is None else got[0]) == best
@@ -138,7 +138,7 @@ def test_replaced_columns_drop_the_grouping(cat):
     """A space whose columns are replaced (active search does) is priced row by row again."""
     w = make_workload(model="resnet50", samples=5e7, deadline="12h", max_nodes=8)
     space = build_space(w, _profile("resnet50"), cat)
-    assert _GROUPS in space._cache
+    assert space.price_groups is not None
     sps = space.samples_per_second * np.linspace(0.5, 1.5, len(space))  # zones now differ in speed
     other = replace(space, samples_per_second=sps, low=sps * 0.8, high=sps * 1.2, _cache={})
     fast, plain = other.assess(12.0), other._assess(12.0, slice(None))
