@@ -60,8 +60,8 @@ class SearchResult:
 
 
 class Ranking:
-    """``rank(a, problem, ids)`` made lazily: the feasible mask and sort keys of assessed
-    candidates, from which ``head(n)`` gives the best ``n`` without sorting the rest."""
+    """Assessed candidates ranked best first (objective, then the other objective, then id),
+    lazily: ``head(n)`` gives the best ``n`` without sorting the rest."""
 
     def __init__(self, a, problem: "Problem", ids: np.ndarray) -> None:
         self.feasible, self.primary, self.secondary = score(a, problem)
@@ -70,7 +70,7 @@ class Ranking:
         self.n_feasible = int(self.keep.size)
 
     def head(self, n: int) -> np.ndarray:
-        """The first ``n`` of ``rank(a, problem, ids)``, exactly, sorting only what can be among them."""
+        """The best ``n`` feasible ids, exactly as a full sort would order them, sorting only what can be among them."""
         keep = self.keep
         if 0 < n < keep.size:
             p = self.primary[keep]
@@ -120,7 +120,5 @@ def score(a, problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def rank(a, problem: Problem, ids: np.ndarray) -> np.ndarray:
     """Feasible ``ids`` sorted best first (objective, then the other objective, then id)."""
-    feasible, primary, secondary = score(a, problem)
-    keep = np.flatnonzero(feasible)
-    order = np.lexsort((ids[keep], secondary[keep], primary[keep]))
-    return ids[keep][order]
+    r = Ranking(a, problem, ids)
+    return r.head(r.n_feasible)
