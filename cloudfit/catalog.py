@@ -99,59 +99,17 @@ def load(path: str | Path | None = None) -> Catalog:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise CatalogError(f"{p}: not a UTF-8 CSV file") from None
-    lines = text.splitlines()
-    offerings = _parse_fast(lines)
-    if offerings is None:  # something to report: the careful parser names the line and the problem
-        reader = csv.DictReader(lines)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise CatalogError(f"{p}:1: missing column(s) {', '.join(missing)}")
-        offerings = []
-        for lineno, row in enumerate(reader, start=2):
-            offerings.append(_parse_row(row, p, lineno))
+    reader = csv.DictReader(text.splitlines())
+    missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise CatalogError(f"{p}:1: missing column(s) {', '.join(missing)}")
+    offerings = []
+    for lineno, row in enumerate(reader, start=2):
+        offerings.append(_parse_row(row, p, lineno))
     if not offerings:
         raise CatalogError(f"{p}: catalog has no offerings")
     digest = "sha256:" + hashlib.sha256(raw).hexdigest()
     return Catalog(tuple(offerings), str(p), digest)
-
-
-def _parse_fast(lines: list[str]) -> list[Offering] | None:
-    """The offerings of a valid catalog, as ``_parse_row`` would make them, about 3× faster (the
-    recommender loads the catalog on every run); None at anything ``_parse_row`` would reject."""
-    rows = csv.reader(lines)
-    header = next(rows, None)
-    if header is None:
-        return None
-    col = {name: i for i, name in enumerate(header)}  # a repeated name: the last wins, as in DictReader
-    if any(c not in col for c in COLUMNS):
-        return None
-    idx = [col[c] for c in COLUMNS]
-    width = max(idx) + 1
-    acc_of: dict[str, str] = {}
-    out = []
-    isfinite = math.isfinite
-    try:
-        for row in rows:
-            if not row:
-                continue  # DictReader skips empty rows
-            if len(row) < width:
-                return None
-            mt, acc, count, vcpus, mem, region, zone, price, spot = (row[i].strip() for i in idx)
-            if not (mt and acc and region and zone) or not zone.startswith(region + "-"):
-                return None
-            if acc not in acc_of:
-                acc_of[acc] = hardware.canonical_name(acc)
-            n, cpu, gib, usd = float(count), float(vcpus), float(mem), float(price)
-            sp = float(spot) if spot else None
-            if not (isfinite(n) and isfinite(cpu) and isfinite(gib) and isfinite(usd)
-                    and n > 0 and cpu > 0 and gib > 0 and usd > 0 and n == int(n)
-                    and (sp is None or (isfinite(sp) and sp > 0))):
-                return None
-            out.append(Offering(machine_type=mt, accelerator=acc_of[acc], accelerators_per_node=int(n), vcpus=cpu,
-                                memory_gib=gib, region=region, zone=zone, price_per_hour=usd, spot_price_per_hour=sp))
-    except (ValueError, UnknownAcceleratorError, csv.Error):
-        return None
-    return out
 
 
 def _parse_row(row: dict[str, str | None], path: Path, lineno: int) -> Offering:

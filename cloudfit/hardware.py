@@ -120,17 +120,19 @@ _ALIASES = {
 }
 
 
+#: Upper-case spelling → canonical name: the canonical names themselves, then the aliases.
+_BY_KEY: dict[str, str] = {**_ALIASES, **{canon.upper(): canon for canon in ACCELERATORS}}
+
+
 def canonical_name(name: str) -> str:
     """The canonical accelerator name for ``name`` (case-insensitive, GCP and alias spellings).
 
     Raises ``UnknownAcceleratorError`` naming the known accelerators.
     """
     key = name.strip().upper().replace(" ", "-").replace("_", "-")
-    for canon in ACCELERATORS:
-        if canon.upper() == key:
-            return canon
-    if key in _ALIASES:
-        return _ALIASES[key]
+    canon = _BY_KEY.get(key)
+    if canon is not None:
+        return canon
     known = ", ".join(ACCELERATORS)
     raise UnknownAcceleratorError(f"unknown accelerator {name!r} (known: {known})")
 
