@@ -134,7 +134,7 @@ def _prepare_variants(t: data_mod.Table) -> Prepared:
 
 def anchor_weight_matrix(anchors: list[np.ndarray], log_batch: np.ndarray) -> np.ndarray:
     """Dense (n, n) matrix W with W[i, a] = the weight of anchor a in row i's anchored prediction,
-    exactly as :func:`cloudfit.perf.model.combine_anchors` weighs them; so an anchored prediction is
+    exactly as ``predict_many`` weighs them (:func:`cloudfit.perf.model.anchor_weights`); so an anchored prediction is
     ``base_i · exp(W[i] @ log(measured / base))``."""
     from cloudfit.perf.model import anchor_weights
 
@@ -333,7 +333,7 @@ def fit_forest_dict(X, y, w, *, params=None, rounds: int = N_ROUNDS) -> dict[str
 def predictions(prep: Prepared, base: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(anchored, stats-only) predicted samples/s for ``rows`` from a model's stats-only prediction
     ``base`` for every row of the table. Anchored combines the row's anchors exactly as prediction
-    does (:func:`cloudfit.perf.model.combine_anchors`); it is NaN where a row has no anchor."""
+    does (``base × exp(Σ wₐ·log(measuredₐ / baseₐ))``, :func:`cloudfit.perf.model.anchor_weights`); it is NaN where a row has no anchor."""
     stats_only = base[rows]
     W = prep.anchor_weights[rows]
     has = W.sum(1) > 0

@@ -154,14 +154,6 @@ def anchor_weights(log_batch_q: np.ndarray, log_batch_a: np.ndarray) -> np.ndarr
     return w / w.sum(1, keepdims=True)
 
 
-def combine_anchors(base_q: np.ndarray, log_batch_q: np.ndarray, log_factor_a: np.ndarray,
-                    log_batch_a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Anchored prediction base(q) × exp(Σ wₐ·log factorₐ), with factorₐ = measured(a) / stats-only
-    prediction(a) and :func:`anchor_weights` wₐ; also each query's heaviest anchor."""
-    w = anchor_weights(log_batch_q, log_batch_a)
-    return base_q * np.exp(w @ log_factor_a), np.argmax(w, axis=1)
-
-
 # --------------------------------------------------------------------------------------------
 # Prediction
 

@@ -17,9 +17,10 @@ FP32 vector rate plus a share κ of what tensor cores add on top) and its FP32 r
 its batch — under TensorFlow's parameter servers, the per-variable pulls and pushes and their small
 latency-bound kernels: it is what makes small models there run far below their roofline (CM-DARE's
 CIFAR ResNets: ~40 ms a step on a P100 where the roofline says 3 ms). It shrinks on a faster
-accelerator (scaled by memory bandwidth, BW_ref = 1000 GB/s). The general ``step_overhead`` (kernel
-launches, framework bookkeeping) is kept at 0: its real size grows with the number of kernels, which the
-model stats do not count, and one calibrated constant hurt held-out accuracy.
+accelerator (scaled by memory bandwidth, BW_ref = 1000 GB/s). The general ``step_overhead`` is kept at
+0: one calibrated constant hurt held-out accuracy. Kernel launches enter instead as a floor on the
+step (:func:`launch_bound_sps`, from the profile's counted ``kernels_per_step``), applied to the final
+prediction.
 
 Data parallelism over N = count × nodes devices (``parallelism="allreduce"``): a ring all-reduce moves
 2(N−1)/N × gradient bytes over the slowest link (the intra-node link inside one VM; the VM network,

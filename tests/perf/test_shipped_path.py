@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cloudfit.perf import HardwareQuery, fit, predict_many
-from cloudfit.perf.model import combine_anchors, load_model
+from cloudfit.perf.model import anchor_weights, load_model
 from cloudfit.types import Measurement, Profile
 
 
@@ -76,7 +76,7 @@ def test_eval_applies_the_linear_scaling_cap(shipped):
     assert np.any(capped[ok] < raw[ok] * (1 - 1e-6)), "the cap never binds: the test no longer tests it"
 
 
-def test_anchor_weight_matrix_matches_combine_anchors(shipped):
+def test_anchor_weight_matrix_matches_the_anchored_formula(shipped):
     _, prep, _ = shipped
     base = prep.prior_sps
     rows = np.array([i for i in range(len(base)) if len(prep.anchors[i]) > 1][:20])
@@ -84,8 +84,9 @@ def test_anchor_weight_matrix_matches_combine_anchors(shipped):
     lb = np.log(prep.aux["batch"])
     for k, i in enumerate(rows):
         a = prep.anchors[i]
-        want, _ = combine_anchors(base[i:i + 1], lb[i:i + 1], np.log(prep.measured[a] / base[a]), lb[a])
-        assert anch[k] == pytest.approx(want[0], rel=1e-12)
+        # base × exp(Σ wₐ·log(measuredₐ / baseₐ)), weights as predict_many computes them
+        want = base[i] * np.exp(anchor_weights(lb[i:i + 1], lb[a])[0] @ np.log(prep.measured[a] / base[a]))
+        assert anch[k] == pytest.approx(want, rel=1e-12)
 
 
 def test_new_workloads_get_the_wider_stats_only_band(shipped):
