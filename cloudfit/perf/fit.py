@@ -376,13 +376,14 @@ def shipped_predictions(prep: Prepared, fm: FoldModel, rows: np.ndarray, lam: di
     W = prep.anchor_weights[rows]
     has = W.sum(1) > 0
 
-    def anchored(log_prior_q, f_q, lam_rows):
-        # Σ_a W[i,a]·(log measured_a − log prior_a − λ_i f_a), λ_i the query's λ
-        shift = W @ (logm - np.log(fm.prior_sps)) - lam_rows * (W @ fm.f)
-        return np.where(has, np.exp(log_prior_q + lam_rows * f_q + shift), np.nan)
+    # Σ_a W[i,a]·(log measured_a − log prior_a − λ_i f_a), λ_i the query's λ: the same two sums for
+    # the row and for its one-node and one-device variants
+    w_over_prior, w_f = W @ (logm - np.log(fm.prior_sps)), W @ fm.f
 
-    launch = prior.launch_bound_sps(np.asarray(prep.work.kernels, dtype=float)[rows] if np.ndim(prep.work.kernels)
-                                    else prep.work.kernels, prep.setup.batch[rows], dev[rows])
+    def anchored(log_prior_q, f_q, lam_rows):
+        return np.where(has, np.exp(log_prior_q + lam_rows * f_q + (w_over_prior - lam_rows * w_f)), np.nan)
+
+    launch = prior.launch_bound_sps(prep.work.kernels[rows], prep.setup.batch[rows], dev[rows])
     anch = np.minimum(anchored(np.log(fm.prior_sps[rows]), fm.f[rows], lam_q[rows]), launch)
     stat = np.minimum(fm.prior_sps[rows] * np.exp(fm.f[rows]), launch)
     if not cap:
