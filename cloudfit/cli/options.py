@@ -36,3 +36,26 @@ def split(values: Optional[list[str]]) -> list[str]:
     for v in values or []:
         out.extend(x.strip() for x in v.split(",") if x.strip())
     return out
+
+
+def spot_mode(spot: Optional[bool], spot_only: bool) -> str:
+    """``Workload.spot`` from --spot/--no-spot and --spot-only: "allow", "never" or "only"."""
+    if spot_only and spot is False:
+        from cloudfit.errors import UsageError
+
+        raise UsageError("--spot-only and --no-spot contradict each other")
+    return "only" if spot_only else ("never" if spot is False else "allow")
+
+
+def workload(*, model, profile, samples, epochs, dataset_size, deadline, budget, objective, regions, accelerators,
+             spot_mode, max_nodes, confidence, precision, batch_size):
+    """The ``Workload`` these options describe (``UsageError`` for bad values); ``spot_mode`` from
+    :func:`spot_mode`."""
+    from cloudfit.workload import make_workload
+
+    return make_workload(
+        model=model, profile=profile, samples=samples, epochs=epochs, dataset_size=dataset_size,
+        deadline=deadline, budget=budget, objective=objective, regions=split(regions),
+        accelerators=split(accelerators), spot=spot_mode, max_nodes=max_nodes, confidence=confidence,
+        precision=precision, batch_size=batch_size,
+    )

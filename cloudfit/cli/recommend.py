@@ -48,20 +48,16 @@ def recommend(
 ) -> None:
     """Recommend the cluster to train on: cheapest under --deadline, fastest under --budget."""
     from cloudfit.errors import UsageError
-    from cloudfit.workload import make_workload
 
-    if spot_only and spot is False:
-        raise UsageError("--spot-only and --no-spot contradict each other")
+    mode = opts.spot_mode(spot, spot_only)
     if top < 1:
         raise UsageError(f"--top must be at least 1, got {top}")
     if search not in ("exhaustive", "bayes"):
         raise UsageError(f"--search must be exhaustive or bayes, got {search!r}")
-    workload = make_workload(
-        model=model, profile=profile, samples=samples, epochs=epochs, dataset_size=dataset_size,
-        deadline=deadline, budget=budget, objective=objective, regions=opts.split(regions),
-        accelerators=opts.split(accelerators), spot="only" if spot_only else ("never" if spot is False else "allow"),
-        max_nodes=max_nodes, confidence=confidence, precision=precision, batch_size=batch_size,
-    )
+    workload = opts.workload(
+        model=model, profile=profile, samples=samples, epochs=epochs, dataset_size=dataset_size, deadline=deadline,
+        budget=budget, objective=objective, regions=regions, accelerators=accelerators, spot_mode=mode,
+        max_nodes=max_nodes, confidence=confidence, precision=precision, batch_size=batch_size)
     from cloudfit.plan import recommend as plan_recommend
 
     options = {"n_trials": trials, "seed": seed} if search == "bayes" else None

@@ -49,16 +49,12 @@ def search(
     """Active search: a few short paid probe runs, chosen by Bayesian optimisation, then a plan."""
     from cloudfit.errors import UsageError
     from cloudfit.units import parse_usd
-    from cloudfit.workload import make_workload
 
-
-    if spot_only and spot is False:
-        raise UsageError("--spot-only and --no-spot contradict each other")
-    workload = make_workload(
+    workload = opts.workload(
         model=model, profile=profile, samples=samples, epochs=epochs, dataset_size=dataset_size, deadline=deadline,
-        budget=budget, objective=objective, regions=opts.split(regions), accelerators=opts.split(accelerators),
-        spot="only" if spot_only else ("never" if spot is False else "allow"), max_nodes=max_nodes,
-        confidence=confidence, precision=precision, batch_size=batch_size)
+        budget=budget, objective=objective, regions=regions, accelerators=accelerators,
+        spot_mode=opts.spot_mode(spot, spot_only), max_nodes=max_nodes, confidence=confidence, precision=precision,
+        batch_size=batch_size)
     probe_usd = parse_usd(probe_budget, "probe budget")
     if not probe_minutes > 0:
         raise UsageError(f"--probe-minutes must be positive, got {probe_minutes:g}")
