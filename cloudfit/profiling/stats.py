@@ -33,10 +33,10 @@ from cloudfit.profiling.opclass import TENSOR_CLASSES, classify
 from cloudfit.profiling.zoo import ZooModel, _one_line
 from cloudfit.types import OP_CLASSES, ModelStats, OpClassStats
 
-# Ops that index into a larger tensor: they read about as many bytes as they return, not the whole input.
 # Ops that only allocate (no kernel runs): not counted in ``kernels_per_step``.
 _ALLOCATIONS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
                           "_local_scalar_dense"})
+# Ops that index into a larger tensor: they read about as many bytes as they return, not the whole input.
 _GATHERS = frozenset({"embedding", "index_select", "gather", "index", "take", "_embedding_bag"})
 
 
