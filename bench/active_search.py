@@ -69,7 +69,7 @@ class Case:
     """One world under one deadline: the truth, the optimum and the true value of each point."""
 
     def __init__(self, world, factor: float, model_file: str, hours: float = 10.0) -> None:
-        from cloudfit.search.active import _best_per_point
+        from cloudfit.active import _best_per_point
         from cloudfit.search.problem import Problem
 
         self.world, self.factor, self.model_file, self.hours = world, factor, model_file, hours
@@ -120,7 +120,7 @@ def run_cloudfit(case: Case, *, surrogate: str, ei_stop: bool):
     """(result or None, hits after 0, 1, … probes, probe costs)."""
     from cloudfit.errors import InfeasibleError
     from cloudfit.executors.replay import ReplayExecutor
-    from cloudfit.search.active import active_search
+    from cloudfit.active import active_search
 
     ex = ReplayExecutor(case.world["table"], probe_seconds=PROBE_S)
     try:

@@ -2,7 +2,7 @@
 with the code before and after, against one snapshot of the performance model, and diff everything.
 
     git archive HEAD | tar -x -C /tmp/before-export     # the code before (git state untouched)
-    python bench/recommend_equivalence.py /tmp/before-export cloudfit/plan.py cloudfit/search ...
+    python bench/recommend_equivalence.py /tmp/before-export cloudfit/plan/planner.py cloudfit/search ...
 
 The "before" tree is this tree's ``cloudfit/`` with the named files (or folders) taken from the
 export, so only they differ; both trees read a copy of this tree's ``cloudfit/perf/model.json``

@@ -106,7 +106,7 @@ def _best_of(fn, repeat: int) -> tuple[float, float]:
 
 def timing(repeat: int = 15) -> dict:
     accs, regs, oi, args = realistic_space()
-    lam_off = spot.hazards(accs, regs)  # first call: imports cloudfit.hardware, fills the cache
+    lam_off = spot.hazards(accs, regs)  # first call: imports cloudfit.catalog.hardware, fills the cache
     res = {"offerings": len(accs), "hazards_ms": _best_of(lambda: spot.hazards(accs, regs), repeat)[0]}
     args["hazard_per_node_hour"] = lam_off[oi]
     res["candidates"] = int(args["compute_hours"].size)

@@ -100,7 +100,7 @@ def anchored_profile(world: dict):
 def spaces(world: dict, workload, *, model_file: str | None, profile=None):
     """(predicted space, true space) restricted to the world's points."""
     from cloudfit import catalog as catalog_mod
-    from cloudfit.search.active import _restrict, _with_measured
+    from cloudfit.active import _restrict, _with_measured
     from cloudfit.search.space import build_space
 
     cat = catalog_mod.load()

@@ -5,7 +5,7 @@
     python scripts/build_measurements.py --no-stats # table only (stdlib)
 
 Every row is one public measurement of training throughput tied to an accelerator in
-``cloudfit/hardware.py`` and to a workload whose stats ``cloudfit.perf.workloads`` can compute.
+``cloudfit/catalog/hardware.py`` and to a workload whose stats ``cloudfit.perf.workloads`` can compute.
 Rows that cannot be tied are counted by reason in ``data/PROVENANCE.md`` (printed here too).
 The output is deterministic: inputs are read in sorted order, numbers are written with a fixed
 format, rows are sorted.

@@ -46,7 +46,7 @@ NOTEBOOKS: dict[str, list[tuple[str, str]]] = {
         ("code", "wb = make_workload(model='resnet50', epochs=90, dataset_size=1_281_167, budget='100')\n"
                  "fast = recommend(wb)\nprint(fast.explanation)\nfast.to_frame().head(5)"),
         ("md", "## Keep the plan\n`plan.json` is all `cloudfit launch` needs."),
-        ("code", "from cloudfit.planio import save_plan, load_plan\nsave_plan(plan, OUT / 'plan.json')\n"
+        ("code", "from cloudfit.plan.io import save_plan, load_plan\nsave_plan(plan, OUT / 'plan.json')\n"
                  "assert load_plan(OUT / 'plan.json').chosen.config == plan.chosen.config\n"
                  "print((OUT / 'plan.json').stat().st_size, 'bytes')"),
     ],

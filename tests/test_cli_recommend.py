@@ -8,7 +8,7 @@ import pytest
 import yaml
 from tests.conftest import run_cloudfit
 
-from cloudfit.planio import load_plan
+from cloudfit.plan.io import load_plan
 
 BASE = ["recommend", "--model", "resnet50", "--epochs", "90", "--dataset-size", "1281167"]
 KEYS = {"machine_type", "accelerator", "accelerators_per_node", "nodes", "region", "zone", "spot",

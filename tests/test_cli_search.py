@@ -22,7 +22,7 @@ def _args(w, table, *extra):
 
 
 def test_search_json_reports_trials_spend_and_plan(cli, tmp_path):
-    from cloudfit.planio import load_plan
+    from cloudfit.plan.io import load_plan
     from cloudfit.profiling.io import load_profile
 
     w = _world()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cloudfit import catalog, hardware
+from cloudfit import catalog
+from cloudfit.catalog import hardware
 from cloudfit.errors import UnknownAcceleratorError, UsageError
 
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from cloudfit import catalog, refresh
+from cloudfit import catalog
+from cloudfit.catalog import refresh
 from cloudfit.errors import CatalogError, UsageError
-from cloudfit.refresh import BillingError, PriceBook, SkuPrice, refresh_catalog, sku_item, write_catalog
+from cloudfit.catalog.refresh import BillingError, PriceBook, SkuPrice, refresh_catalog, sku_item, write_catalog
 from cloudfit.types import Offering
 from tests.conftest import run_cloudfit
 from tests.fakes.billing_server import FakeBillingServer, compute_engine_skus, sku

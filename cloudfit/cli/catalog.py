@@ -102,7 +102,7 @@ def refresh(
     import os
 
     from cloudfit import catalog
-    from cloudfit import refresh as refreshing
+    from cloudfit.catalog import refresh as refreshing
 
     base_cat = catalog.load(base)
     offerings, report = refreshing.refresh_catalog(base_cat, endpoint=billing_endpoint,

@@ -134,7 +134,7 @@ def launch(
 
 def _plan(plan_path, model, samples, epochs, dataset_size, budget_usd):
     if plan_path is not None:
-        from cloudfit.planio import load_plan
+        from cloudfit.plan.io import load_plan
 
         return load_plan(plan_path)
     from cloudfit.errors import UsageError

@@ -31,7 +31,7 @@ def predict(
     prof = pio.load_profile(pio.resolve_profile(profile))
     p = perf.predict(prof, accelerator, count, nodes, precision=precision, batch_size=batch_size,
                      machine_type=machine_type, network_gbps=network_gbps)
-    from cloudfit import hardware
+    from cloudfit.catalog import hardware
 
     acc = hardware.canonical_name(accelerator)
     batch = prof.stats.batch_size if batch_size is None else batch_size

@@ -64,7 +64,7 @@ def recommend(
     plan = plan_recommend(workload, catalog=catalog_path, searcher=search, searcher_options=options)
     shown = _distinct(plan, top)
     if out is not None:
-        from cloudfit.planio import save_plan
+        from cloudfit.plan.io import save_plan
 
         save_plan(plan, out)
     if emit_skypilot is not None:
@@ -74,7 +74,7 @@ def recommend(
 
         plotting.save(plotting.pareto(plan), plot)
     if as_json:
-        from cloudfit.planio import plan_to_dict
+        from cloudfit.plan.io import plan_to_dict
 
         print_json({"plan": plan_to_dict(plan), "candidates": [e.row() for e in shown]})
         return

@@ -86,7 +86,7 @@ def search(
     else:
         raise UsageError(f"--backend must be replay, local or gcp, not {backend!r}")
 
-    from cloudfit.search.active import active_search
+    from cloudfit.active import active_search
 
     err = console(stderr=True)
 
@@ -108,7 +108,7 @@ def search(
 
         write_profile(result.profile, save_profile)
     if out is not None:
-        from cloudfit.planio import save_plan
+        from cloudfit.plan.io import save_plan
 
         save_plan(result.plan, out)
     if as_json:

@@ -24,7 +24,7 @@ Key = tuple[str, int, int, int, str]
 
 def load_replay_table(path: str | Path) -> dict[Key, float]:
     """(accelerator, per node, nodes, batch per device, precision) → samples/s (median of duplicates)."""
-    from cloudfit import hardware
+    from cloudfit.catalog import hardware
 
     p = Path(path)
     try:

@@ -1,6 +1,6 @@
 """Features of a query for the learned correction: hardware specs, model stats, configuration.
 
-Never names: an accelerator enters as its datasheet numbers (``cloudfit.hardware``), a model as its
+Never names: an accelerator enters as its datasheet numbers (``cloudfit.catalog.hardware``), a model as its
 counted stats (``ModelStats``). Hardware features carry monotone constraints (+1: more of it never
 predicts slower; −1 for pressure/ratios that fall as the hardware gets better) so the fitted model
 stays monotone in every spec by construction.
@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from cloudfit import hardware
+from cloudfit.catalog import hardware
 from cloudfit.perf.prior import CONSTANTS, TENSOR, PriorResult, Setup, Work, activation_scale, memory_needed_bytes
 from cloudfit.types import OP_CLASSES, ModelStats
 

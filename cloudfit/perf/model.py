@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cloudfit import hardware
+from cloudfit.catalog import hardware
 from cloudfit.errors import ModelError, ProfileError, UsageError
 from cloudfit.perf import features, prior
 from cloudfit.perf.trees import Forest

@@ -231,7 +231,7 @@ def load_profile(path: str | os.PathLike) -> Profile:
 def save_profile(profile: Profile, path: str | os.PathLike) -> None:
     """Write atomically (temporary file in the same folder, fsync'd, renamed over ``path``):
     an interrupted write leaves the old file (or none), never half a profile."""
-    from cloudfit.planio import write_json_atomic
+    from cloudfit.plan.io import write_json_atomic
 
     try:
         write_json_atomic(profile_to_dict(profile), path)
@@ -266,7 +266,7 @@ def resolve_profile(name_or_path: str | os.PathLike) -> Path:
 
 def validate_measurement(m: Measurement) -> Measurement:
     """Canonicalise the accelerator (or ``cpu``) and check the numbers; ProfileError otherwise."""
-    from cloudfit import hardware
+    from cloudfit.catalog import hardware
 
     acc = m.accelerator.strip()
     if acc.lower() == CPU:

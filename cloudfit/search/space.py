@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from cloudfit import hardware
+from cloudfit.catalog import hardware
 from cloudfit.catalog import Catalog
 from cloudfit.errors import InfeasibleError, UsageError
 from cloudfit.types import ClusterConfig, Estimate, Profile, Workload

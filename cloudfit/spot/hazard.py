@@ -59,7 +59,7 @@ def _region_of(name: str) -> str:
 def _canonical(accelerator: str | None) -> str:
     if accelerator is None or accelerator.strip() == "" or accelerator.strip().upper() in ("CPU", "NONE"):
         return "CPU"
-    from cloudfit.hardware import canonical_name  # raises UnknownAcceleratorError on typos
+    from cloudfit.catalog.hardware import canonical_name  # raises UnknownAcceleratorError on typos
 
     return canonical_name(accelerator)
 

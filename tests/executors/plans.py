@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cloudfit.planio import save_plan
+from cloudfit.plan.io import save_plan
 from cloudfit.types import ClusterConfig, Estimate, Offering, Plan, Workload
 
 

@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from cloudfit import hardware
+from cloudfit.catalog import hardware
 from cloudfit.perf.data import load_table
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cloudfit import catalog, hardware
+from cloudfit import catalog
+from cloudfit.catalog import hardware
 from cloudfit.errors import ProfileError, UnknownAcceleratorError, UsageError
 from cloudfit.perf import HardwareQuery, fit, memory_fits, model_version, predict, predict_many
 from cloudfit.perf.data import load_table

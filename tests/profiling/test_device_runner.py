@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cloudfit import hardware
+from cloudfit.catalog import hardware
 from cloudfit.errors import ProfileError
 from cloudfit.profiling import device as dev
 from cloudfit.profiling import zoo

@@ -10,7 +10,7 @@ import pytest
 
 from cloudfit.errors import UsageError
 from cloudfit.executors.replay import ReplayExecutor, load_replay_table, worlds_from_measurements
-from cloudfit.search.active import active_search
+from cloudfit.active import active_search
 from cloudfit.workload import make_workload
 
 
@@ -37,7 +37,7 @@ def _run(world, ex=None, workload=None, **kw):
 
 def _space(world, w=None):
     from cloudfit import catalog
-    from cloudfit.search.active import _restrict
+    from cloudfit.active import _restrict
     from cloudfit.search.space import build_space
 
     return _restrict(build_space(w or _workload(world), world["profile"], catalog.load()), world["points"])
@@ -64,7 +64,7 @@ def test_first_probe_is_the_models_prediction_and_probes_join_the_profile(world)
     assert r.plan.provenance["searcher"] == "active"
     assert r.plan.provenance["active_search"]["probes"] == 3
     # later probes were chosen on predictions the earlier probes had moved (the refit)
-    from cloudfit.search.active import _best_per_point
+    from cloudfit.active import _best_per_point
     from cloudfit.search.problem import Problem
 
     space = _space(world, w)
@@ -75,7 +75,7 @@ def test_first_probe_is_the_models_prediction_and_probes_join_the_profile(world)
 
 
 def test_a_probe_moves_the_predictions_of_related_points_and_narrows_their_bands(world):
-    from cloudfit.search.active import _gp_corrected, _points
+    from cloudfit.active import _gp_corrected, _points
 
     space = _space(world)
     keys, inv = _points(space)

@@ -16,7 +16,8 @@ from dataclasses import fields, replace
 import numpy as np
 import pytest
 
-from cloudfit import catalog, plan as plan_mod
+from cloudfit import catalog
+from cloudfit.plan import explain as explain_mod, planner as plan_mod
 from cloudfit.search import Problem
 from cloudfit.search.exhaustive import ExhaustiveSearcher
 from cloudfit.search.problem import Ranking, rank, score
@@ -71,7 +72,7 @@ def _reference(space, problem):
     prev = np.concatenate(([np.inf], np.minimum.accumulate(c)[:-1]))
     front = o[c < prev * (1 - 1e-9)]
     if problem.objective == "cost" and problem.deadline_hours is not None:
-        looser = replace(problem, deadline_hours=problem.deadline_hours + plan_mod.DEADLINE_SLACK_HOURS)
+        looser = replace(problem, deadline_hours=problem.deadline_hours + explain_mod.DEADLINE_SLACK_HOURS)
     else:
         looser = replace(problem, budget_usd=None if problem.budget_usd is None else problem.budget_usd * 1.1)
     best = rank(_plain(space, looser.deadline_hours), looser, np.arange(n))
@@ -106,7 +107,7 @@ def test_recommend_equals_the_plain_evaluation(cat, kw):
     assert p.provenance["feasible"] == order.size
     d = problem.deadline_hours
     runner_e = None if runner is None else estimate(space, runner, space._assess(d, np.asarray([runner])), 0)
-    assert p.explanation == plan_mod.explain(p.chosen, runner_e, problem)
+    assert p.explanation == explain_mod.explain(p.chosen, runner_e, problem)
     ids = np.asarray(_thin(front))
     sub = space._assess(d, ids)
     feasible = score(sub, problem)[0]
@@ -117,12 +118,12 @@ def test_recommend_equals_the_plain_evaluation(cat, kw):
     fresh = build_space(w, prof, cat)
     fresh.assess(problem.deadline_hours)
     if looser.deadline_hours != problem.deadline_hours:
-        got = plan_mod._best_later_deadline(fresh, problem, looser, picked[0])
+        got = explain_mod._best_later_deadline(fresh, problem, looser, picked[0])
         assert not fresh.assessed(looser.deadline_hours)  # only a few groups were re-priced
     else:
-        got = plan_mod._best(fresh, looser)
+        got = explain_mod._best(fresh, looser)
     assert (None if got is None else got[0]) == best
-    assert p.sensitivity == plan_mod.sensitivity(space, problem, p.chosen)  # the plain path's sentence
+    assert p.sensitivity == explain_mod.sensitivity(space, problem, p.chosen)  # the plain path's sentence
 
 
 def _thin(front):

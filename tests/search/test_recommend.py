@@ -8,7 +8,7 @@ import pytest
 from cloudfit import catalog
 from cloudfit.errors import InfeasibleError, UsageError
 from cloudfit.plan import recommend
-from cloudfit.planio import load_plan, plan_to_dict, save_plan
+from cloudfit.plan.io import load_plan, plan_to_dict, save_plan
 from cloudfit.search.problem import cost_quantile
 from cloudfit.search.space import GUARD_INTERVAL_S, TEARDOWN_S, build_space
 from cloudfit.workload import make_workload

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from cloudfit import hardware
+from cloudfit.catalog import hardware
 from cloudfit.errors import CatalogError, UnknownAcceleratorError
 from cloudfit.types import ClusterConfig, Offering
 

@@ -1,178 +1,22 @@
-"""``recommend(workload) -> Plan``: the cheapest cluster under a deadline, or the fastest under a budget.
-
-Planning is a pure function of the workload, the profile, the catalog and the shipped performance
-and preemption models: build the space (every offering × nodes × spot), let a searcher rank it,
-then explain the winner, price a looser limit, and keep ranked alternatives for launch fallback.
-"""
+"""Words for a plan: why the chosen cluster, what a looser limit would buy, and why nothing fits."""
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cloudfit import __version__
-from cloudfit.catalog import Catalog
 from cloudfit.errors import InfeasibleError
-from cloudfit.search import Problem, get_searcher
-from cloudfit.search.problem import Ranking, cost_quantile, score
-from cloudfit.search.space import Space, build_space, estimate
-from cloudfit.types import ClusterConfig, Estimate, Plan, Profile, Workload
+from cloudfit.search import Problem
+from cloudfit.search.problem import Ranking, cost_quantile
+from cloudfit.search.space import Space, estimate
+from cloudfit.types import ClusterConfig, Estimate
 from cloudfit.units import format_hours
-from cloudfit.workload import default_objective, validate_workload  # noqa: F401  (re-exported)
 
-#: Ranked fallbacks kept in plan.json for launch (stockout, quota): other zones first come for free.
-N_ALTERNATIVES = 30
-#: At most this many zones of one hardware config (shape, nodes, spot) among the alternatives, so
-#: that fallbacks and the top-K table show different options, not the same VM in every zone.
-ZONES_PER_CONFIG = 2
-#: Pareto points kept in plan.json (thinned evenly if the front is longer).
-N_PARETO = 40
 DEADLINE_SLACK_HOURS = 2.0
 BUDGET_SLACK = 0.10
-
-
-def load_workload_profile(workload: Workload) -> Profile:
-    from cloudfit.profiling.io import load_profile, resolve_profile
-
-    return load_profile(resolve_profile(workload.profile_path or workload.model))
-
-
-def recommend(
-    workload: Workload,
-    *,
-    catalog: Catalog | str | Path | None = None,
-    profile: Profile | None = None,
-    searcher: str = "exhaustive",
-    searcher_options: dict[str, Any] | None = None,
-    space: Space | None = None,
-) -> Plan:
-    """Search the catalog for the best cluster for ``workload``; raise ``InfeasibleError`` if none.
-
-    The returned Plan holds the chosen estimate, up to 30 ranked alternatives (launch falls back
-    through them), the cost × time Pareto front, a one-sentence explanation and sensitivity, and
-    provenance (catalog digest, performance-model version, searcher, evaluations).
-    """
-    from cloudfit import catalog as catalog_mod
-    from cloudfit import perf, spot
-
-    validate_workload(workload)
-    if space is None:
-        cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog)
-        prof = profile or load_workload_profile(workload)
-        space = build_space(workload, prof, cat)
-    problem = Problem.of(workload)
-    result = get_searcher(searcher, **(searcher_options or {})).search(space, problem)
-    if result.n_feasible == 0:
-        raise infeasible(space, problem)
-
-    # the best few of the ranking are enough: take a longer head only if it runs out
-    n = 4 * (N_ALTERNATIVES + 1)
-    while True:
-        head = result.head(n)
-        picked = _diverse(space, head, per_config=ZONES_PER_CONFIG, limit=N_ALTERNATIVES + 1)
-        runner = _runner_up(space, head)
-        if (picked.size == N_ALTERNATIVES + 1 and runner is not None) or head.size < n:
-            break
-        n *= 4
-    a = space.assess(problem.deadline_hours)  # the whole space, priced once (cached)
-    ranked = [estimate(space, int(i), a) for i in picked]
-    chosen, alternatives = ranked[0], tuple(ranked[1:])
-    pareto = pareto_front(space, problem)
-    explanation = explain(chosen, None if runner is None else estimate(space, runner, a), problem)
-    provenance = {
-        "cloudfit_version": __version__,
-        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "catalog": space.catalog.path,
-        "catalog_digest": space.catalog.digest,
-        "model_version": perf.model_version(),
-        "spot_model_version": getattr(spot, "MODEL_VERSION", ""),
-        "profile_model": space.profile.model,
-        "prediction_basis": space.basis,
-        "searcher": result.searcher,
-        "evaluations": int(result.evaluations),
-        "space_size": len(space),
-        "feasible": result.n_feasible if result.searcher == "exhaustive" else None,
-        "excluded": dict(space.excluded),
-    }
-    plan = Plan(workload=workload, chosen=chosen, alternatives=alternatives, pareto=pareto,
-                provenance=provenance, explanation=explanation)
-    return replace(plan, sensitivity=sensitivity(space, problem, chosen, int(picked[0])))
-
-
-# --------------------------------------------------------------------------------------------
-# Pareto front, explanation, sensitivity
-
-
-def pareto_front(space: Space, problem: Problem, limit: int = N_PARETO) -> tuple[Estimate, ...]:
-    """Candidates no other beats on both expected hours and expected cost, fastest first.
-
-    Every candidate of the space takes part; each point's ``feasible`` says whether it meets the
-    workload's limits at the required confidence.
-    """
-    a = space.assess(problem.deadline_hours)
-    hours, cost = np.asarray(a.hours), np.asarray(a.cost_usd)
-    cand = _cheapest_of_each_group(space, hours, cost)
-    order = cand[np.lexsort((cand, cost[cand], hours[cand]))]
-    c = cost[order]
-    # on the front: strictly cheaper than everything at least as fast (fastest first)
-    prev_min = np.concatenate(([np.inf], np.minimum.accumulate(c)[:-1]))
-    front = order[c < prev_min * (1 - 1e-9)].tolist()
-    if len(front) > limit:  # keep both ends and an even spread between
-        pick = np.round(np.linspace(0, len(front) - 1, limit)).astype(int)
-        pick = pick[np.concatenate(([True], np.diff(pick) > 0))]  # sorted already; np.unique would import numpy.ma
-        front = [front[k] for k in pick]
-    ids = np.asarray(front, dtype=np.int64)
-    feasible, _, _ = score(a.take(ids), problem)
-    return tuple(estimate(space, int(i), a, feasible=bool(feasible[j])) for j, i in enumerate(ids))
-
-
-def _cheapest_of_each_group(space: Space, hours: np.ndarray, cost: np.ndarray) -> np.ndarray:
-    """Ids that can be on the Pareto front: of each group of candidates that differ only in price
-    (equal hours), the cheapest, lowest id first. Sorted by (hours, cost, id), every other member
-    follows one at least as fast and as cheap, so it never passes the front's strict test."""
-    groups = space.price_groups
-    n = len(space)
-    if groups is None or np.isnan(cost).any() or np.isnan(hours).any():
-        return np.arange(n)
-    rep, inv = groups
-    if not np.array_equal(hours[rep][inv], hours):  # not the grouping this assessment came from
-        return np.arange(n)
-    low = np.full(rep.size, np.inf)
-    np.minimum.at(low, inv, cost)
-    ids = np.flatnonzero(cost == low[inv])
-    first = np.full(rep.size, n)
-    np.minimum.at(first, inv[ids], ids)
-    return first
-
-
-def _diverse(space: Space, order: np.ndarray, *, per_config: int, limit: int) -> np.ndarray:
-    """The first ``limit`` ids of ``order`` keeping at most ``per_config`` per (shape, nodes, spot)."""
-    counts: dict[tuple, int] = {}
-    out = []
-    for i in order:
-        k = (int(space.shape[i]), int(space.nodes[i]), bool(space.spot[i]))
-        if counts.get(k, 0) >= per_config:
-            continue
-        counts[k] = counts.get(k, 0) + 1
-        out.append(int(i))
-        if len(out) == limit:
-            break
-    return np.asarray(out, dtype=np.int64)
-
-
-def _runner_up(space: Space, order: np.ndarray) -> int | None:
-    """The best candidate that is different hardware (shape, nodes or spot), not just another zone."""
-    first = int(order[0])
-    key = (space.shape[first], space.nodes[first], space.spot[first])
-    for i in order[1:]:
-        if (space.shape[i], space.nodes[i], space.spot[i]) != key:
-            return int(i)
-    return None
 
 
 def _describe(e: Estimate) -> str:
@@ -362,35 +206,3 @@ def infeasible(space: Space, problem: Problem) -> InfeasibleError:
     relax = (" Relax to " + " or ".join(hints) + ".") if hints else ""
     return InfeasibleError(f"no configuration meets {' and '.join(limits)}.{relax} Closest: {near}.",
                            closest=tuple(closest))
-
-
-# --------------------------------------------------------------------------------------------
-# SkyPilot
-
-
-def skypilot_task(plan: Plan, *, steps_command: str | None = None) -> dict[str, Any]:
-    """A SkyPilot task (as a dict, for YAML) that runs cloudfit's trainer on the chosen config."""
-    c = plan.chosen.config
-    o = c.offering
-    w = plan.workload
-    run = steps_command or (
-        'MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)\n'
-        "torchrun --nnodes=$SKYPILOT_NUM_NODES --nproc_per_node=$SKYPILOT_NUM_GPUS_PER_NODE "
-        "--node_rank=$SKYPILOT_NODE_RANK --master_addr=$MASTER_ADDR --master_port=29500 "
-        f"-m cloudfit.train --model {w.model} --samples {int(w.samples)} --precision {w.precision} "
-        "--checkpoint-dir ~/cloudfit-ckpt\n"
-    )
-    return {
-        "name": f"cloudfit-{w.model}",
-        "resources": {
-            "cloud": "gcp",
-            "region": o.region,
-            "zone": o.zone,
-            "instance_type": o.machine_type,
-            "accelerators": f"{o.accelerator}:{o.accelerators_per_node}",
-            "use_spot": bool(c.spot),
-        },
-        "num_nodes": int(c.nodes),
-        "setup": "pip install cloudfit\n",
-        "run": run,
-    }

@@ -108,7 +108,7 @@ class ActiveResult:
         return self.probe_spend_usd + self.plan.chosen.cost_usd
 
     def to_dict(self) -> dict[str, Any]:
-        from cloudfit.planio import plan_to_dict
+        from cloudfit.plan.io import plan_to_dict
 
         return {"stop_reason": self.stop_reason, "probe_spend_usd": self.probe_spend_usd,
                 "plan_expected_cost_usd": self.plan.chosen.cost_usd, "total_expected_usd": self.total_expected_usd,
