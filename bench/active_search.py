@@ -69,7 +69,7 @@ class Case:
     """One world under one deadline: the truth, the optimum and the true value of each point."""
 
     def __init__(self, world, factor: float, model_file: str, hours: float = 10.0) -> None:
-        from cloudfit.active import _best_per_point
+        from cloudfit.active.choose import best_per_point as _best_per_point
         from cloudfit.search.problem import Problem
 
         self.world, self.factor, self.model_file, self.hours = world, factor, model_file, hours
@@ -96,7 +96,7 @@ class Case:
         """Hits and probe costs when points are probed in ``order`` and the best probed point is kept."""
         from cloudfit.search.problem import rank
 
-        a = self.truth.assess(self.problem.deadline_hours)
+        a = self.truth.assess(self.problem)
         hits, costs, probed = [False], [], set()
         for p in order[:MAX_TRIALS]:
             costs.append(self.probe_cost[p])

@@ -130,7 +130,7 @@ def run_cases() -> tuple[list[dict], list[dict]]:
                 problem = Problem.of(wl)
                 pred, truth = W.spaces(w, wl, model_file=model_file)
                 best, best_cfg = W.optimum(truth, problem)
-                feasible_share = float(score(truth.assess(problem.deadline_hours), problem)[0].mean())
+                feasible_share = float(score(truth.assess(problem), problem)[0].mean())
                 cases.append({"world": w["name"], "factor": f, "spot": spot, "candidates": len(truth),
                               "truly_feasible": feasible_share, "points": len(w["points"]),
                               "accelerators": len({p[0] for p in w["points"]})})

@@ -79,7 +79,7 @@ def _point_values(space, problem):
     """Per candidate: point id (shape, nodes, spot); per point: best primary value among its feasible zones."""
     from cloudfit.search.problem import score
 
-    a = space.assess(problem.deadline_hours)
+    a = space.assess(problem)
     feasible, primary, _ = score(a, problem)
     key = (space.shape.astype(np.int64) * 1000 + space.nodes.astype(np.int64)) * 2 + space.spot.astype(np.int64)
     uniq, point = np.unique(key, return_inverse=True)

@@ -100,7 +100,7 @@ def anchored_profile(world: dict):
 def spaces(world: dict, workload, *, model_file: str | None, profile=None):
     """(predicted space, true space) restricted to the world's points."""
     from cloudfit import catalog as catalog_mod
-    from cloudfit.active import _restrict, _with_measured
+    from cloudfit.active.surrogate import restrict as _restrict, with_measured as _with_measured
     from cloudfit.search.space import build_space
 
     cat = catalog_mod.load()
@@ -118,7 +118,7 @@ def true_outcome(truth, problem, config) -> tuple[float, bool]:
     ids = [i for i in range(len(truth)) if truth.config(i) == config]
     if not ids:
         return math.inf, False
-    a = truth.assess(problem.deadline_hours, np.asarray(ids))
+    a = truth.assess(problem, np.asarray(ids))
     feasible, _, _ = score(a, problem)
     return float(a.cost_usd[0]), bool(feasible[0])
 
@@ -126,7 +126,7 @@ def true_outcome(truth, problem, config) -> tuple[float, bool]:
 def optimum(truth, problem) -> tuple[float, object]:
     from cloudfit.search.problem import rank
 
-    a = truth.assess(problem.deadline_hours)
+    a = truth.assess(problem)
     order = rank(a, problem, np.arange(len(truth)))
     if order.size == 0:
         return math.inf, None

@@ -39,4 +39,13 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
         raise
 
 
-__all__ = ["atomic_open"]
+def write_json_atomic(obj: Any, path: str | os.PathLike) -> None:
+    """Write ``obj`` as indented JSON (NaN refused) through :func:`atomic_open`."""
+    import json
+
+    with atomic_open(path, encoding="utf-8") as fh:
+        json.dump(obj, fh, indent=2, allow_nan=False)
+        fh.write("\n")
+
+
+__all__ = ["atomic_open", "write_json_atomic"]

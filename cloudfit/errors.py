@@ -6,6 +6,8 @@ Exit codes (see ``cloudfit.cli.main``): ``UsageError`` (bad input) → 2, ``Infe
 
 from __future__ import annotations
 
+import re
+
 
 class CloudfitError(Exception):
     """Base of every error cloudfit raises on purpose. ``str(err)`` is one line a user can act on."""
@@ -72,3 +74,19 @@ class BudgetExceeded(CloudfitError):
     """Going on would spend past the budget."""
 
     exit_code = 4
+
+
+def one_line(e: BaseException, limit: int = 300) -> str:
+    """An exception as one line of at most ``limit`` characters, for a message that names its cause.
+
+    Uses the exception's ``message`` when it has one (google-api errors), drops the request URL the
+    REST transport puts in front, puts an HTTP ``code`` first, and falls back to the type's name.
+    """
+    text = " ".join(str(getattr(e, "message", None) or e).split())
+    text = re.sub(r"^(?:GET|POST) \S+: ", "", text)
+    code = getattr(e, "code", None)
+    if isinstance(code, int) and not text.startswith(str(code)):
+        text = f"{code} {text}"
+    if not text:
+        return type(e).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"

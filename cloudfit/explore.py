@@ -21,15 +21,13 @@ def space_for(workload: Workload, *, catalog=None, profile=None) -> Space:
     """The priced configuration space of ``workload`` (as ``recommend`` builds it)."""
     from cloudfit import catalog as catalog_mod
     from cloudfit.plan import load_workload_profile
-    from cloudfit.workload import validate_workload
 
-    validate_workload(workload)
     cat = catalog if isinstance(catalog, catalog_mod.Catalog) else catalog_mod.load(catalog)
     return build_space(workload, profile or load_workload_profile(workload), cat)
 
 
 def _best_row(space: Space, problem: Problem, mask: np.ndarray) -> dict | None:
-    a = space.assess(problem.deadline_hours)
+    a = space.assess(problem)
     feasible, primary, secondary = score(a, problem)
     ok = feasible & mask
     if not ok.any():
@@ -90,7 +88,7 @@ def risk_frame(workload: Workload, *, space: Space | None = None, catalog=None, 
 
     sp = space or space_for(workload, catalog=catalog, profile=profile)
     problem = Problem.of(workload)
-    a = sp.assess(problem.deadline_hours)
+    a = sp.assess(problem)
     feasible, _, _ = score(a, problem)
     ids = np.arange(len(sp))
     if per_config:  # cheapest zone of each (shape, nodes, spot)

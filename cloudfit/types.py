@@ -232,6 +232,32 @@ class Workload:
     batch_size_per_device: int | None = None  # None = the profile's
     profile_path: str | None = None
 
+    def __post_init__(self) -> None:
+        """A Workload checks its limits once, when it is made: every holder may trust them.
+
+        Raises ``UsageError`` (one line) for limits that make no sense.
+        """
+        import math
+
+        from cloudfit.errors import UsageError
+
+        if not (self.samples > 0 and math.isfinite(self.samples)):
+            raise UsageError(f"the number of training samples must be positive, got {self.samples:g}")
+        if self.deadline_hours is None and self.budget_usd is None:
+            raise UsageError("give a --deadline, a --budget, or both")
+        if self.deadline_hours is not None and not (self.deadline_hours > 0 and math.isfinite(self.deadline_hours)):
+            raise UsageError(f"the deadline must be positive, got {self.deadline_hours:g} h")
+        if self.budget_usd is not None and not (self.budget_usd > 0 and math.isfinite(self.budget_usd)):
+            raise UsageError(f"the budget must be positive, got ${self.budget_usd:g}")
+        if not 0.0 < self.confidence < 1.0:
+            raise UsageError(f"--confidence must be between 0 and 1 (exclusive), got {self.confidence:g}")
+        if self.objective not in ("cost", "time"):
+            raise UsageError(f"--objective must be cost or time, got {self.objective!r}")
+        if self.spot not in ("allow", "never", "only"):
+            raise UsageError(f"spot policy must be allow, never or only, got {self.spot!r}")
+        if self.max_nodes < 1:
+            raise UsageError(f"--max-nodes must be at least 1, got {self.max_nodes}")
+
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable(self)
 

@@ -7,6 +7,9 @@ import re
 
 from cloudfit.errors import UsageError
 
+#: Standard normal 90% quantile: every calibrated band in cloudfit is 10–90%, and every P90 is mean·e^(Z90·σ).
+Z90 = 1.2815515655446004
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|sec|m|min|h|hr|hours?|d|days?)?\s*$", re.I)
 _PER_HOUR = {"s": 1 / 3600, "sec": 1 / 3600, "m": 1 / 60, "min": 1 / 60, "h": 1.0, "hr": 1.0, "hour": 1.0,
              "hours": 1.0, "d": 24.0, "day": 24.0, "days": 24.0}

@@ -1,32 +1,14 @@
-"""Build a validated ``Workload`` from what a user types (shared by recommend, launch and search)."""
+"""Build a ``Workload`` from what a user types (shared by recommend, launch and search).
+
+The ``Workload`` checks its own limits when it is made (``Workload.__post_init__``); this module checks
+only how the options combine (samples vs. epochs × dataset size, profile vs. model, units).
+"""
 
 from __future__ import annotations
-
-import math
 
 from cloudfit.errors import UsageError
 from cloudfit.types import PRECISIONS, Workload
 from cloudfit.units import parse_hours, parse_usd
-
-
-def validate_workload(w: Workload) -> None:
-    """Raise ``UsageError`` for limits that make no sense (one line each)."""
-    if not (w.samples > 0 and math.isfinite(w.samples)):
-        raise UsageError(f"the number of training samples must be positive, got {w.samples:g}")
-    if w.deadline_hours is None and w.budget_usd is None:
-        raise UsageError("give a --deadline, a --budget, or both")
-    if w.deadline_hours is not None and not (w.deadline_hours > 0 and math.isfinite(w.deadline_hours)):
-        raise UsageError(f"the deadline must be positive, got {w.deadline_hours:g} h")
-    if w.budget_usd is not None and not (w.budget_usd > 0 and math.isfinite(w.budget_usd)):
-        raise UsageError(f"the budget must be positive, got ${w.budget_usd:g}")
-    if not 0.0 < w.confidence < 1.0:
-        raise UsageError(f"--confidence must be between 0 and 1 (exclusive), got {w.confidence:g}")
-    if w.objective not in ("cost", "time"):
-        raise UsageError(f"--objective must be cost or time, got {w.objective!r}")
-    if w.spot not in ("allow", "never", "only"):
-        raise UsageError(f"spot policy must be allow, never or only, got {w.spot!r}")
-    if w.max_nodes < 1:
-        raise UsageError(f"--max-nodes must be at least 1, got {w.max_nodes}")
 
 
 def default_objective(deadline_hours: float | None, budget_usd: float | None) -> str:
@@ -74,7 +56,7 @@ def make_workload(
         from pathlib import Path
 
         name = Path(profile).stem
-    w = Workload(
+    return Workload(  # validates its own limits
         model=str(name),
         samples=float(samples),
         deadline_hours=deadline_h,
@@ -89,5 +71,3 @@ def make_workload(
         batch_size_per_device=batch_size,
         profile_path=None if profile is None else str(profile),
     )
-    validate_workload(w)
-    return w

@@ -12,7 +12,8 @@ import pytest
 from cloudfit import catalog
 from cloudfit.catalog import refresh
 from cloudfit.errors import CatalogError, UsageError
-from cloudfit.catalog.refresh import BillingError, PriceBook, SkuPrice, refresh_catalog, sku_item, write_catalog
+from cloudfit.catalog import write_catalog
+from cloudfit.catalog.refresh import BillingError, PriceBook, SkuPrice, refresh_catalog, sku_item
 from cloudfit.types import Offering
 from tests.conftest import run_cloudfit
 from tests.fakes.billing_server import FakeBillingServer, compute_engine_skus, sku

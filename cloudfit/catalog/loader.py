@@ -1,8 +1,9 @@
-"""Load and validate offering catalogs (``catalogs/gcp.csv`` and any file of the same columns).
+"""The catalog file format: its columns, the shipped path, the reader (``load``) and the writer.
 
 A catalog is a CSV with one row per (machine type with its accelerators) × zone; see
 ``catalogs/README.md`` for columns, units and the pricing rule. Loading uses only the standard
-library so that ``recommend`` starts fast.
+library so that ``recommend`` starts fast. ``catalog_csv``/``write_catalog`` write the same columns
+(``cloudfit catalog refresh`` writes through them), so one module owns the format.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from __future__ import annotations
 import csv
 import fnmatch
 import hashlib
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from cloudfit.catalog import hardware
-from cloudfit.errors import CatalogError, UnknownAcceleratorError
+from cloudfit.errors import CatalogError, UnknownAcceleratorError, UsageError
 from cloudfit.types import ClusterConfig, Offering
 
 COLUMNS: tuple[str, ...] = (
@@ -166,3 +168,43 @@ def _parse_row(row: dict[str, str | None], path: Path, lineno: int) -> Offering:
 def price_per_hour(config: ClusterConfig) -> float:
     """USD/hour for a cluster: nodes × (host + accelerators), at the spot price when ``spot``."""
     return config.price_per_hour
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+
+
+def _money(x: float | None) -> str:
+    return "" if x is None else f"{x:.5f}"
+
+
+def catalog_csv(offerings: Iterable[Offering]) -> str:
+    """The catalog CSV text (the columns of ``COLUMNS``, prices to 5 decimals)."""
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for o in offerings:
+        w.writerow([o.machine_type, o.accelerator, o.accelerators_per_node, f"{o.vcpus:g}", f"{o.memory_gib:g}",
+                    o.region, o.zone, _money(o.price_per_hour), _money(o.spot_price_per_hour)])
+    return buf.getvalue()
+
+
+def write_catalog(offerings: Iterable[Offering], out: str | Path) -> Catalog:
+    """Write a catalog atomically: a temporary file beside ``out`` is validated by ``load`` before it
+    replaces ``out``; on any failure ``out`` is untouched. Returns the loaded ``Catalog``."""
+    from cloudfit.atomic import atomic_open
+
+    out = Path(out)
+    if out.is_dir():
+        raise UsageError(f"{out} is a directory; give a file path for the catalog")
+    text = catalog_csv(offerings)
+    with atomic_open(out, encoding="utf-8", newline="") as fh:
+        fh.write(text)
+        fh.flush()
+        try:
+            cat = load(fh.name)
+        except CatalogError as e:
+            raise CatalogError(f"refreshed catalog failed validation, {out} not written: {e}") from None
+    return dataclasses.replace(cat, path=str(out))

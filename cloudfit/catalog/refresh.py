@@ -26,12 +26,11 @@ import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 from urllib.parse import urlsplit
 
 from cloudfit.endpoints import is_loopback_host
-from cloudfit.errors import BillingError, CatalogError, CloudfitError, UsageError
+from cloudfit.errors import BillingError, CatalogError, CloudfitError, UsageError, one_line
 from cloudfit.types import Offering, to_jsonable
 
 COMPUTE_ENGINE_SERVICE_ID = "6F81-5844-456A"
@@ -304,7 +303,7 @@ def make_client(endpoint: str | None = None, *, credentials: Any = None, api_key
         try:
             credentials, _ = google.auth.default(scopes=list(_SCOPES))
         except google.auth.exceptions.DefaultCredentialsError as e:
-            why = _one_line(e).split(". ")[0].rstrip(".")  # first sentence; the rest is a long docs pointer
+            why = one_line(e, 160).split(". ")[0].rstrip(".")  # first sentence; the rest is a long docs pointer
             raise BillingError(
                 f"no Google Cloud credentials ({why}): run `gcloud auth application-default login`, "
                 "or set CLOUDFIT_BILLING_API_KEY to an API key") from None
@@ -422,18 +421,18 @@ class _ApiErrors:
         if isinstance(e, aexc.InvalidOperation):  # a 401 made the session try to refresh anonymous credentials
             msg = f"{api} rejected the request (401: it does not accept anonymous requests)"
         elif isinstance(e, (gexc.Unauthorized, aexc.RefreshError)):  # HTTP 401 (REST maps by status)
-            msg = (f"{api} rejected the credentials ({_one_line(e)}); check $CLOUDFIT_BILLING_API_KEY or run "
+            msg = (f"{api} rejected the credentials ({one_line(e, 160)}); check $CLOUDFIT_BILLING_API_KEY or run "
                    "`gcloud auth application-default login`")
         elif isinstance(e, gexc.Forbidden):  # HTTP 403
-            msg = (f"permission denied by {api} ({_one_line(e)}); enable cloudbilling.googleapis.com in the "
+            msg = (f"permission denied by {api} ({one_line(e, 160)}); enable cloudbilling.googleapis.com in the "
                    "project of your credentials")
         elif isinstance(e, gexc.NotFound):
-            msg = f"{api} does not know service {self.service_id} ({_one_line(e)})"
+            msg = f"{api} does not know service {self.service_id} ({one_line(e, 160)})"
         elif isinstance(e, (gexc.ServiceUnavailable, gexc.TooManyRequests, gexc.InternalServerError,
                             gexc.DeadlineExceeded, gexc.RetryError)):
-            msg = f"{api} is unavailable ({_one_line(e)}); try again later"
+            msg = f"{api} is unavailable ({one_line(e, 160)}); try again later"
         elif isinstance(e, gexc.GoogleAPICallError):
-            msg = f"{api} failed: {_one_line(e)}"
+            msg = f"{api} failed: {one_line(e, 160)}"
         elif isinstance(e, (requests.exceptions.RequestException, aexc.TransportError, OSError)):
             msg = f"cannot reach {api} ({_network_reason(e)}); check the network or --billing-endpoint"
         else:
@@ -441,13 +440,6 @@ class _ApiErrors:
         raise BillingError(msg) from None
 
 
-def _one_line(e: BaseException, limit: int = 160) -> str:
-    text = " ".join(str(getattr(e, "message", None) or e).split())
-    text = re.sub(r"^(?:GET|POST) \S+: ", "", text)  # the REST transport prefixes the request URL
-    code = getattr(e, "code", None)
-    if isinstance(code, int) and not text.startswith(str(code)):
-        text = f"{code} {text}"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _network_reason(e: BaseException) -> str:
@@ -458,48 +450,3 @@ def _network_reason(e: BaseException) -> str:
         if needle in text:
             return reason
     return type(e).__name__
-
-
-# --------------------------------------------------------------------------------------------
-# Writing
-
-
-def _money(x: float | None) -> str:
-    return "" if x is None else f"{x:.5f}"
-
-
-def catalog_csv(offerings: Iterable[Offering]) -> str:
-    """The catalog CSV text (the columns of ``cloudfit.catalog.COLUMNS``, prices to 5 decimals)."""
-    import csv
-    import io
-
-    from cloudfit.catalog import COLUMNS
-
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
-    for o in offerings:
-        w.writerow([o.machine_type, o.accelerator, o.accelerators_per_node, f"{o.vcpus:g}", f"{o.memory_gib:g}",
-                    o.region, o.zone, _money(o.price_per_hour), _money(o.spot_price_per_hour)])
-    return buf.getvalue()
-
-
-def write_catalog(offerings: Iterable[Offering], out: str | Path):
-    """Write a catalog atomically: a temporary file beside ``out`` is validated by ``catalog.load``
-    before it replaces ``out``; on any failure ``out`` is untouched. Returns the loaded ``Catalog``."""
-    from cloudfit import catalog
-
-    out = Path(out)
-    if out.is_dir():
-        raise UsageError(f"{out} is a directory; give a file path for the catalog")
-    from cloudfit.atomic import atomic_open
-
-    text = catalog_csv(offerings)
-    with atomic_open(out, encoding="utf-8", newline="") as fh:
-        fh.write(text)
-        fh.flush()
-        try:
-            cat = catalog.load(fh.name)
-        except CatalogError as e:
-            raise CatalogError(f"refreshed catalog failed validation, {out} not written: {e}") from None
-    return dataclasses.replace(cat, path=str(out))

@@ -49,7 +49,8 @@ def gpus(
     catalog_path: Optional[Path] = CatalogOpt,
 ) -> None:
     """Per accelerator: counts per VM and the cheapest on-demand and spot $/GPU-hour, and where."""
-    from cloudfit import catalog, hardware
+    from cloudfit import catalog
+    from cloudfit.catalog import hardware
 
     cat = catalog.load(catalog_path)
     rows = []
@@ -107,7 +108,7 @@ def refresh(
     base_cat = catalog.load(base)
     offerings, report = refreshing.refresh_catalog(base_cat, endpoint=billing_endpoint,
                                                    api_key=os.environ.get("CLOUDFIT_BILLING_API_KEY") or None)
-    written = refreshing.write_catalog(offerings, out)
+    written = catalog.write_catalog(offerings, out)
     if as_json:
         print_json({"out": written.path, "digest": written.digest, "base": base_cat.path, **report.to_dict()})
         return

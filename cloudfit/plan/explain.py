@@ -51,7 +51,7 @@ def explain(chosen: Estimate, runner: Estimate | None, problem: Problem) -> str:
 
 
 def _best(space: Space, problem: Problem) -> tuple[int, Any] | None:
-    a = space.assess(problem.deadline_hours)
+    a = space.assess(problem)
     head = Ranking(a, problem, np.arange(len(space))).head(1)
     return (int(head[0]), a) if head.size else None
 
@@ -64,10 +64,10 @@ def _best_later_deadline(space: Space, problem: Problem, looser: Problem, chosen
     the candidates no dearer than it, and only their groups are re-priced at the later deadline.
     """
     groups = space.price_groups
-    if groups is None or chosen_id is None or space.assessed(looser.deadline_hours):
+    if groups is None or chosen_id is None or space.assessed(looser):
         return _best(space, looser)
     rep, inv = groups
-    now = space.assess(problem.deadline_hours)
+    now = space.assess(problem)
     cost = np.asarray(now.cost_usd)
     cand = np.flatnonzero(cost <= cost[chosen_id])
     used = np.zeros(rep.size, dtype=bool)
@@ -75,7 +75,7 @@ def _best_later_deadline(space: Space, problem: Problem, looser: Problem, chosen
     gs = np.flatnonzero(used)
     row = np.zeros(rep.size, dtype=np.int64)
     row[gs] = np.arange(gs.size)
-    p_on = np.asarray(space.assess(looser.deadline_hours, rep[gs]).p_on_time)[row[inv[cand]]]
+    p_on = np.asarray(space.assess(looser, rep[gs]).p_on_time)[row[inv[cand]]]
     view = replace(now.take(cand), p_on_time=p_on)
     scored = Ranking(view, looser, cand)
     at = int(np.searchsorted(cand, chosen_id))
@@ -130,7 +130,7 @@ def _needed_deadline(space: Space, problem: Problem, a_budget_ok: np.ndarray) ->
     ids = np.flatnonzero(a_budget_ok)
 
     def ok(d: float) -> bool:
-        pa = space.assess(d, ids)
+        pa = space.assess(replace(problem, deadline_hours=d), ids)
         good = np.asarray(pa.p_on_time) >= problem.confidence
         if problem.budget_usd is not None:
             good &= cost_quantile(pa, problem.confidence) + pa.reserve_usd <= problem.budget_usd
@@ -161,7 +161,7 @@ MIN_SUGGESTED_CONFIDENCE = 0.5
 
 def infeasible(space: Space, problem: Problem) -> InfeasibleError:
     """An ``InfeasibleError`` naming the closest configurations and which limit to relax by how much."""
-    a = space.assess(problem.deadline_hours)
+    a = space.assess(problem)
     conf = problem.confidence
     on_time = np.ones(len(space), dtype=bool) if problem.deadline_hours is None else np.asarray(a.p_on_time) >= conf
     cost_q = cost_quantile(a, conf) + a.reserve_usd  # what the budget must cover
@@ -185,9 +185,10 @@ def infeasible(space: Space, problem: Problem) -> InfeasibleError:
         key = np.lexsort((np.asarray(a.cost_usd), -np.asarray(a.p_on_time) * within))
     else:
         key = np.argsort(cost_q, kind="stable")
+    _, cluster = space.point_ids("cluster")  # one per VM shape × nodes × spot, whatever the zone
     seen, closest = set(), []
     for i in key:
-        k = (space.shape[i], space.nodes[i], space.spot[i])
+        k = int(cluster[i])
         if k in seen:
             continue
         seen.add(k)

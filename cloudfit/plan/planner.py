@@ -21,7 +21,6 @@ from cloudfit.search import Problem, get_searcher
 from cloudfit.search.problem import score
 from cloudfit.search.space import Space, build_space, estimate
 from cloudfit.types import Estimate, Plan, Profile, Workload
-from cloudfit.workload import validate_workload
 
 #: Ranked fallbacks kept in plan.json for launch (stockout, quota): other zones first come for free.
 N_ALTERNATIVES = 30
@@ -56,7 +55,6 @@ def recommend(
     from cloudfit import catalog as catalog_mod
     from cloudfit import perf, spot
 
-    validate_workload(workload)
     if space is None:
         cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog)
         prof = profile or load_workload_profile(workload)
@@ -75,7 +73,7 @@ def recommend(
         if (picked.size == N_ALTERNATIVES + 1 and runner is not None) or head.size < n:
             break
         n *= 4
-    a = space.assess(problem.deadline_hours)  # the whole space, priced once (cached)
+    a = space.assess(problem)  # the whole space, priced once (cached)
     ranked = [estimate(space, int(i), a) for i in picked]
     chosen, alternatives = ranked[0], tuple(ranked[1:])
     pareto = pareto_front(space, problem)
@@ -110,7 +108,7 @@ def pareto_front(space: Space, problem: Problem, limit: int = N_PARETO) -> tuple
     Every candidate of the space takes part; each point's ``feasible`` says whether it meets the
     workload's limits at the required confidence.
     """
-    a = space.assess(problem.deadline_hours)
+    a = space.assess(problem)
     hours, cost = np.asarray(a.hours), np.asarray(a.cost_usd)
     cand = _cheapest_of_each_group(space, hours, cost)
     order = cand[np.lexsort((cand, cost[cand], hours[cand]))]

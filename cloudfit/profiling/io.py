@@ -231,7 +231,7 @@ def load_profile(path: str | os.PathLike) -> Profile:
 def save_profile(profile: Profile, path: str | os.PathLike) -> None:
     """Write atomically (temporary file in the same folder, fsync'd, renamed over ``path``):
     an interrupted write leaves the old file (or none), never half a profile."""
-    from cloudfit.plan.io import write_json_atomic
+    from cloudfit.atomic import write_json_atomic
 
     try:
         write_json_atomic(profile_to_dict(profile), path)

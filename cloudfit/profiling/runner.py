@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Callable
 from cloudfit.errors import ProfileError
 from cloudfit.profiling.device import canonical_device_name, device_name, select_device
 from cloudfit.profiling.opclass import classify
-from cloudfit.profiling.zoo import ZooModel, _one_line
+from cloudfit.errors import one_line
+from cloudfit.profiling.zoo import ZooModel
 from cloudfit.types import OP_CLASSES, Measurement, ModelStats, Profile, StepTime
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -98,7 +99,7 @@ def profile_run(
     except (RuntimeError, MemoryError) as e:
         if isinstance(e, MemoryError) or "out of memory" in str(e).lower() or "can't allocate" in str(e).lower():
             raise ProfileError(f"{zm.name} ran out of memory on {raw_name} at batch {b}; try a smaller --batch-size") from e
-        raise ProfileError(f"{zm.name} failed on {raw_name} at batch {b}: {type(e).__name__}: {_one_line(e)}") from e
+        raise ProfileError(f"{zm.name} failed on {raw_name} at batch {b}: {type(e).__name__}: {one_line(e)}") from e
     import torch
 
     median = _percentile(times, 50)

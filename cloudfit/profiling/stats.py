@@ -30,7 +30,8 @@ from typing import Any
 
 from cloudfit.errors import ProfileError
 from cloudfit.profiling.opclass import TENSOR_CLASSES, classify
-from cloudfit.profiling.zoo import ZooModel, _one_line
+from cloudfit.errors import one_line
+from cloudfit.profiling.zoo import ZooModel
 from cloudfit.types import OP_CLASSES, ModelStats, OpClassStats
 
 # Ops that only allocate (no kernel runs): not counted in ``kernels_per_step``.
@@ -55,7 +56,7 @@ def model_stats(zm: ZooModel, batch_size: int | None = None) -> ModelStats:
     except ProfileError:
         raise
     except Exception as e:  # an op with no fake kernel, or data-dependent Python control flow
-        raise ProfileError(f"cannot count {zm.name} without running it ({type(e).__name__}: {_one_line(e)}); "
+        raise ProfileError(f"cannot count {zm.name} without running it ({type(e).__name__}: {one_line(e)}); "
                            "make the model's forward free of .item()/data-dependent shapes") from e
     fwd_tensor = sum(counter.flops["forward"][c] for c in TENSOR_CLASSES)
     total_tensor = fwd_tensor + sum(counter.flops["backward"][c] for c in TENSOR_CLASSES)
@@ -105,7 +106,7 @@ def _count_fake(zm: ZooModel, batch_size: int):
                 batch = zm.make_batch(batch_size, "cpu")
             except Exception as e:  # a user's make_batch: say which function failed, not the forward's rules
                 raise ProfileError(f"{zm.name}: make_batch(batch_size, device) failed "
-                                   f"({type(e).__name__}: {_one_line(e)})") from e
+                                   f"({type(e).__name__}: {one_line(e)})") from e
             with counter:
                 with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
                     loss = zm.loss(model, batch)

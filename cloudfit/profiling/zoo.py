@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from cloudfit.errors import ProfileError
+from cloudfit.errors import ProfileError, one_line
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -229,7 +229,7 @@ def build(name: str, *, device: "str | torch.device | None" = None, **options: A
     except ProfileError:
         raise
     except (RuntimeError, ValueError) as e:
-        raise ProfileError(f"cannot build {name} on {device or 'cpu'}: {_one_line(e)}") from e
+        raise ProfileError(f"cannot build {name} on {device or 'cpu'}: {one_line(e)}") from e
     model.train()
     tag = "" if opts == s.options else " (" + ", ".join(f"{k}={v}" for k, v in opts.items() if s.options[k] != v) + ")"
     return ZooModel(
@@ -457,14 +457,14 @@ def load_user_model(spec: str) -> ZooModel:
     except BaseException as e:  # SyntaxError, ImportError, anything the user's module raises
         if isinstance(e, KeyboardInterrupt):
             raise
-        raise ProfileError(f"importing {path} failed: {type(e).__name__}: {_one_line(e)}") from e
+        raise ProfileError(f"importing {path} failed: {type(e).__name__}: {one_line(e)}") from e
     factory = getattr(module, fn_name, None)
     if not callable(factory):
         raise ProfileError(f"{path} has no function {fn_name}() (expected path/to/file.py:factory)")
     try:
         made = factory()
     except Exception as e:
-        raise ProfileError(f"{path}:{fn_name}() raised {type(e).__name__}: {_one_line(e)}") from e
+        raise ProfileError(f"{path}:{fn_name}() raised {type(e).__name__}: {one_line(e)}") from e
     return _from_factory(made, path, fn_name)
 
 
@@ -504,6 +504,3 @@ def _from_factory(made: Any, path: Path, fn_name: str) -> ZooModel:
     )
 
 
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    return text[:300] + ("…" if len(text) > 300 else "") if text else type(e).__name__

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cloudfit.search.problem import Problem, SearchResult, cost_quantile, rank, score
+from cloudfit.search.problem import Problem, SearchResult, rank, score, violation
 
 
 @dataclass
@@ -71,7 +71,7 @@ class BayesianSearcher:
         ids = np.concatenate(evaluated) if evaluated else np.empty(0, dtype=np.int64)
         order = np.empty(0, dtype=np.int64)
         if ids.size:
-            a = space.assess(problem.deadline_hours, ids)
+            a = space.assess(problem, ids)
             order = rank(a, problem, ids)
         return SearchResult(order=order, evaluations=len(evaluated), searcher=f"bayes-{self.sampler}",
                             trials=len(study.trials), first_hit=first_hit)
@@ -79,26 +79,22 @@ class BayesianSearcher:
 
 def _groups(space) -> dict[tuple[str, int, bool], np.ndarray]:
     """Candidate ids per (machine shape, nodes, spot): the zones offering that point."""
-    names = np.array([s.machine_type + f"/{s.accelerators_per_node}x{s.accelerator}" for s in space.shapes])
-    key_shape = names[space.shape]
-    order = np.lexsort((space.spot, space.nodes, space.shape))
-    out: dict[tuple[str, int, bool], list[int]] = {}
-    for i in order:
-        out.setdefault((str(key_shape[i]), int(space.nodes[i]), bool(space.spot[i])), []).append(int(i))
-    return {k: np.asarray(v, dtype=np.int64) for k, v in out.items()}
+    names = [s.machine_type + f"/{s.accelerators_per_node}x{s.accelerator}" for s in space.shapes]
+    keys, inv = space.point_ids("cluster")
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(len(keys) + 1))
+    out: dict[tuple[str, int, bool], list[np.ndarray]] = {}
+    for j, (shape, nodes, spot) in enumerate(keys):
+        out.setdefault((names[shape], nodes, spot), []).append(order[bounds[j]:bounds[j + 1]])
+    return {k: np.concatenate(v).astype(np.int64) for k, v in out.items()}
 
 
 def _evaluate(space, problem: Problem, ids: np.ndarray) -> tuple[float, float, np.ndarray]:
     """Best objective value among ``ids`` (log scale) and the constraint violation (≤ 0 feasible)."""
-    a = space.assess(problem.deadline_hours, ids)
+    a = space.assess(problem, ids)
     feasible, primary, _ = score(a, problem)
     if feasible.any():
         return float(np.log(primary[feasible].min())), 0.0, ids
-    # infeasible: how far the least-bad zone is from meeting the limits (relative)
-    viol = np.zeros(ids.size)
-    if problem.deadline_hours is not None:
-        viol = np.maximum(viol, problem.confidence - np.asarray(a.p_on_time))
-    if problem.budget_usd is not None:
-        viol = np.maximum(viol, cost_quantile(a, problem.confidence) / problem.budget_usd - 1.0)
+    viol = violation(a, problem)  # infeasible: how far the least-bad zone is from meeting the limits
     j = int(np.argmin(viol))
     return float(np.log(primary[j])), float(max(viol[j], 1e-9)), ids

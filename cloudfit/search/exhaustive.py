@@ -11,7 +11,7 @@ class ExhaustiveSearcher:
     name = "exhaustive"
 
     def search(self, space, problem: Problem) -> SearchResult:
-        a = space.assess(problem.deadline_hours)
+        a = space.assess(problem)
         res = SearchResult(ranking=(a, problem, np.arange(len(space))), evaluations=len(space), searcher=self.name)
         res.first_hit = len(space) if res.n_feasible else None
         return res

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cloudfit.units import Z90
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -95,23 +97,40 @@ def cost_quantile(a, q: float) -> np.ndarray:
 
     mean = np.maximum(np.asarray(a.cost_usd, dtype=float), 1e-12)
     p90 = np.maximum(np.asarray(a.cost_p90_usd, dtype=float), mean)
-    z90 = 1.2815515655446004
-    # ln p90 − ln mean = z90·s − s²/2  → the smaller root s
+    # ln p90 − ln mean = Z90·s − s²/2  → the smaller root s
     d = np.log(p90 / mean)
-    disc = np.maximum(z90 * z90 - 2 * d, 0.0)
-    s = z90 - np.sqrt(disc)
+    disc = np.maximum(Z90 * Z90 - 2 * d, 0.0)
+    s = Z90 - np.sqrt(disc)
     mu = np.log(mean) - s * s / 2
     return np.exp(mu + NormalDist().inv_cdf(q) * s)
 
 
-def score(a, problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(feasible mask, primary key, secondary key) for assessed candidates; lower keys are better."""
-    feasible = np.ones(np.shape(a.hours), dtype=bool)
+def violation(a, problem: Problem) -> np.ndarray:
+    """How far each assessed candidate is from meeting the limits: 0 where it meets them (``score``'s
+    feasible mask is exactly ``violation == 0``), else the largest of the shortfall in P(on time)
+    (confidence − P), the relative overrun of the expected hours on the deadline (which still ranks
+    candidates when P(on time) is 0 for all), and the budget's relative overrun ((cost quantile +
+    guard reserve) / budget − 1).
+
+    The one measure of "how far from feasible": the Bayesian searcher's constraint and active
+    search's closest point. Tolerances: 1e-12 on the probability, $1e-9 on the budget.
+    """
+    v = np.zeros(np.shape(a.hours), dtype=float)
     if problem.deadline_hours is not None:
-        feasible &= np.asarray(a.p_on_time) >= problem.confidence - 1e-12
+        gap = problem.confidence - np.asarray(a.p_on_time, dtype=float)
+        late = np.asarray(a.hours, dtype=float) / problem.deadline_hours - 1.0
+        v = np.maximum(v, np.where(gap <= 1e-12, 0.0, np.maximum(np.maximum(gap, late), 1e-15)))
     if problem.budget_usd is not None:
         reserve = np.asarray(getattr(a, "reserve_usd", 0.0), dtype=float)
-        feasible &= cost_quantile(a, problem.confidence) + reserve <= problem.budget_usd + 1e-9
+        need = cost_quantile(a, problem.confidence) + reserve
+        over = need / problem.budget_usd - 1.0
+        v = np.maximum(v, np.where(need <= problem.budget_usd + 1e-9, 0.0, np.maximum(over, 1e-15)))
+    return v
+
+
+def score(a, problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(feasible mask, primary key, secondary key) for assessed candidates; lower keys are better."""
+    feasible = violation(a, problem) == 0.0
     cost, hours = np.asarray(a.cost_usd, dtype=float), np.asarray(a.hours, dtype=float)
     if problem.objective == "time":
         return feasible, hours, cost

@@ -7,6 +7,10 @@ whole space with the preemption model in one vectorised pass. Candidates that di
 whole-space pass runs the model once per group (~5·10³ rows) and bills each candidate at its own
 price — the same numbers as pricing every row (tests/search/test_fast_path.py). Searchers read
 these arrays; the exhaustive searcher is simply an argmin over them.
+
+A *shape* is a distinct VM (machine type, accelerator, accelerators per node, vCPUs): ``Space.shapes``
+holds one representative ``Offering`` of each. A *hardware point* is what throughput depends on and a
+probe measures: (accelerator, accelerators per node, nodes). ``Space.point_ids`` derives either key.
 """
 
 from __future__ import annotations
@@ -17,12 +21,10 @@ import numpy as np
 
 from cloudfit.catalog import hardware
 from cloudfit.catalog import Catalog
-from cloudfit.errors import InfeasibleError, UsageError
-from cloudfit.types import ClusterConfig, Estimate, Profile, Workload
-
+from cloudfit.errors import InfeasibleError
 from cloudfit.spot.model import Assessment
-
-Z90 = 1.2815515655446004  # standard normal 90% quantile: the band is 10–90%
+from cloudfit.types import ClusterConfig, Estimate, Offering, Profile, Workload
+from cloudfit.units import Z90
 
 #: Billed seconds after training ends until every VM is gone (final save is in the spot model; this
 #: is VM deletion, GCP's executor allows 180 s for it). Charged to every candidate's cost.
@@ -42,17 +44,6 @@ def _assess_key(deadline_hours: float | None) -> tuple[str, float | None]:
 
 
 @dataclass(frozen=True)
-class Shape:
-    """A distinct hardware shape: what the performance model needs to know about one VM."""
-
-    machine_type: str
-    accelerator: str
-    accelerators_per_node: int
-    vcpus: float
-    network_gbps: float
-
-
-@dataclass(frozen=True)
 class Priced(Assessment):
     """An ``Assessment`` with teardown in its costs and the budget guard's headroom per candidate."""
 
@@ -66,7 +57,7 @@ class Space:
     workload: Workload
     profile: Profile
     catalog: Catalog  # the offerings the workload allows (filtered)
-    shapes: list[Shape]
+    shapes: list[Offering]  # one representative offering per distinct VM shape
     offering: np.ndarray  # int: index into catalog.offerings
     shape: np.ndarray  # int: index into shapes
     nodes: np.ndarray  # int
@@ -95,23 +86,49 @@ class Space:
         """Std-dev of log throughput implied by the calibrated 10–90% band."""
         return _log_sigma(self.low, self.high)
 
-    def assess(self, deadline_hours: float | None = None, idx: np.ndarray | None = None) -> "Priced":
-        """Expected hours/cost, P90 and P(on time) for the candidates ``idx`` (default: all).
+    def assess(self, problem, ids: np.ndarray | None = None) -> "Priced":
+        """Expected hours/cost, P90 and P(on time) for the candidates ``ids`` (default: all) under
+        ``problem`` (a ``Problem``, or anything with its ``deadline_hours``: only the deadline matters).
 
         Costs include the VM teardown (``TEARDOWN_S`` billed at the cluster's price); ``reserve_usd``
         is the launcher's guard headroom a budget must also cover (``GUARD_INTERVAL_S``).
         The whole-space assessment is cached per deadline.
         """
-        if idx is None:  # the searcher, the Pareto front and the explanation all price the whole space
+        deadline_hours = problem.deadline_hours
+        if ids is None:  # the searcher, the Pareto front and the explanation all price the whole space
             key = _assess_key(deadline_hours)
             if key not in self._cache:
                 self._cache[key] = self._assess(deadline_hours, slice(None), self.price_groups)
             return self._cache[key]
-        return self._assess(deadline_hours, idx)
+        return self._assess(deadline_hours, ids)
 
-    def assessed(self, deadline_hours: float | None) -> bool:
-        """Whether the whole space is already priced (cached) at this deadline."""
-        return _assess_key(deadline_hours) in self._cache
+    def assessed(self, problem) -> bool:
+        """Whether the whole space is already priced (cached) at ``problem``'s deadline."""
+        return _assess_key(problem.deadline_hours) in self._cache
+
+    def point_ids(self, kind: str = "hardware") -> tuple[list[tuple], np.ndarray]:
+        """(keys, key index of each candidate), keys sorted, for candidates grouped by ``kind``:
+
+        - ``"hardware"``: (accelerator, accelerators per node, nodes) — what throughput depends on and
+          what a probe measures (zones, machine families and spot only change price and risk);
+        - ``"cluster"``: (shape index, nodes, spot) — one VM shape at a node count, in any zone.
+        """
+        width = int(self.nodes.max()) + 1 if len(self) else 1
+        if kind == "cluster":
+            code = (self.shape * width + self.nodes) * 2 + self.spot
+            uniq, inverse = np.unique(code, return_inverse=True)
+            keys = [(int(c) // 2 // width, int(c) // 2 % width, bool(int(c) % 2)) for c in uniq]
+            return keys, inverse.reshape(-1)
+        if kind != "hardware":
+            raise ValueError(f"point kind must be 'hardware' or 'cluster', not {kind!r}")
+        pair_of_shape = [(s.accelerator, s.accelerators_per_node) for s in self.shapes]
+        pairs = sorted(set(pair_of_shape))
+        pair_id = {p: j for j, p in enumerate(pairs)}
+        shape_pair = np.array([pair_id[p] for p in pair_of_shape], dtype=np.int64)
+        code = shape_pair[self.shape] * width + self.nodes
+        uniq, inverse = np.unique(code, return_inverse=True)
+        keys = [(pairs[int(c) // width][0], pairs[int(c) // width][1], int(c) % width) for c in uniq]
+        return keys, inverse.reshape(-1)
 
     @property
     def price_groups(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -153,31 +170,29 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
     """
     from cloudfit import perf, spot
 
-    if workload.max_nodes < 1:
-        raise UsageError(f"--max-nodes must be at least 1, got {workload.max_nodes}")
     cat = catalog.filter(accelerators=workload.accelerators, regions=workload.regions, spot=workload.spot == "only")
     offs = cat.offerings
     if not offs:
         raise InfeasibleError("no catalog offering matches the allowed regions, accelerators and spot policy")
 
     shape_of: dict[tuple, int] = {}
-    shapes: list[Shape] = []
+    shapes: list[Offering] = []
     off_shape = np.empty(len(offs), dtype=np.int64)
     for i, o in enumerate(offs):
         key = (o.machine_type, o.accelerator, o.accelerators_per_node, o.vcpus)
         if key not in shape_of:
             shape_of[key] = len(shapes)
-            shapes.append(Shape(o.machine_type, o.accelerator, o.accelerators_per_node, o.vcpus,
-                                hardware.vm_network_gbps(o.machine_type, o.accelerator, o.accelerators_per_node, o.vcpus)))
+            shapes.append(o)
         off_shape[i] = shape_of[key]
 
+    network = [hardware.vm_network_gbps(s.machine_type, s.accelerator, s.accelerators_per_node, s.vcpus) for s in shapes]
     batch = workload.batch_size_per_device or profile.stats.batch_size
     max_nodes = workload.max_nodes
     node_counts = np.arange(1, max_nodes + 1)
     queries = [
         perf.HardwareQuery(accelerator=s.accelerator, count=s.accelerators_per_node, nodes=int(n),
-                           network_gbps=s.network_gbps, precision=workload.precision, batch_size=batch)
-        for s in shapes for n in node_counts
+                           network_gbps=net, precision=workload.precision, batch_size=batch)
+        for s, net in zip(shapes, network) for n in node_counts
     ]
     table = perf.predict_many(profile, queries)
     n_shapes = len(shapes)

@@ -37,10 +37,10 @@ def _run(world, ex=None, workload=None, **kw):
 
 def _space(world, w=None):
     from cloudfit import catalog
-    from cloudfit.active import _restrict
+    from cloudfit.active.surrogate import restrict
     from cloudfit.search.space import build_space
 
-    return _restrict(build_space(w or _workload(world), world["profile"], catalog.load()), world["points"])
+    return restrict(build_space(w or _workload(world), world["profile"], catalog.load()), world["points"])
 
 
 def test_first_probe_is_the_models_prediction_and_probes_join_the_profile(world):
@@ -64,25 +64,25 @@ def test_first_probe_is_the_models_prediction_and_probes_join_the_profile(world)
     assert r.plan.provenance["searcher"] == "active"
     assert r.plan.provenance["active_search"]["probes"] == 3
     # later probes were chosen on predictions the earlier probes had moved (the refit)
-    from cloudfit.active import _best_per_point
+    from cloudfit.active.choose import best_per_point
     from cloudfit.search.problem import Problem
 
     space = _space(world, w)
-    prior, _ = _best_per_point(space, Problem.of(w))
+    prior, _ = best_per_point(space, Problem.of(w))
     assert first.predicted_samples_per_second == pytest.approx(space.samples_per_second[prior[first.point][2]])
     for t in r.trials[1:]:
         assert t.predicted_samples_per_second != pytest.approx(space.samples_per_second[prior[t.point][2]], rel=1e-3)
 
 
 def test_a_probe_moves_the_predictions_of_related_points_and_narrows_their_bands(world):
-    from cloudfit.active import _gp_corrected, _points
+    from cloudfit.active.surrogate import gp_corrected
 
     space = _space(world)
-    keys, inv = _points(space)
+    keys, inv = space.point_ids("hardware")
     probed = ("V100", 1, 1)
     pred = {k: float(np.exp(np.log(space.samples_per_second[inv == j]).mean())) for j, k in enumerate(keys)}
-    slow = _gp_corrected(space, {probed: pred[probed] / 2})  # measured at half the prediction
-    fast = _gp_corrected(space, {probed: pred[probed] * 2})
+    slow = gp_corrected(space, {probed: pred[probed] / 2})  # measured at half the prediction
+    fast = gp_corrected(space, {probed: pred[probed] * 2})
     for j, k in enumerate(keys):
         if k == probed:
             continue
@@ -94,7 +94,7 @@ def test_a_probe_moves_the_predictions_of_related_points_and_narrows_their_bands
     shift = lambda js: np.mean([np.log(space.samples_per_second[inv == j] / slow.samples_per_second[inv == j]).mean() for j in js])  # noqa: E731
     assert shift(same) > shift(other) > 0  # the same accelerator learns more from the probe
     # a probe as predicted narrows every band (the model's own spread is the prior)
-    exact = _gp_corrected(space, {probed: pred[probed]})
+    exact = gp_corrected(space, {probed: pred[probed]})
     assert (exact.log_sigma <= space.log_sigma + 1e-12).all() and (exact.log_sigma < space.log_sigma).any()
 
 
@@ -146,7 +146,7 @@ def test_no_probe_that_would_leave_the_budget_unable_to_pay_for_a_plan(world):
 
     w0 = _workload(world)
     space = _space(world, w0)
-    a = space.assess(w0.deadline_hours)
+    a = space.assess(w0)
     on_time = np.asarray(a.p_on_time) >= w0.confidence
     need = float(np.min((cost_quantile(a, w0.confidence) + a.reserve_usd)[on_time]))
     one = _run(world, max_trials=1, ei_stop=False)[0].trials[0].probe_cost_usd
@@ -237,7 +237,10 @@ def _kill_mid_probe(storage: str) -> None:
                 trials = optuna.load_study(study_name="i", storage=storage).trials
             except KeyError:  # not created yet
                 trials = []
-            if any(t.state == optuna.trial.TrialState.RUNNING and "pending" in t.user_attrs for t in trials) and \
+            # the second probe is running: a trial RUNNING with its pending record but no probe record yet
+            # (the first trial, RUNNING between its probe record and the tell, is not it)
+            if any(t.state == optuna.trial.TrialState.RUNNING and "pending" in t.user_attrs
+                   and "probe" not in t.user_attrs for t in trials) and \
                     sum("probe" in t.user_attrs for t in trials) == 1:
                 break
             assert proc.poll() is None, "the search ended before it was killed"

@@ -40,7 +40,7 @@ def test_searcher_reaches_the_exhaustive_optimum(spaces, case, name, options):
     oracle = get_searcher("exhaustive").search(space, problem)
     res = get_searcher(name, **options).search(space, problem)
     assert res.order.size > 0 and res.evaluations > 0
-    a = space.assess(problem.deadline_hours)
+    a = space.assess(problem)
     key = np.asarray(a.cost_usd if w.objective == "cost" else a.hours)
     assert key[res.order[0]] == pytest.approx(key[oracle.order[0]], rel=1e-9)
     # whatever it returns is feasible

@@ -89,7 +89,7 @@ def test_recommend_equals_the_plain_evaluation(cat, kw):
 
     # the grouped whole-space assessment is the plain one, number for number
     for d in {problem.deadline_hours, looser.deadline_hours, None}:
-        fast, plain = space.assess(d), _plain(space, d)
+        fast, plain = space.assess(replace(problem, deadline_hours=d)), _plain(space, d)
         for f in fields(Priced):
             assert np.array_equal(getattr(fast, f.name), getattr(plain, f.name), equal_nan=True), (d, f.name)
 
@@ -116,10 +116,10 @@ def test_recommend_equals_the_plain_evaluation(cat, kw):
 
     # the sensitivity line's best candidate at the looser limit
     fresh = build_space(w, prof, cat)
-    fresh.assess(problem.deadline_hours)
+    fresh.assess(problem)
     if looser.deadline_hours != problem.deadline_hours:
         got = explain_mod._best_later_deadline(fresh, problem, looser, picked[0])
-        assert not fresh.assessed(looser.deadline_hours)  # only a few groups were re-priced
+        assert not fresh.assessed(looser)  # only a few groups were re-priced
     else:
         got = explain_mod._best(fresh, looser)
     assert (None if got is None else got[0]) == best
@@ -142,7 +142,7 @@ def test_replaced_columns_drop_the_grouping(cat):
     assert space.price_groups is not None
     sps = space.samples_per_second * np.linspace(0.5, 1.5, len(space))  # zones now differ in speed
     other = replace(space, samples_per_second=sps, low=sps * 0.8, high=sps * 1.2, _cache={})
-    fast, plain = other.assess(12.0), other._assess(12.0, slice(None))
+    fast, plain = other.assess(Problem.of(w)), other._assess(12.0, slice(None))
     assert np.array_equal(fast.hours, plain.hours) and np.array_equal(fast.cost_usd, plain.cost_usd)
 
 

@@ -46,7 +46,7 @@ def _check_limits(plan, w):
 def test_costs_include_teardown_and_start_up(cat, profile):
     w = make_workload(**IMAGENET_90, deadline="24h", spot="never")
     space = build_space(w, profile, cat)
-    a = space.assess(w.deadline_hours)
+    a = space.assess(w)
     compute_h = space.compute_hours
     # on-demand: no revocations, so cost = price × (start-up + compute·e^{σ²/2} + final save) + teardown
     assert np.all(a.cost_usd > space.price_per_hour * (compute_h + TEARDOWN_S / 3600))
@@ -73,7 +73,7 @@ def test_chosen_is_the_exhaustive_optimum_and_alternatives_are_ranked(cat, profi
     w = make_workload(**IMAGENET_90, deadline="24h")
     plan = recommend(w, catalog=cat, profile=profile)
     space = build_space(w, profile, cat)
-    a = space.assess(w.deadline_hours)
+    a = space.assess(w)
     ok = (np.asarray(a.p_on_time) >= w.confidence)
     assert plan.chosen.cost_usd == pytest.approx(float(np.asarray(a.cost_usd)[ok].min()))
     costs = [e.cost_usd for e in plan.candidates()]

@@ -1,0 +1,158 @@
+"""The package's layers, enforced on its imports (an AST walk over cloudfit/, lazy imports included).
+
+Every import of a cloudfit module must go to the importer's own layer or a lower one; a few pairs in
+one layer or across are forbidden outright; packages import one another without cycles; and the
+library (everything but ``cli/``) never prints. The layers are data: a change of layout updates
+``LAYERS`` (and ``FORBIDDEN``), nothing else.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "cloudfit"
+
+#: Bottom to top. A unit is a top-level module or package of cloudfit (``cloudfit.<unit>``).
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("ground", frozenset({"types", "errors", "units", "atomic", "resources", "endpoints", "workload"})),
+    ("catalog", frozenset({"catalog"})),  # offerings, accelerator specs and canonical names, prices
+    ("models", frozenset({"profiling", "perf", "spot", "train", "plot"})),  # measure, predict, preemption
+    ("search", frozenset({"search"})),  # pure ranking: launches nothing
+    ("plan", frozenset({"plan", "executors"})),  # plans and the executors that run them (siblings)
+    ("active", frozenset({"active", "explore"})),  # plan + a passed-in executor; notebook trade-offs
+    ("cli", frozenset({"cli", "__main__"})),  # the only printer
+)
+#: (importer, imported) pairs never allowed, whatever the layers say.
+FORBIDDEN: frozenset[tuple[str, str]] = frozenset({
+    ("search", "executors"), ("search", "plan"), ("search", "active"),
+    ("plan", "executors"), ("plan", "active"),
+    ("perf", "spot"), ("spot", "perf"),
+})
+#: Units allowed to call print(): the command line, and the training script run on the VMs
+#: (its stdout is the job's log).
+PRINTERS = frozenset({"cli", "__main__", "train"})
+
+RANK = {unit: i for i, (_, units) in enumerate(LAYERS) for unit in units}
+
+
+def _unit(module: str) -> str | None:
+    """``cloudfit.search.space`` → ``search``; ``cloudfit`` (the root package) → None."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "cloudfit" and len(parts) > 1 else None
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        name = ".".join(rel.parts)
+        out[name[: -len(".__init__")] if name.endswith(".__init__") else name] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(module: str, path: Path) -> list[tuple[int, str]]:
+    """(line, cloudfit module imported) for every import in the file, at any depth."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    is_pkg = path.name == "__init__.py"
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "cloudfit"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base[: len(base) - node.level + (1 if is_pkg else 0)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "cloudfit":
+                continue
+            for a in node.names:  # `from cloudfit import perf` imports the module cloudfit.perf
+                sub = f"{target}.{a.name}"
+                out.append((node.lineno, sub if sub in MODULES else target))
+    return out
+
+
+def _edges() -> list[tuple[str, str, str, int]]:
+    """(importer unit, imported unit, file, line) for imports across units."""
+    edges = []
+    for module, path in MODULES.items():
+        me = _unit(module)
+        if me is None:  # the root package: the public surface, resolved lazily (tests/test_public_api.py)
+            continue
+        for line, target in _imports(module, path):
+            other = _unit(target)
+            if other is not None and other != me:
+                edges.append((me, other, str(path.relative_to(PACKAGE.parent)), line))
+    return edges
+
+
+EDGES = _edges()
+
+
+def test_every_unit_has_a_layer():
+    units = {_unit(m) for m in MODULES} - {None}
+    assert units <= set(RANK), f"give these a layer in LAYERS: {sorted(units - set(RANK))}"
+
+
+def test_no_import_runs_up_a_layer():
+    up = [f"{f}:{line}: {a} ({LAYERS[RANK[a]][0]}) imports {b} ({LAYERS[RANK[b]][0]})"
+          for a, b, f, line in EDGES if a in RANK and b in RANK and RANK[b] > RANK[a]]
+    assert not up, "imports that run back up:\n" + "\n".join(up)
+
+
+def test_no_forbidden_import():
+    bad = [f"{f}:{line}: {a} imports {b}" for a, b, f, line in EDGES if (a, b) in FORBIDDEN]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_library_never_imports_the_cli():
+    bad = [f"{f}:{line}: {a} imports cli" for a, b, f, line in EDGES if b == "cli" and a not in ("cli", "__main__")]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_cycles_between_units():
+    graph: dict[str, set[str]] = {}
+    for a, b, _, _ in EDGES:
+        graph.setdefault(a, set()).add(b)
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(u: str) -> list[str] | None:
+        state[u] = 1
+        stack.append(u)
+        for v in sorted(graph.get(u, ())):
+            if state.get(v) == 1:
+                return stack[stack.index(v):] + [v]
+            if v not in state and (cycle := visit(v)):
+                return cycle
+        stack.pop()
+        state[u] = 2
+        return None
+
+    for u in sorted(graph):
+        if u not in state and (cycle := visit(u)):
+            pytest.fail("import cycle: " + " → ".join(cycle))
+
+
+def test_the_library_never_prints():
+    bad = []
+    for module, path in MODULES.items():
+        if _unit(module) in PRINTERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                bad.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    assert not bad, "print() outside cli/ (return values, raise CloudfitError): " + ", ".join(bad)
+
+
+def test_the_check_sees_imports():
+    """The walk finds lazy imports inside functions and `from cloudfit import X` submodules."""
+    assert ("search", "perf") in {(a, b) for a, b, _, _ in EDGES}  # build_space imports perf lazily
+    assert ("active", "executors") in {(a, b) for a, b, _, _ in EDGES}
