@@ -235,7 +235,9 @@ class Workload:
     def __post_init__(self) -> None:
         """A Workload checks its limits once, when it is made: every holder may trust them.
 
-        Raises ``UsageError`` (one line) for limits that make no sense.
+        Raises ``UsageError`` (one line) for limits that make no sense. A workload with neither a
+        deadline nor a budget is well formed (a plan file may carry one) but cannot be planned:
+        ``require_limit`` is what ``make_workload`` and ``recommend`` call.
         """
         import math
 
@@ -243,8 +245,6 @@ class Workload:
 
         if not (self.samples > 0 and math.isfinite(self.samples)):
             raise UsageError(f"the number of training samples must be positive, got {self.samples:g}")
-        if self.deadline_hours is None and self.budget_usd is None:
-            raise UsageError("give a --deadline, a --budget, or both")
         if self.deadline_hours is not None and not (self.deadline_hours > 0 and math.isfinite(self.deadline_hours)):
             raise UsageError(f"the deadline must be positive, got {self.deadline_hours:g} h")
         if self.budget_usd is not None and not (self.budget_usd > 0 and math.isfinite(self.budget_usd)):
@@ -257,6 +257,14 @@ class Workload:
             raise UsageError(f"spot policy must be allow, never or only, got {self.spot!r}")
         if self.max_nodes < 1:
             raise UsageError(f"--max-nodes must be at least 1, got {self.max_nodes}")
+
+    def require_limit(self) -> "Workload":
+        """This workload, if it has a deadline or a budget to plan under; ``UsageError`` otherwise."""
+        if self.deadline_hours is None and self.budget_usd is None:
+            from cloudfit.errors import UsageError
+
+            raise UsageError("give a --deadline, a --budget, or both")
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable(self)

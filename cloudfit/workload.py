@@ -70,4 +70,4 @@ def make_workload(
         precision=precision,
         batch_size_per_device=batch_size,
         profile_path=None if profile is None else str(profile),
-    )
+    ).require_limit()

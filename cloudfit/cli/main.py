@@ -19,7 +19,7 @@ from cloudfit.errors import CloudfitError
 
 #: Commands imported only when invoked, so ``cloudfit --help`` stays as light as typer itself:
 #: name → (module, attribute, one-line help). The attribute is a typer app (a command group), a
-#: command function, or ``register`` (a function adding several commands). tests/test_cli_basics.py
+#: command function, or ``register`` (a function adding several commands). tests/cli/test_basics.py
 #: checks that each help line matches the command's own.
 LAZY: dict[str, tuple[str, str, str]] = {
     "recommend": ("cloudfit.cli.recommend", "recommend",

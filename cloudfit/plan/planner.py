@@ -55,6 +55,7 @@ def recommend(
     from cloudfit import catalog as catalog_mod
     from cloudfit import perf, spot
 
+    workload.require_limit()
     if space is None:
         cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog)
         prof = profile or load_workload_profile(workload)

@@ -1,4 +1,6 @@
-"""Profile files (``profiles/*.json``): load with validation, save atomically, find shipped ones.
+"""The profile file format (``profiles/*.json``), in one module: ``SCHEMA_VERSION``, the reader
+(``load_profile``/``profile_from_dict``, validating), the writer (``save_profile``/``profile_to_dict``,
+atomic) and where shipped profiles live (``shipped_profiles``, ``resolve_profile``).
 
 No heavy imports: the planner reads profiles on its fast path. Schema: ``profiles/README.md``.
 """

@@ -57,6 +57,7 @@ def _region_of(name: str) -> str:
 
 
 def _canonical(accelerator: str | None) -> str:
+    """A user's spelling of an accelerator → its canonical name (the catalog's); "CPU" for none."""
     if accelerator is None or accelerator.strip() == "" or accelerator.strip().upper() in ("CPU", "NONE"):
         return "CPU"
     from cloudfit.catalog.hardware import canonical_name  # raises UnknownAcceleratorError on typos
@@ -64,15 +65,27 @@ def _canonical(accelerator: str | None) -> str:
     return canonical_name(accelerator)
 
 
+def _known(accelerator: str) -> str:
+    """A canonical name as the catalog gives it, checked (not re-spelled): UnknownAcceleratorError otherwise."""
+    from cloudfit.catalog.hardware import ACCELERATORS
+
+    if accelerator != "CPU" and accelerator not in ACCELERATORS:
+        from cloudfit.errors import UnknownAcceleratorError
+
+        raise UnknownAcceleratorError(f"unknown accelerator {accelerator!r}: hazards() takes the catalog's "
+                                      "canonical names (hazard_info() accepts any spelling)")
+    return accelerator
+
+
 def hazard_info(accelerator: str | None, region: str, *, cloud: str = "gcp") -> HazardInfo:
-    """The hazard of one node of ``accelerator`` in ``region`` (a zone is accepted too)."""
-    return _lookup(accelerator, region, cloud)
+    """The hazard of one node of ``accelerator`` (any spelling) in ``region`` (a zone is accepted too)."""
+    return _lookup(_canonical(accelerator), region, cloud)
 
 
 @cache
-def _lookup(accelerator: str | None, region: str, cloud: str) -> HazardInfo:
+def _lookup(acc: str, region: str, cloud: str) -> HazardInfo:
+    """The hazard of a canonical accelerator name in a region or zone."""
     params = load_params()
-    acc = _canonical(accelerator)
     reg = _region_of(region)
     block = params.get(cloud)
     if block is None:
@@ -100,6 +113,9 @@ def _lookup(accelerator: str | None, region: str, cloud: str) -> HazardInfo:
 def hazards(accelerators: Sequence[str], regions: Sequence[str], *, cloud: str = "gcp") -> np.ndarray:
     """Revocations per node per hour for each (accelerator, region) pair, element-wise.
 
+    ``accelerators`` are canonical names as the catalog holds them (names are resolved once, in the
+    catalog; ``hazard_info`` takes a user's spelling).
+
     Lookups are cached per distinct pair, so a call over the catalog's offerings costs well under a
     millisecond after the first; call it per offering and index the result by candidate.
     """
@@ -107,5 +123,5 @@ def hazards(accelerators: Sequence[str], regions: Sequence[str], *, cloud: str =
         from cloudfit.errors import UsageError
 
         raise UsageError(f"hazards(): {len(accelerators)} accelerators but {len(regions)} regions")
-    return np.fromiter((_lookup(a, r, cloud).rate_per_node_hour for a, r in zip(accelerators, regions)),
+    return np.fromiter((_lookup(_known(a), r, cloud).rate_per_node_hour for a, r in zip(accelerators, regions)),
                        dtype=float, count=len(accelerators))

@@ -15,8 +15,8 @@ import numpy as np
 
 from cloudfit.errors import UsageError
 from cloudfit.spot.hazard import load_params
+from cloudfit.units import Z90
 
-Z90 = 1.2815515655446004  # standard normal 90% quantile
 
 # 7-point Gauss–Hermite rule for E[f(Z)], Z ~ N(0, 1) (numpy.polynomial.hermite_e.hermegauss(7),
 # weights normalised to 1); hard-coded so importing this module does not import numpy.polynomial.

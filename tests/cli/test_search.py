@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 from cloudfit.executors.replay import worlds_from_measurements
-from tests.search.test_active import write_table
+from tests.active.test_active import write_table
 
 
 def _world():

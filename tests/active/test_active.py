@@ -204,7 +204,7 @@ class _Interrupting(ReplayExecutor):
 _HANGS = """
 import sys, time
 from cloudfit.executors.replay import ReplayExecutor
-from tests.search import test_active as T
+from tests.active import test_active as T
 
 class Hangs(ReplayExecutor):
     def run(self, spec, on_event=None):

@@ -40,7 +40,7 @@ def test_shipped_catalog_matches_its_source_for_a_known_row():
 
 
 def test_n1_hosts_are_priced_linearly_per_vcpu():
-    src = Path(__file__).resolve().parents[1] / "data/raw/catalog/gcp_v8_vms_gpu_subset.csv"
+    src = Path(__file__).resolve().parents[2] / "data/raw/catalog/gcp_v8_vms_gpu_subset.csv"
     rows = list(csv.DictReader(src.open()))
     hm64 = next(r for r in rows if r["InstanceType"] == "n1-highmem-64" and r["Region"] == "us-central1")
     t4 = next(r for r in rows if r["AcceleratorName"] == "T4" and r["AcceleratorCount"] == "1"

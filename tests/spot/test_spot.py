@@ -14,7 +14,7 @@ import pytest
 from cloudfit import spot
 from cloudfit.errors import UnknownAcceleratorError, UsageError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OV = spot.DEFAULT_OVERHEADS
 GB = 1e9
 
@@ -56,10 +56,14 @@ def test_fitted_lifetimes_match_the_cmdare_paper():
 def test_hazard_lookup_region_accelerator_and_fallback():
     p = spot.load_params()["gcp"]
     v100 = p["accelerators"]["V100"]
-    got = spot.hazards(["V100", "nvidia-tesla-v100", "V100", "H100", "A100", "CPU"],
+    got = spot.hazards(["V100", "V100", "V100", "H100", "A100", "CPU"],
                        ["europe-west4", "europe-west4-a", "southamerica-east1", "us-central1-a", "asia-east1", "us-east1-b"])
     assert got[0] == v100["regions"]["europe-west4"]["rate_per_node_hour"]
-    assert got[1] == got[0]  # alias spelling and zone name map to the same entry
+    assert got[1] == got[0]  # a zone name maps to its region's entry
+    # a user's spelling is resolved by hazard_info; hazards() takes the catalog's canonical names only
+    assert spot.hazard_info("nvidia-tesla-v100", "europe-west4-a").rate_per_node_hour == got[0]
+    with pytest.raises(UnknownAcceleratorError, match="canonical"):
+        spot.hazards(["nvidia-tesla-v100"], ["europe-west4"])
     assert got[2] == v100["rate_per_node_hour"]  # region without data: the accelerator's rate
     assert got[3] == got[4] == p["fallback"]["rate_per_node_hour"]  # no data for H100/A100: pooled
     assert got[5] == p["CPU"]["regions"]["us-east1"]["rate_per_node_hour"]
