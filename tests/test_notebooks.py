@@ -48,7 +48,12 @@ def _repo_files() -> set[Path]:
     return out
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+#: Notebooks that take more than ~20 s on two cores (02 refits the model's evaluation: ~3 minutes).
+SLOW = {"02_model_accuracy", "04_profile_your_model"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW else p for p in NOTEBOOKS],
+                         ids=lambda p: p.stem)
 def test_notebook_runs(path, tmp_path, monkeypatch, _isolated_home):
     import nbformat
     from nbclient import NotebookClient

@@ -278,6 +278,28 @@ def test_an_interrupted_probe_is_failed_charged_and_retried_on_resume(world, tmp
     assert states.count(optuna.trial.TrialState.FAIL) == 1 and optuna.trial.TrialState.RUNNING not in states
 
 
+def test_a_probe_recorded_but_never_told_counts_on_resume(world, tmp_path):
+    """A kill between recording a probe and telling the study leaves a RUNNING trial with its record:
+    the probe happened, so the resume counts it (not probed again, not charged twice) and tells it."""
+    import optuna
+
+    r0, _ = _run(world, max_trials=1, ei_stop=False)
+    rec = r0.trials[0].__dict__
+    storage = f"sqlite:///{tmp_path / 'u.db'}"
+    study = optuna.create_study(study_name="u", storage=storage, direction="minimize")
+    t = study.ask()
+    pending = {k: rec[k] for k in ("accelerator", "accelerators_per_node", "nodes", "machine_type", "zone",
+                                   "predicted_samples_per_second", "probe_cost_usd", "run")}
+    t.set_user_attr("pending", {**pending, "number": t.number})
+    t.set_user_attr("probe", {**rec, "number": t.number})
+    r, ex = _run(world, max_trials=2, ei_stop=False, storage=storage, study_name="u")
+    assert r.trials[0].status == "ok" and r.trials[0].point == r0.trials[0].point
+    assert len(ex.runs) == 1 and r.trials[1].point != r.trials[0].point  # the recorded probe is not run again
+    assert r.probe_spend_usd == pytest.approx(sum(x.probe_cost_usd for x in r.trials))
+    states = [x.state for x in optuna.load_study(study_name="u", storage=storage).trials]
+    assert optuna.trial.TrialState.RUNNING not in states and states[0] == optuna.trial.TrialState.COMPLETE
+
+
 def test_failed_probe_is_recorded_as_fail_in_the_study(world, tmp_path):
     import optuna
 
