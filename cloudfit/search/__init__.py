@@ -4,6 +4,9 @@
 ``bayes`` runs a seeded optuna study over (shape, region, nodes, spot) for spaces too large to
 enumerate. Both implement ``Searcher.search(space, problem) -> SearchResult`` and are held to the
 same contract (tests/search/test_contract.py).
+
+Search only ranks: it imports no executor, no plan and launches nothing (tests/test_layering.py).
+Active search — paid probe runs through an executor — is ``cloudfit.active``, above ``plan``.
 """
 
 from __future__ import annotations
