@@ -244,7 +244,7 @@ def parse_args(argv: list[str] | None = None, world_size: int | None = None) -> 
             raise BadInput(f"--shape {a.shape!r}: known shapes are {', '.join(sorted(SHAPES))}")
         cfg = SHAPES[a.shape]
         if a.shrink:
-            cfg = shrink(cfg, layers=a.layers or 2, kv_heads=a.kv_heads or max(2, a.tp), head_dim=a.head_dim or 16,
+            cfg = shrink(cfg, layers=a.layers or 2, kv_heads=a.kv_heads or 2, head_dim=a.head_dim or 16,
                          vocab=a.vocab or 256)
         elif any(v is not None for v in (a.layers, a.dim, a.heads, a.kv_heads, a.head_dim, a.ffn_dim, a.vocab)):
             raise BadInput("--shape without --shrink takes the real size: drop --layers/--dim/--heads/--kv-heads/"
@@ -421,6 +421,17 @@ def _train(args: argparse.Namespace) -> int:
     if rank == 0:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
 
+    tables = markov_tables(cfg.vocab)
+
+    def eval_loss() -> float:
+        """Loss on one fixed batch, the same on every rank and layout: equal before a save and after
+        the resume that loads it, whatever the re-sharding (a check that the weights came back)."""
+        x, y = synthetic_batch(tables, vocab=cfg.vocab, batch=2, seq_len=args.seq_len, seed=args.seed + 1,
+                               step=0, dp_rank=0, micro=0)
+        with torch.no_grad():
+            logits = model(x.to(device))
+        return float(torch.nn.functional.cross_entropy(logits.float().reshape(-1, cfg.vocab), y.to(device).reshape(-1)))
+
     # ---- resume: rank 0 picks the newest complete checkpoint, every rank loads it (re-sharded)
     start, prior = 0, {}
     choice = [None]
@@ -436,6 +447,11 @@ def _train(args: argparse.Namespace) -> int:
         path = Path(choice[0]["path"])
         if not (path / MARKER).is_file():
             raise BadInput(f"rank {rank} cannot see {path}: the checkpoint folder must be shared by all ranks")
+        saved_cfg = choice[0]["marker"].get("model_config")
+        if saved_cfg is not None and saved_cfg != cfg.to_dict():
+            diff = ", ".join(f"{k} {saved_cfg.get(k)}→{v}" for k, v in cfg.to_dict().items() if saved_cfg.get(k) != v)
+            raise BadInput(f"{path} holds a different model ({diff}): resume with the same model arguments "
+                           "or use another --checkpoint-dir")
         msd, osd = get_state_dict(model, opt)
         state = {"model": msd, "optim": osd}
         dcp.load(state, checkpoint_id=str(path))
@@ -444,6 +460,9 @@ def _train(args: argparse.Namespace) -> int:
         prior = choice[0]["marker"]
         resumed_layout = prior.get("layout")
         t_restore = time.perf_counter() - t0
+        progress_eval = {"eval_loss_at_save": prior.get("eval_loss"), "eval_loss_at_resume": eval_loss()}
+    else:
+        progress_eval = {}
     resumes = int(prior.get("resumes", -1)) + 1 if choice[0] is not None else 0
     tokens_seen = int(prior.get("tokens_seen", 0))
     tokens_per_step = layout.micro_batch * layout.grad_accum * args.seq_len * layout.dp
@@ -462,7 +481,7 @@ def _train(args: argparse.Namespace) -> int:
         "resumed_from_step": start, "resumed_from_layout": resumed_layout, "restore_seconds": t_restore,
         "checkpoint_step": start if choice[0] is not None else None, "checkpoint_seconds": None,
         "tokens_per_second": None, "samples_per_second": None, "loss": None, "tokens_seen": tokens_seen,
-        "batch_size_per_rank": layout.micro_batch * layout.grad_accum, "notes": notes,
+        "batch_size_per_rank": layout.micro_batch * layout.grad_accum, "notes": notes, **progress_eval,
     }
     last_progress = [0.0]
 
@@ -485,15 +504,15 @@ def _train(args: argparse.Namespace) -> int:
         msd, osd = get_state_dict(model, opt)
         dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path))
         dist.barrier()  # every rank's shard is on disk before the marker says so
+        ev = eval_loss()
         if rank == 0:
             write_json_atomic(path / MARKER, {
-                "step": step, "tokens_seen": tokens_seen, "resumes": resumes, "time": time.time(),
+                "step": step, "tokens_seen": tokens_seen, "resumes": resumes, "time": time.time(), "eval_loss": ev,
                 "model_config": cfg.to_dict(), "layout": {**layout.to_dict(), "label": layout.label(), "world_size": world},
             })
             _prune(ckpt_dir, args.keep)
         report(force=True, checkpoint_step=step, checkpoint_seconds=time.perf_counter() - t0)
 
-    tables = markov_tables(cfg.vocab)
     report(force=True)
     step = start
     stopped = False
