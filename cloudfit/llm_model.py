@@ -143,6 +143,7 @@ def _define() -> dict[str, Any]:
             self.wk = nn.Linear(cfg.dim, cfg.kv_heads * hd, bias=False)
             self.wv = nn.Linear(cfg.dim, cfg.kv_heads * hd, bias=False)
             self.wo = nn.Linear(cfg.heads * hd, cfg.dim, bias=False)
+            self.cp_group = None  # context parallel: this rank holds one chunk of the sequence
 
         def forward(self, x, cos, sin):
             b, s, _ = x.shape
@@ -151,11 +152,26 @@ def _define() -> dict[str, Any]:
             k = self.wk(x).view(b, s, -1, self.head_dim)
             v = self.wv(x).view(b, s, -1, self.head_dim)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            mask, causal = None, True
+            if self.cp_group is not None:
+                # all-gather context parallelism (Llama 3's): gather every chunk's keys and values
+                # (rotated at their own positions); the backward reduce-scatters their gradients
+                import torch.distributed as dist
+                import torch.distributed._functional_collectives as fc
+
+                gather = getattr(fc, "all_gather_single_autograd", None) or fc.all_gather_tensor_autograd
+                # gathered along dim 0 (the sequence, moved first), what every version supports
+                k = gather(k.transpose(0, 1).contiguous(), gather_dim=0, group=self.cp_group).transpose(0, 1)
+                v = gather(v.transpose(0, 1).contiguous(), gather_dim=0, group=self.cp_group).transpose(0, 1)
+                q_pos = dist.get_rank(self.cp_group) * s + torch.arange(s, device=x.device)
+                mask = torch.arange(k.shape[1], device=x.device)[None, :] <= q_pos[:, None]  # (s, S)
+                causal = False
             rep = q.shape[2] // k.shape[2]
             if rep > 1:  # grouped-query attention: each KV head serves `rep` query heads
                 k = k.repeat_interleave(rep, dim=2)
                 v = v.repeat_interleave(rep, dim=2)
-            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               attn_mask=mask, is_causal=causal)
             return self.wo(o.transpose(1, 2).reshape(b, s, -1))
 
     class FeedForward(nn.Module):
@@ -233,24 +249,67 @@ def _define() -> dict[str, Any]:
                 self.rope_cos.copy_(cos)
                 self.rope_sin.copy_(sin)
             std = 0.02
-            nn.init.normal_(self.tok_embeddings.weight, std=1.0 if not self.cfg.tie_embeddings else std)
-            for i, blk in enumerate(self.layers.values()):
-                depth_std = std / (2 * (i + 1)) ** 0.5
+            if self.tok_embeddings is not None:
+                nn.init.normal_(self.tok_embeddings.weight, std=1.0 if not self.cfg.tie_embeddings else std)
+            for key, blk in self.layers.items():
+                depth_std = std / (2 * (int(key) + 1)) ** 0.5
                 for lin in (blk.attention.wq, blk.attention.wk, blk.attention.wv, blk.feed_forward.w1):
                     nn.init.trunc_normal_(lin.weight, std=std)
                 for lin in (blk.attention.wo, blk.feed_forward.w2, blk.feed_forward.w3):
                     nn.init.trunc_normal_(lin.weight, std=depth_std)
                 blk.attention_norm.reset_parameters()
                 blk.ffn_norm.reset_parameters()
-            self.norm.reset_parameters()
-            if not self.cfg.tie_embeddings:
+            if self.norm is not None:
+                self.norm.reset_parameters()
+            if self.output is not None and not self.cfg.tie_embeddings:
                 nn.init.trunc_normal_(self.output.weight, std=self.cfg.dim ** -0.5)
 
         def forward(self, tokens):
-            h = self.tok_embeddings(tokens)
+            # a pipeline stage lacks the embeddings (not first) or the head (not last): it takes and
+            # returns hidden states
+            h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
+            cos, sin = self.rope_cos, self.rope_sin
+            cp = self.context_parallel_group
+            if cp is not None:  # this rank's chunk of the sequence sits at an offset
+                import torch.distributed as dist
+
+                off = dist.get_rank(cp) * h.shape[1]
+                cos, sin = cos[off:off + h.shape[1]], sin[off:off + h.shape[1]]
             for blk in self.layers.values():
-                h = blk(h, self.rope_cos, self.rope_sin)
-            return self.output(self.norm(h))
+                h = blk(h, cos, sin)
+            if self.norm is not None:
+                h = self.norm(h)
+            return self.output(h) if self.output is not None else h
+
+        @property
+        def context_parallel_group(self):
+            for blk in self.layers.values():
+                return blk.attention.cp_group
+            return None
+
+        def enable_context_parallel(self, group) -> None:
+            for blk in self.layers.values():
+                blk.attention.cp_group = group
+
+        def keep_stage(self, stage: int, stages: int) -> list[int]:
+            """Cut this model down to pipeline stage ``stage`` of ``stages``: its share of the blocks
+            (the earlier stages take the extra ones), embeddings on the first, norm and head on the
+            last. Parameter names stay the full model's (``layers.<i>``), so a DCP checkpoint of
+            the stages reads back into any other split. Returns the kept block indices."""
+            n = len(self.layers)
+            per, extra = divmod(n, stages)
+            lo = stage * per + min(stage, extra)
+            hi = lo + per + (1 if stage < extra else 0)
+            kept = list(range(lo, hi))
+            for i in range(n):
+                if i not in kept:
+                    del self.layers[str(i)]
+            if stage > 0:
+                self.tok_embeddings = None
+            if stage < stages - 1:
+                self.norm = None
+                self.output = None
+            return kept
 
     _classes.update(RMSNorm=RMSNorm, Attention=Attention, FeedForward=FeedForward, Block=Block,
                     Transformer=Transformer, apply_rope=apply_rope, rope_tables=rope_tables)

@@ -89,33 +89,41 @@ class Layout:
         return asdict(self)
 
 
-def rehearsal_layout(layout: Layout, max_ranks: int) -> tuple[Layout, list[str]]:
-    """The nearest layout this trainer can run on ``max_ranks`` local ranks, and what changed.
+def rehearsal_layout(layout: Layout, max_ranks: int, *, tied_embeddings: bool = False) -> tuple[Layout, list[str]]:
+    """The nearest layout this trainer runs on ``max_ranks`` local ranks, and a note per change.
 
-    Pipeline and context parallelism are dropped (degree 1); tensor parallelism is kept at
-    ``min(tp, 2)`` when at least 2 ranks are there, otherwise dropped; the data-parallel degrees are
-    scaled down to fill the remaining ranks (sharded before replicated). Micro-batch, gradient
-    accumulation and checkpointing mode are kept."""
-    notes: list[str] = []
+    Each parallel dimension the plan uses is kept at degree 2 while ranks are left, in the order
+    FSDP shard, tensor, pipeline, context, replicate (so 4 ranks rehearse e.g. fsdp=2×tp=2 of a
+    fsdp×tp×pp plan; the rest is noted as not rehearsed). Micro-batch and checkpointing mode are
+    kept; gradient accumulation is raised to the pipeline degree when a pipeline is kept (1F1B
+    needs at least as many micro-batches as stages). Pipeline parallelism is dropped for a model
+    with tied embeddings (the two ends would sit on different stages)."""
     if max_ranks < 1:
         raise BadInput("max_ranks must be ≥ 1")
-    if layout.pp > 1:
-        notes.append(f"pipeline parallel pp={layout.pp} is not rehearsed (pp=1): cloudfit.train_llm has no pipeline schedule")
-    if layout.cp > 1:
-        notes.append(f"context parallel cp={layout.cp} is not rehearsed (cp=1): cloudfit.train_llm has no ring attention")
-    tp = min(layout.tp, 2) if max_ranks >= 2 else 1
-    if tp != layout.tp:
-        notes.append(f"tensor parallel tp={layout.tp} rehearsed as tp={tp} on {max_ranks} local rank(s)")
-    room = max(1, max_ranks // tp)
-    want_rep, want_shard = layout.dp_replicate, layout.dp_shard
-    rep = 2 if (want_rep > 1 and room >= 4) else 1
-    shard = max(1, min(want_shard, room // rep))
-    if rep == 1 and want_rep > 1:
-        shard = max(1, min(want_rep * want_shard, room))
-    if (rep, shard) != (want_rep, want_shard):
-        notes.append(f"data parallel replicate={want_rep}×fsdp={want_shard} rehearsed as replicate={rep}×fsdp={shard}")
-    out = Layout(dp_replicate=rep, dp_shard=shard, tp=tp, pp=1, cp=1, ac=layout.ac, micro_batch=layout.micro_batch,
-                 grad_accum=layout.grad_accum)
+    notes: list[str] = []
+    want = {"dp_shard": layout.dp_shard, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp,
+            "dp_replicate": layout.dp_replicate}
+    names = {"dp_shard": "fsdp", "tp": "tp", "pp": "pp", "cp": "cp", "dp_replicate": "replicate"}
+    got = {k: 1 for k in want}
+    room = max_ranks
+    for k in ("dp_shard", "tp", "pp", "cp", "dp_replicate"):
+        if want[k] > 1 and room >= 2:
+            if k == "pp" and tied_embeddings:
+                continue
+            got[k] = 2
+            room //= 2
+    if room >= 2 and want["dp_shard"] > 2 and got["dp_shard"] == 2:  # spare ranks: more sharding
+        got["dp_shard"] = min(want["dp_shard"], 2 * room)
+    for k in want:
+        if got[k] != want[k]:
+            why = " (tied embeddings)" if k == "pp" and tied_embeddings and want[k] > 1 else ""
+            notes.append(f"{names[k]}={want[k]} rehearsed as {names[k]}={got[k]} on {max_ranks} local rank(s){why}")
+    ga = layout.grad_accum
+    if got["pp"] > 1 and ga < got["pp"]:
+        notes.append(f"gradient accumulation {ga} raised to {got['pp']} (pipeline micro-batches ≥ stages)")
+        ga = got["pp"]
+    out = Layout(dp_replicate=got["dp_replicate"], dp_shard=got["dp_shard"], tp=got["tp"], pp=got["pp"], cp=got["cp"],
+                 ac=layout.ac, micro_batch=layout.micro_batch, grad_accum=ga)
     return out, notes
 
 
@@ -156,8 +164,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--dp-replicate", type=int, default=1, help="data-parallel replicas (HSDP when > 1)")
     g.add_argument("--dp-shard", type=int, default=None, help="FSDP shard degree (default: world ÷ the others)")
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
-    g.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree (only 1)")
-    g.add_argument("--cp", type=int, default=1, help="context-parallel degree (only 1)")
+    g.add_argument("--pp", type=int, default=1, help="pipeline-parallel stages (1F1B schedule; micro-batches = --grad-accum)")
+    g.add_argument("--cp", type=int, default=1, help="context-parallel degree (all-gather of keys and values)")
     g.add_argument("--ac", default="none", help="activation checkpointing: none | selective | full")
     g.add_argument("--micro-batch", type=int, default=2, help="sequences per data-parallel rank per micro-step")
     g.add_argument("--grad-accum", type=int, default=1, help="micro-steps per optimizer step")
@@ -206,19 +214,13 @@ def parse_args(argv: list[str] | None = None, world_size: int | None = None) -> 
 
     a = _parser().parse_args(argv)
     world = world_size if world_size is not None else int(os.environ.get("WORLD_SIZE", 1))
-    if a.pp != 1:
-        raise BadInput(f"--pp {a.pp}: pipeline parallelism is not rehearsed by {PROG} (only --pp 1); "
-                       "rehearse the layout with pp=1 (cloudfit.train_llm.rehearsal_layout)")
-    if a.cp != 1:
-        raise BadInput(f"--cp {a.cp}: context parallelism is not rehearsed by {PROG} (only --cp 1); "
-                       "rehearse the layout with cp=1 (cloudfit.train_llm.rehearsal_layout)")
     if a.ac not in AC_MODES:
         raise BadInput(f"--ac {a.ac!r}: choose none, selective or full")
     if a.precision not in ("auto", "fp32", "bf16"):
         raise BadInput(f"--precision {a.precision!r}: choose fp32, bf16 or auto")
     if a.init not in ("auto", "full", "meta"):
         raise BadInput(f"--init {a.init!r}: choose full, meta or auto")
-    for k in ("dp_replicate", "tp", "micro_batch", "grad_accum", "seq_len", "steps", "keep"):
+    for k in ("dp_replicate", "tp", "pp", "cp", "micro_batch", "grad_accum", "seq_len", "steps", "keep"):
         if getattr(a, k) < 1:
             raise BadInput(f"--{k.replace('_', '-')} must be ≥ 1 (got {getattr(a, k)})")
     if a.dp_shard is not None and a.dp_shard < 1:
@@ -229,14 +231,20 @@ def parse_args(argv: list[str] | None = None, world_size: int | None = None) -> 
         raise BadInput(f"--checkpoint-interval-s must be > 0 (got {a.checkpoint_interval_s})")
     if a.lr <= 0 or a.warmup_steps < 0 or a.progress_interval_s < 0:
         raise BadInput("--lr must be > 0, --warmup-steps and --progress-interval-s ≥ 0")
-    others = a.dp_replicate * a.tp
+    others = a.pp * a.dp_replicate * a.cp * a.tp
     if a.dp_shard is None:
         if world % others:
-            raise BadInput(f"world size {world} is not a multiple of dp-replicate {a.dp_replicate} × tp {a.tp}")
+            raise BadInput(f"world size {world} is not a multiple of pp {a.pp} × dp-replicate {a.dp_replicate} × "
+                           f"cp {a.cp} × tp {a.tp}")
         a.dp_shard = world // others
-    if a.dp_replicate * a.dp_shard * a.tp != world:
-        raise BadInput(f"layout dp-replicate {a.dp_replicate} × dp-shard {a.dp_shard} × tp {a.tp} = "
-                       f"{a.dp_replicate * a.dp_shard * a.tp} ranks, but the world size is {world}")
+    if others * a.dp_shard != world:
+        raise BadInput(f"layout pp {a.pp} × dp-replicate {a.dp_replicate} × dp-shard {a.dp_shard} × cp {a.cp} × "
+                       f"tp {a.tp} = {others * a.dp_shard} ranks, but the world size is {world}")
+    if a.seq_len % a.cp:
+        raise BadInput(f"context parallel {a.cp} does not divide --seq-len {a.seq_len}")
+    if a.pp > 1 and a.grad_accum < a.pp:
+        raise BadInput(f"pipeline parallel {a.pp} needs --grad-accum ≥ {a.pp} (the 1F1B schedule's micro-batches "
+                       f"per step), got {a.grad_accum}")
 
     # model shape
     if a.shape is not None:
@@ -263,10 +271,15 @@ def parse_args(argv: list[str] | None = None, world_size: int | None = None) -> 
     problems = cfg.problems(tp=a.tp)
     if problems:
         raise BadInput(f"model {cfg.name}: {problems[0]}")
+    if a.pp > cfg.layers:
+        raise BadInput(f"pipeline parallel {a.pp} is more stages than the model's {cfg.layers} layers")
+    if a.pp > 1 and cfg.tie_embeddings:
+        raise BadInput(f"pipeline parallel with tied embeddings ({cfg.name}) is not supported: the embedding and "
+                       "the output layer would sit on different stages")
     if cfg.vocab < 4:
         raise BadInput(f"--vocab must be ≥ 4 (got {cfg.vocab})")
     a.model_config = cfg
-    a.layout = Layout(dp_replicate=a.dp_replicate, dp_shard=a.dp_shard, tp=a.tp, pp=1, cp=1, ac=a.ac,
+    a.layout = Layout(dp_replicate=a.dp_replicate, dp_shard=a.dp_shard, tp=a.tp, pp=a.pp, cp=a.cp, ac=a.ac,
                       micro_batch=a.micro_batch, grad_accum=a.grad_accum)
     return a
 
@@ -392,13 +405,22 @@ def _train(args: argparse.Namespace) -> int:
     precision = args.precision if args.precision != "auto" else ("bf16" if cuda else "fp32")
     init = args.init if args.init != "auto" else ("meta" if cuda else "full")
 
-    mesh = init_device_mesh(device.type, (layout.dp_replicate, layout.dp_shard, layout.tp),
-                            mesh_dim_names=("dp_replicate", "dp_shard", "tp"))
-    dp_mesh = mesh["dp_replicate", "dp_shard"] if layout.dp_replicate > 1 else mesh["dp_shard"]
+    mesh = init_device_mesh(device.type, (layout.pp, layout.dp_replicate, layout.dp_shard, layout.cp, layout.tp),
+                            mesh_dim_names=("pp", "dp_replicate", "dp_shard", "cp", "tp"))
+    # FSDP shards over dp_shard × cp (context-parallel peers hold the same weights and their
+    # gradients must be averaged too); HSDP replicates that over dp_replicate
+    shard_cp = mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
+    fsdp_mesh = mesh["dp_replicate", "dp_shard_cp"] if layout.dp_replicate > 1 else shard_cp
     dp_rank = mesh["dp_replicate"].get_local_rank() * layout.dp_shard + mesh["dp_shard"].get_local_rank()
+    cp_rank = mesh["cp"].get_local_rank()
+    pp_rank = mesh["pp"].get_local_rank()
+    first_stage, last_stage = pp_rank == 0, pp_rank == layout.pp - 1
 
-    # ---- model: build, tensor-parallel, activation checkpointing, FSDP2
+    # ---- model: build, pipeline stage, tensor-parallel, context-parallel, checkpointing, FSDP2
     model = llm_model.build(cfg, max_seq_len=args.seq_len, seed=args.seed, device="meta" if init == "meta" else device)
+    stage_layers = model.keep_stage(pp_rank, layout.pp) if layout.pp > 1 else list(range(cfg.layers))
+    if layout.cp > 1:
+        model.enable_context_parallel(mesh["cp"].get_group())
     for blk in model.layers.values():
         blk.ac = layout.ac
         if layout.tp > 1:
@@ -406,13 +428,25 @@ def _train(args: argparse.Namespace) -> int:
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if precision == "bf16" else MixedPrecisionPolicy()
     blocks = list(model.layers.values())
     for i, blk in enumerate(blocks):
-        # the last block's parameters are gathered again at once by the backward: keep them
-        fully_shard(blk, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=i < len(blocks) - 1)
-    fully_shard(model, mesh=dp_mesh, mp_policy=mp)
+        # the last block's parameters are gathered again at once by the backward: keep them; a
+        # pipeline runs several micro-batches through a stage: keep them all (as torchtitan does)
+        fully_shard(blk, mesh=fsdp_mesh, mp_policy=mp, reshard_after_forward=layout.pp == 1 and i < len(blocks) - 1)
+    fully_shard(model, mesh=fsdp_mesh, mp_policy=mp, reshard_after_forward=layout.pp == 1)
     if init == "meta":
         model.to_empty(device=device)
         model.init_weights(args.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0, eps=1e-8)
+
+    def loss_fn(logits, targets):
+        return torch.nn.functional.cross_entropy(logits.float().reshape(-1, cfg.vocab), targets.reshape(-1))
+
+    schedule = None
+    if layout.pp > 1:
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+        stage = PipelineStage(model, pp_rank, layout.pp, device, group=mesh["pp"].get_group())
+        # scale_grads: each micro-batch's loss is a mean, the step's gradient their mean
+        schedule = Schedule1F1B(stage, n_microbatches=layout.grad_accum, loss_fn=loss_fn, scale_grads=True)
 
     ckpt_dir = Path(args.checkpoint_dir)
     progress_path = Path(args.progress_file) if args.progress_file else ckpt_dir / "progress.json"
@@ -422,15 +456,37 @@ def _train(args: argparse.Namespace) -> int:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
 
     tables = markov_tables(cfg.vocab)
+    chunk = args.seq_len // layout.cp
+
+    def local(t):
+        """This rank's part of a batch: its context-parallel chunk of the sequence."""
+        return t[:, cp_rank * chunk:(cp_rank + 1) * chunk].to(device)
+
+    def mean_over_ranks(value: float, flags: list[float] | None = None):
+        """All-reduce [value, *flags] (sum). ``value`` is a loss only the last pipeline stage knows,
+        the same on tensor-parallel peers: its mean over data- and context-parallel ranks."""
+        t = torch.tensor([value if last_stage else 0.0, *(flags or [])], dtype=torch.float64, device=device)
+        dist.all_reduce(t)
+        return float(t[0]) / (world // layout.pp), [float(f) for f in t[1:]]
 
     def eval_loss() -> float:
-        """Loss on one fixed batch, the same on every rank and layout: equal before a save and after
-        the resume that loads it, whatever the re-sharding (a check that the weights came back)."""
-        x, y = synthetic_batch(tables, vocab=cfg.vocab, batch=2, seq_len=args.seq_len, seed=args.seed + 1,
+        """Loss on 4 fixed sequences, the same whatever the rank and layout: equal before a save and
+        after the resume that loads it, whatever the re-sharding (a check that the weights came back)."""
+        x, y = synthetic_batch(tables, vocab=cfg.vocab, batch=4, seq_len=args.seq_len, seed=args.seed + 1,
                                step=0, dp_rank=0, micro=0)
+        total = 0.0
         with torch.no_grad():
-            logits = model(x.to(device))
-        return float(torch.nn.functional.cross_entropy(logits.float().reshape(-1, cfg.vocab), y.to(device).reshape(-1)))
+            if schedule is None:
+                total = float(loss_fn(model(local(x)), local(y)))
+            else:  # one sequence at a time, repeated over the schedule's micro-batches
+                for i in range(x.shape[0]):
+                    xi, yi = (local(t[i:i + 1]).repeat(layout.grad_accum, 1) for t in (x, y))
+                    losses: list = []
+                    schedule.eval(xi if first_stage else None, target=yi if last_stage else None, losses=losses) \
+                        if first_stage or last_stage else schedule.eval()
+                    if last_stage:
+                        total += float(torch.stack([torch.as_tensor(v) for v in losses]).mean()) / x.shape[0]
+        return mean_over_ranks(total)[0]
 
     # ---- resume: rank 0 picks the newest complete checkpoint, every rank loads it (re-sharded)
     start, prior = 0, {}
@@ -519,23 +575,33 @@ def _train(args: argparse.Namespace) -> int:
     last_ckpt = time.monotonic()
     warm_steps, t_warm = 2, None
     metrics = open(metrics_path, "a") if (metrics_path is not None and rank == 0) else None
-    flags = torch.zeros(3, device=device)
     try:
         while step < args.steps:
             lr = args.lr * min(1.0, (step + 1) / max(1, args.warmup_steps))
             for gp in opt.param_groups:
                 gp["lr"] = lr
             loss_sum = 0.0
-            for micro in range(layout.grad_accum):
-                x, y = synthetic_batch(tables, vocab=cfg.vocab, batch=layout.micro_batch, seq_len=args.seq_len,
+            batches = [synthetic_batch(tables, vocab=cfg.vocab, batch=layout.micro_batch, seq_len=args.seq_len,
                                        seed=args.seed, step=step, dp_rank=dp_rank, micro=micro)
-                x, y = x.to(device), y.to(device)
-                last = micro == layout.grad_accum - 1
-                model.set_requires_gradient_sync(last)  # reduce-scatter once per optimizer step
-                logits = model(x)
-                loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, cfg.vocab), y.reshape(-1))
-                (loss / layout.grad_accum).backward()
-                loss_sum += float(loss.detach()) / layout.grad_accum
+                       for micro in range(layout.grad_accum)]
+            if schedule is not None:  # 1F1B over the step's micro-batches (the schedule splits dim 0)
+                x = torch.cat([local(b[0]) for b in batches])
+                y = torch.cat([local(b[1]) for b in batches])
+                losses: list = []
+                if first_stage:
+                    schedule.step(x, target=y if last_stage else None, losses=losses if last_stage else None)
+                elif last_stage:
+                    schedule.step(target=y, losses=losses)
+                else:
+                    schedule.step()
+                if last_stage:
+                    loss_sum = float(torch.stack([torch.as_tensor(v).detach().float() for v in losses]).mean())
+            else:
+                for micro, (x, y) in enumerate(batches):
+                    model.set_requires_gradient_sync(micro == layout.grad_accum - 1)  # reduce-scatter once a step
+                    loss = loss_fn(model(local(x)), local(y))
+                    (loss / layout.grad_accum).backward()
+                    loss_sum += float(loss.detach()) / layout.grad_accum
             opt.step()
             opt.zero_grad(set_to_none=True)
             step += 1
@@ -545,10 +611,8 @@ def _train(args: argparse.Namespace) -> int:
             # one small all-reduce per step: the mean loss, and the ranks agree on stop / checkpoint
             want_stop = (stop_file is not None and stop_file.exists()) or (args.stop_at is not None and time.time() >= args.stop_at)
             want_ckpt = rank == 0 and args.checkpoint_interval_s is not None and time.monotonic() - last_ckpt >= args.checkpoint_interval_s
-            flags[0], flags[1], flags[2] = loss_sum, float(want_stop), float(want_ckpt)
-            dist.all_reduce(flags)
-            mean_loss = float(flags[0]) / world  # tensor-parallel peers hold the same loss: a dp mean
-            want_stop, want_ckpt = bool(flags[1] > 0), bool(flags[2] > 0)
+            mean_loss, (n_stop, n_ckpt) = mean_over_ranks(loss_sum, [float(want_stop), float(want_ckpt)])
+            want_stop, want_ckpt = n_stop > 0, n_ckpt > 0
             now = time.perf_counter()
             tps = None
             if t_warm is not None and step - start > warm_steps and now > t_warm:
