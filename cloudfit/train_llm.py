@@ -4,13 +4,17 @@
         --dp-shard 2 --tp 2 --ac selective --micro-batch 2 --grad-accum 2 --seq-len 64 \\
         --steps 30 --checkpoint-dir ckpt
 
-The ranks form a device mesh ``(dp_replicate, dp_shard, tp)`` (``init_device_mesh``). Each block's
-attention (q/k/v column-wise, o row-wise) and SwiGLU MLP (gate/up column-wise, down row-wise) are
-split over ``tp`` with DTensor ``parallelize_module``; each block is then wrapped with activation
-checkpointing (``--ac``) and sharded with FSDP2 ``fully_shard`` over ``dp_shard`` (HSDP: replicated
-over ``dp_replicate`` too), and so is the root (embeddings, final norm, output). Embeddings and the
-output layer are not split over ``tp`` (no loss-parallel); pipeline and context parallelism are
-not implemented: ``--pp``/``--cp`` other than 1 are refused.
+The ranks form a device mesh ``(pp, dp_replicate, dp_shard, cp, tp)`` (``init_device_mesh``). With
+``--pp`` the model is cut into pipeline stages (``torch.distributed.pipelining``, 1F1B schedule over
+the ``--grad-accum`` micro-batches; parameter names stay the full model's). Each block's attention
+(q/k/v column-wise, o row-wise) and SwiGLU MLP (gate/up column-wise, down row-wise) are split over
+``tp`` with DTensor ``parallelize_module``. With ``--cp`` each rank holds one chunk of the sequence
+and attention all-gathers keys and values (Llama 3's all-gather context parallelism; the backward
+reduce-scatters). Each block is wrapped with activation checkpointing (``--ac``: ``full`` recomputes
+the block, ``selective`` keeps matmul/attention outputs and recomputes the element-wise ops) and
+sharded with FSDP2 ``fully_shard`` over ``dp_shard × cp`` (HSDP: replicated over ``dp_replicate``
+too), and so is the root (embeddings, final norm, output). Embeddings and the output layer are not
+split over ``tp`` (no loss-parallel, no sequence-parallel norms).
 
 Data is synthetic and learnable (a fixed sparse Markov chain over the vocabulary: the loss falls from
 ln(vocab) toward ~0.6 nats), drawn deterministically from (seed, step, data-parallel rank,

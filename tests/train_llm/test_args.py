@@ -23,10 +23,14 @@ def _run(args, tmp_path, world=None):
 
 
 @pytest.mark.parametrize("args, world, needle", [
-    (["--pp", "2", *BASE], None, "pipeline parallelism is not rehearsed"),
-    (["--cp", "2", *BASE], None, "context parallelism is not rehearsed"),
+    (["--pp", "2", *BASE], 2, "pipeline parallel 2 needs --grad-accum ≥ 2"),
+    (["--pp", "3", "--grad-accum", "3", *BASE], 3, "pipeline parallel 3 is more stages than the model's 2 layers"),
+    (["--pp", "2", "--grad-accum", "2", "--shape", "llama3-1b", "--shrink", *BASE], 2,
+     "pipeline parallel with tied embeddings (llama3-1b (shrunk)) is not supported"),
+    (["--cp", "3", *BASE], 3, "context parallel 3 does not divide --seq-len 64"),
+    (["--cp", "0", *BASE], None, "--cp must be ≥ 1"),
     (["--ac", "sometimes", *BASE], None, "--ac 'sometimes'"),
-    (["--tp", "2", "--dp-shard", "4", *BASE], 4, "= 8 ranks, but the world size is 4"),
+    (["--tp", "2", "--dp-shard", "4", *BASE], 4, "tp 2 = 8 ranks, but the world size is 4"),
     (["--tp", "3", *BASE], 3, "tensor parallel 3 does not divide heads"),
     (["--shape", "llama3-8b", "--shrink", "--tp", "4", *BASE], 4, "tensor parallel 4 does not divide kv-heads 2"),
     (["--shape", "gpt-17", *BASE], None, "--shape 'gpt-17': known shapes are"),

@@ -169,3 +169,60 @@ def test_hsdp_replicate_times_shard_and_time_based_checkpoints(tmp_path):
     assert mean(m["loss"] for m in ms[-3:]) < mean(m["loss"] for m in ms[:3]) - 0.5
     done = complete_checkpoints(tmp_path / "ckpt")
     assert done[0][0] == 10 and len(done) == 2 and done[1][0] < 10  # one (or more) by time before the end
+
+
+def one_process(tmp: Path, args: list[str]) -> list[dict]:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    tmp.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run([sys.executable, "-m", "cloudfit.train_llm", "--checkpoint-dir", str(tmp / "ckpt"),
+                        "--metrics-file", str(tmp / "metrics.jsonl"), *SHAPE, *args],
+                       capture_output=True, text=True, env=env, timeout=90)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return metrics(tmp)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", [["--tp", "2"], ["--pp", "2"], ["--cp", "2"]], ids=["tp2", "pp2", "cp2"])
+def test_model_parallel_layouts_reproduce_the_one_process_loss_curve(layout, tmp_path):
+    """tp=2, pp=2 (1F1B) and cp=2 split one data-parallel replica over 2 ranks: same batches, same
+    initial weights, so the per-step loss must match one process's to float rounding."""
+    common = ["--steps", "5", "--grad-accum", "2", "--checkpoint-every", "100"]
+    ref = one_process(tmp_path / "ref", common)
+    p = torchrun(tmp_path, 2, [*layout, *common])
+    assert finish(p) == 0, logs(tmp_path)
+    got = metrics(tmp_path)
+    assert [m["step"] for m in got] == [m["step"] for m in ref] == [1, 2, 3, 4, 5]
+    assert got[0]["layout"].startswith("fsdp=1,") and layout[0][2:] + "=2" in got[0]["layout"]
+    for a, b in zip(got, ref):
+        assert a["loss"] == pytest.approx(b["loss"], abs=2e-4), (a, b)
+    assert ref[-1]["loss"] < ref[0]["loss"] - 0.3
+
+
+@pytest.mark.slow
+def test_pipeline_by_fsdp_stops_on_request_then_resumes_context_parallel(tmp_path):
+    """pp=2 × fsdp=2 on 4 ranks stops at the stop file (checkpoint, exit 0, state stopped); the job
+    comes back on 2 ranks as cp=2 — a different split of the same DCP checkpoint."""
+    stop = tmp_path / "STOP"
+    p = torchrun(tmp_path, 4, ["--pp", "2", "--dp-shard", "2", "--grad-accum", "2", "--steps", "40",
+                               "--stop-file", str(stop)])
+    wait_for_step(tmp_path, p, 5, timeout=90)
+    stop.touch()
+    assert finish(p) == 0, logs(tmp_path)
+    prog = json.loads((tmp_path / "progress.json").read_text())
+    assert prog["state"] == "stopped" and prog["layout"]["pp"] == 2 and 5 <= prog["step"] < 40
+    stopped_at = prog["step"]
+    assert complete_checkpoints(tmp_path / "ckpt")[0][0] == stopped_at
+    before = metrics(tmp_path)
+    stop.unlink()
+
+    p = torchrun(tmp_path, 2, ["--cp", "2", "--grad-accum", "2", "--steps", str(stopped_at + 6)])
+    assert finish(p) == 0, logs(tmp_path)
+    prog = json.loads((tmp_path / "progress.json").read_text())
+    assert prog["state"] == "completed" and prog["resumed_from_step"] == stopped_at
+    assert prog["resumed_from_layout"]["pp"] == 2 and prog["layout"]["cp"] == 2
+    assert prog["eval_loss_at_resume"] == pytest.approx(prog["eval_loss_at_save"], abs=1e-5)
+    after = [m for m in metrics(tmp_path) if m["world_size"] == 2]
+    assert after[0]["step"] == stopped_at + 1
+    assert mean(m["loss"] for m in after[-3:]) < mean(m["loss"] for m in before[-3:]) < before[0]["loss"]

@@ -77,17 +77,25 @@ def test_synthetic_data_is_deterministic_per_step_and_rank():
     assert ok.all()  # every transition is one of the chain's two: learnable
 
 
-def test_rehearsal_layout_drops_what_it_cannot_run_and_says_so():
-    lay, notes = rehearsal_layout(Layout(dp_replicate=4, dp_shard=16, tp=8, pp=4, cp=2, ac="selective",
-                                         micro_batch=1, grad_accum=8), max_ranks=4)
+def test_rehearsal_layout_keeps_each_kind_at_degree_two_while_ranks_last():
+    big = Layout(dp_replicate=4, dp_shard=16, tp=8, pp=4, cp=2, ac="selective", micro_batch=1, grad_accum=8)
+    lay, notes = rehearsal_layout(big, max_ranks=4)
     assert (lay.dp_replicate, lay.dp_shard, lay.tp, lay.pp, lay.cp) == (1, 2, 2, 1, 1)
     assert (lay.ac, lay.micro_batch, lay.grad_accum) == ("selective", 1, 8)
-    assert any("pipeline" in n for n in notes) and any("context" in n for n in notes)
-    assert any("tp=8 rehearsed as tp=2" in n for n in notes)
+    assert "pp=4 rehearsed as pp=1 on 4 local rank(s)" in notes and "tp=8 rehearsed as tp=2 on 4 local rank(s)" in notes
+    assert any(n.startswith("cp=2 rehearsed as cp=1") for n in notes)
+    assert any(n.startswith("replicate=4 rehearsed as replicate=1") for n in notes)
+    lay, notes = rehearsal_layout(Layout(dp_shard=4, pp=4, grad_accum=1), max_ranks=4)
+    assert (lay.dp_shard, lay.pp, lay.grad_accum) == (2, 2, 2)  # 1F1B needs micro-batches ≥ stages
+    assert any("raised to 2" in n for n in notes)
+    lay, notes = rehearsal_layout(Layout(dp_shard=4, pp=4, grad_accum=4), max_ranks=4, tied_embeddings=True)
+    assert (lay.dp_shard, lay.pp) == (4, 1) and any("(tied embeddings)" in n for n in notes)
     lay, notes = rehearsal_layout(Layout(dp_shard=8), max_ranks=2)
     assert (lay.dp_shard, lay.tp, lay.world_size) == (2, 1, 2) and len(notes) == 1
-    lay, notes = rehearsal_layout(Layout(dp_shard=2), max_ranks=2)
-    assert lay == Layout(dp_shard=2) and notes == []
+    lay, notes = rehearsal_layout(Layout(dp_shard=64), max_ranks=4)
+    assert lay.dp_shard == 4
+    lay, notes = rehearsal_layout(Layout(dp_shard=2, cp=2), max_ranks=4)
+    assert lay == Layout(dp_shard=2, cp=2) and notes == []
     with pytest.raises(BadInput):
         rehearsal_layout(Layout(), max_ranks=0)
 
