@@ -131,6 +131,32 @@ def rehearsal_layout(layout: Layout, max_ranks: int, *, tied_embeddings: bool = 
     return out, notes
 
 
+_LAYOUT_KEYS = {"fsdp": "dp_shard", "dp_shard": "dp_shard", "shard": "dp_shard", "replicate": "dp_replicate",
+                "dp_replicate": "dp_replicate", "dp": "dp_replicate", "tp": "tp", "pp": "pp", "cp": "cp", "ac": "ac",
+                "mb": "micro_batch", "micro_batch": "micro_batch", "ga": "grad_accum", "grad_accum": "grad_accum"}
+
+
+def parse_layout(text: str) -> dict[str, Any]:
+    """``"fsdp=4,tp=2,pp=1,cp=1,ac=selective"`` (the planner's layout string; also ``replicate``,
+    ``mb``, ``ga``) → ``{"dp_shard": 4, "tp": 2, …}``. Unknown keys or values raise :class:`BadInput`."""
+    out: dict[str, Any] = {}
+    for part in filter(None, (x.strip() for x in text.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip().lower().replace("-", "_")
+        if not sep or key not in _LAYOUT_KEYS:
+            raise BadInput(f"--layout {text!r}: {part!r} is not KEY=VALUE with KEY one of "
+                           "fsdp, replicate, tp, pp, cp, ac, mb, ga")
+        field = _LAYOUT_KEYS[key]
+        if field == "ac":
+            out[field] = value.strip()
+            continue
+        try:
+            out[field] = int(value)
+        except ValueError:
+            raise BadInput(f"--layout {text!r}: {key}={value!r} is not an integer") from None
+    return out
+
+
 def trainer_args(layout: Layout, *, steps: int, checkpoint_dir: str, shape: str | None = "llama3-8b",
                  shrink: bool = True, seq_len: int = 64, checkpoint_every: int | None = None,
                  checkpoint_interval_s: float | None = None, progress_file: str | None = None,
@@ -165,6 +191,9 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[0])
     g = p.add_argument_group("layout")
+    g.add_argument("--layout", default=None, metavar="fsdp=N,tp=N,…",
+                   help="the plan's layout string (fsdp, replicate, tp, pp, cp, ac, mb, ga); the flags below "
+                        "must agree with it")
     g.add_argument("--dp-replicate", type=int, default=1, help="data-parallel replicas (HSDP when > 1)")
     g.add_argument("--dp-shard", type=int, default=None, help="FSDP shard degree (default: world ÷ the others)")
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
@@ -216,7 +245,15 @@ def parse_args(argv: list[str] | None = None, world_size: int | None = None) -> 
     """Parse and check everything that can be checked before a process group exists."""
     from cloudfit.llm_model import SHAPES, LlamaConfig, llama_ffn_dim, shrink
 
-    a = _parser().parse_args(argv)
+    p = _parser()
+    a = p.parse_args(argv)
+    if a.layout is not None:  # fill what the flags left at their defaults; a disagreement is an error
+        for field, value in parse_layout(a.layout).items():
+            current = getattr(a, field)
+            if current != p.get_default(field) and current != value:
+                raise BadInput(f"--layout says {field.replace('_', '-')}={value} but "
+                               f"--{field.replace('_', '-')} {current}")
+            setattr(a, field, value)
     world = world_size if world_size is not None else int(os.environ.get("WORLD_SIZE", 1))
     if a.ac not in AC_MODES:
         raise BadInput(f"--ac {a.ac!r}: choose none, selective or full")

@@ -108,3 +108,35 @@ def test_trainer_args_parse_back():
     a = parse_args(argv, world_size=4)
     assert a.layout == lay and a.steps == 30 and a.checkpoint_interval_s == 5
     assert a.model_config.name == "llama3-8b (shrunk)"
+
+
+def test_layout_string_fills_the_flags_and_disagreement_is_refused():
+    from cloudfit.train_llm import parse_args, parse_layout
+
+    assert parse_layout("fsdp=4,tp=2,pp=1,cp=1,ac=selective,mb=3,ga=2") == {
+        "dp_shard": 4, "tp": 2, "pp": 1, "cp": 1, "ac": "selective", "micro_batch": 3, "grad_accum": 2}
+    a = parse_args(["--layout", "fsdp=2,tp=2,ac=full", "--steps", "3", "--checkpoint-dir", "x"], world_size=4)
+    assert a.layout == Layout(dp_shard=2, tp=2, ac="full", micro_batch=2)
+    with pytest.raises(BadInput, match="--layout says tp=2 but --tp 4"):
+        parse_args(["--layout", "tp=2", "--tp", "4", "--steps", "3", "--checkpoint-dir", "x"], world_size=4)
+    with pytest.raises(BadInput, match="'zz=3' is not KEY=VALUE"):
+        parse_layout("fsdp=2,zz=3")
+    with pytest.raises(BadInput, match="is not an integer"):
+        parse_layout("tp=two")
+
+
+def test_only_marked_checkpoint_folders_count_and_pruning_keeps_the_newest(tmp_path):
+    from cloudfit.train_llm import MARKER, _prune, complete_checkpoints
+
+    for step, marked in [(4, True), (8, True), (12, False), (16, True), (20, False)]:
+        d = tmp_path / f"step-{step:09d}"
+        d.mkdir()
+        (d / "__0_0.distcp").write_bytes(b"x")
+        if marked:
+            (d / MARKER).write_text("{}")
+    (tmp_path / "step-12").mkdir()  # not ours: left alone
+    assert [s for s, _ in complete_checkpoints(tmp_path)] == [16, 8, 4]  # 20 is torn (no marker): ignored
+    _prune(tmp_path, keep=2)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    # 4 is beyond the two kept; 12 is an older torn attempt; 20 may still be in progress: kept
+    assert left == ["step-000000008", "step-000000016", "step-000000020", "step-12"]
