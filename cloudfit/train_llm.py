@@ -437,12 +437,13 @@ def _train(args: argparse.Namespace) -> int:
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
+    backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"  # on GPUs, CPU-side collectives still go over gloo
     if not distributed:  # one process: a private single-rank group, so the same code path runs
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
-        dist.init_process_group("gloo", rank=0, world_size=1)
+        dist.init_process_group(backend, rank=0, world_size=1)
     else:
-        dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo")
+        dist.init_process_group(backend)
     precision = args.precision if args.precision != "auto" else ("bf16" if cuda else "fp32")
     init = args.init if args.init != "auto" else ("meta" if cuda else "full")
 
