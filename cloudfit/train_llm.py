@@ -157,10 +157,23 @@ def parse_layout(text: str) -> dict[str, Any]:
     return out
 
 
+def rehearsal_notes(planned: dict[str, Any], actual: Any) -> list[str]:
+    """One line per layout field where this run (``actual``: a Layout or parsed arguments) differs
+    from the plan's layout (``planned``, from :func:`parse_layout`)."""
+    names = {"dp_shard": "fsdp", "dp_replicate": "replicate", "tp": "tp", "pp": "pp", "cp": "cp", "ac": "ac",
+             "micro_batch": "mb", "grad_accum": "ga"}
+    out = []
+    for field, name in names.items():
+        if field in planned and planned[field] != getattr(actual, field):
+            out.append(f"{name}={planned[field]} rehearsed as {name}={getattr(actual, field)}")
+    return out
+
+
 def trainer_args(layout: Layout, *, steps: int, checkpoint_dir: str, shape: str | None = "llama3-8b",
                  shrink: bool = True, seq_len: int = 64, checkpoint_every: int | None = None,
                  checkpoint_interval_s: float | None = None, progress_file: str | None = None,
-                 stop_file: str | None = None, stop_at: float | None = None, extra: list[str] | None = None) -> list[str]:
+                 stop_file: str | None = None, stop_at: float | None = None, rehearsal_of: str | None = None,
+                 extra: list[str] | None = None) -> list[str]:
     """Arguments of ``python -m cloudfit.train_llm`` for ``layout`` (for a launcher's torchrun line)."""
     a = ["--dp-replicate", str(layout.dp_replicate), "--dp-shard", str(layout.dp_shard), "--tp", str(layout.tp),
          "--pp", str(layout.pp), "--cp", str(layout.cp), "--ac", layout.ac, "--micro-batch", str(layout.micro_batch),
@@ -178,6 +191,8 @@ def trainer_args(layout: Layout, *, steps: int, checkpoint_dir: str, shape: str 
         a += ["--stop-file", stop_file]
     if stop_at is not None:
         a += ["--stop-at", f"{stop_at:.0f}"]
+    if rehearsal_of:
+        a += ["--rehearsal-of", rehearsal_of]
     return a + list(extra or [])
 
 
@@ -194,6 +209,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--layout", default=None, metavar="fsdp=N,tp=N,…",
                    help="the plan's layout string (fsdp, replicate, tp, pp, cp, ac, mb, ga); the flags below "
                         "must agree with it")
+    g.add_argument("--rehearsal-of", default=None, metavar="fsdp=N,tp=N,…",
+                   help="the plan's own layout, when this run rehearses it smaller: recorded in the progress "
+                        "file, and what differs is printed once")
     g.add_argument("--dp-replicate", type=int, default=1, help="data-parallel replicas (HSDP when > 1)")
     g.add_argument("--dp-shard", type=int, default=None, help="FSDP shard degree (default: world ÷ the others)")
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
@@ -320,6 +338,7 @@ def parse_args(argv: list[str] | None = None, world_size: int | None = None) -> 
     if cfg.vocab < 4:
         raise BadInput(f"--vocab must be ≥ 4 (got {cfg.vocab})")
     a.model_config = cfg
+    a.rehearsal_notes = rehearsal_notes(parse_layout(a.rehearsal_of), a) if a.rehearsal_of else []
     a.layout = Layout(dp_replicate=a.dp_replicate, dp_shard=a.dp_shard, tp=a.tp, pp=a.pp, cp=a.cp, ac=a.ac,
                       micro_batch=a.micro_batch, grad_accum=a.grad_accum)
     return a
@@ -565,7 +584,10 @@ def _train(args: argparse.Namespace) -> int:
     tokens_seen = int(prior.get("tokens_seen", 0))
     tokens_per_step = layout.micro_batch * layout.grad_accum * args.seq_len * layout.dp
 
-    notes = []
+    notes = list(args.rehearsal_notes)
+    if rank == 0 and args.rehearsal_of:
+        print(f"{PROG}: rehearsing the plan's layout {args.rehearsal_of} as {layout.label()} on {world} rank(s)"
+              + (": " + "; ".join(args.rehearsal_notes) if args.rehearsal_notes else ""), file=sys.stderr, flush=True)
     if resumed_layout and resumed_layout.get("world_size") != world:
         notes.append(f"re-sharded from {resumed_layout.get('world_size')} ranks ({resumed_layout.get('label')}) "
                      f"to {world} ({layout.label()})")
@@ -579,7 +601,8 @@ def _train(args: argparse.Namespace) -> int:
         "resumed_from_step": start, "resumed_from_layout": resumed_layout, "restore_seconds": t_restore,
         "checkpoint_step": start if choice[0] is not None else None, "checkpoint_seconds": None,
         "tokens_per_second": None, "samples_per_second": None, "loss": None, "tokens_seen": tokens_seen,
-        "batch_size_per_rank": layout.micro_batch * layout.grad_accum, "notes": notes, **progress_eval,
+        "batch_size_per_rank": layout.micro_batch * layout.grad_accum, "rehearsal_of": args.rehearsal_of,
+        "notes": notes, **progress_eval,
     }
     last_progress = [0.0]
 

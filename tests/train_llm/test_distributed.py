@@ -36,7 +36,7 @@ def torchrun(tmp: Path, nproc: int, args: list[str], *, max_restarts: int = 0) -
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def finish(proc: subprocess.Popen, timeout: float = 90) -> int:
+def finish(proc: subprocess.Popen, timeout: float = 240) -> int:
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -56,7 +56,7 @@ def metrics(tmp: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def wait_for_step(tmp: Path, proc: subprocess.Popen, step: int, timeout: float = 60) -> None:
+def wait_for_step(tmp: Path, proc: subprocess.Popen, step: int, timeout: float = 120) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if any(m["step"] >= step for m in metrics(tmp)):
@@ -81,8 +81,11 @@ def mean(xs):
 
 
 def test_fsdp2_loss_goes_down_and_dcp_checkpoints_are_complete(tmp_path):
-    p = torchrun(tmp_path, 2, ["--steps", "16", "--checkpoint-every", "4", "--ac", "full", "--grad-accum", "2"])
+    p = torchrun(tmp_path, 2, ["--steps", "16", "--checkpoint-every", "4", "--ac", "full", "--grad-accum", "2",
+                               "--rehearsal-of", "fsdp=8,ac=full"])
     assert finish(p) == 0, logs(tmp_path)
+    said = [line for line in logs(tmp_path).splitlines() if "rehearsing the plan's layout" in line]
+    assert len(said) == 1 and "fsdp=8 rehearsed as fsdp=2" in said[0], said  # once, by rank 0
     ms = metrics(tmp_path)
     assert [m["step"] for m in ms] == list(range(1, 17))
     assert {m["layout"] for m in ms} == {"fsdp=2,tp=1,pp=1,cp=1,ac=full,mb=2,ga=2"}
@@ -97,6 +100,7 @@ def test_fsdp2_loss_goes_down_and_dcp_checkpoints_are_complete(tmp_path):
     assert prog["state"] == "completed" and prog["step"] == 16 and prog["world_size"] == 2
     assert prog["tokens_per_second"] > 0 and prog["tokens_seen"] == 16 * 2 * 2 * 32 * 2
     assert prog["layout"]["dp_shard"] == 2 and prog["restart"] == 0 and prog["resumes"] == 0
+    assert prog["rehearsal_of"] == "fsdp=8,ac=full" and prog["notes"] == ["fsdp=8 rehearsed as fsdp=2"]
 
 
 @pytest.mark.slow
@@ -130,7 +134,7 @@ def test_tp_fsdp_2d_mesh_then_resume_on_fewer_ranks_resharded(tmp_path):
     DCP re-shards the checkpoint: same weights (equal eval loss), and the loss keeps going down."""
     p = torchrun(tmp_path, 4, ["--tp", "2", "--dp-shard", "2", "--ac", "selective", "--steps", "24",
                                "--checkpoint-every", "6"])
-    wait_for_step(tmp_path, p, 8, timeout=90)
+    wait_for_step(tmp_path, p, 8, timeout=180)
     kill_one_rank(p)
     assert finish(p) != 0  # no restarts allowed: the 4-rank job is gone
     before = metrics(tmp_path)
@@ -178,7 +182,7 @@ def one_process(tmp: Path, args: list[str]) -> list[dict]:
     tmp.mkdir(parents=True, exist_ok=True)
     r = subprocess.run([sys.executable, "-m", "cloudfit.train_llm", "--checkpoint-dir", str(tmp / "ckpt"),
                         "--metrics-file", str(tmp / "metrics.jsonl"), *SHAPE, *args],
-                       capture_output=True, text=True, env=env, timeout=90)
+                       capture_output=True, text=True, env=env, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     return metrics(tmp)
 
@@ -207,7 +211,7 @@ def test_pipeline_by_fsdp_stops_on_request_then_resumes_context_parallel(tmp_pat
     stop = tmp_path / "STOP"
     p = torchrun(tmp_path, 4, ["--pp", "2", "--dp-shard", "2", "--grad-accum", "2", "--steps", "40",
                                "--stop-file", str(stop)])
-    wait_for_step(tmp_path, p, 5, timeout=90)
+    wait_for_step(tmp_path, p, 5, timeout=180)
     stop.touch()
     assert finish(p) == 0, logs(tmp_path)
     prog = json.loads((tmp_path / "progress.json").read_text())

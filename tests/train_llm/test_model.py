@@ -140,3 +140,12 @@ def test_only_marked_checkpoint_folders_count_and_pruning_keeps_the_newest(tmp_p
     left = sorted(p.name for p in tmp_path.iterdir())
     # 4 is beyond the two kept; 12 is an older torn attempt; 20 may still be in progress: kept
     assert left == ["step-000000008", "step-000000016", "step-000000020", "step-12"]
+
+
+def test_rehearsal_of_records_what_differs_from_the_plan():
+    from cloudfit.train_llm import parse_args
+
+    argv = trainer_args(Layout(dp_shard=2, tp=2, ac="selective"), steps=5, checkpoint_dir="x",
+                        rehearsal_of="fsdp=16,tp=8,pp=4,cp=1,ac=selective")
+    a = parse_args(argv, world_size=4)
+    assert a.rehearsal_notes == ["fsdp=16 rehearsed as fsdp=2", "tp=8 rehearsed as tp=2", "pp=4 rehearsed as pp=1"]
