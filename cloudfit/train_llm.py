@@ -240,7 +240,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--precision", default="auto", help="fp32 | bf16 (FSDP2 mixed precision) | auto: bf16 on GPUs, fp32 on CPUs")
     t.add_argument("--init", default="auto", help="full | meta (build on the meta device, initialise after sharding) | auto")
     c = p.add_argument_group("checkpoints and progress")
-    c.add_argument("--checkpoint-dir", required=True, help="shared by all ranks")
+    c.add_argument("--checkpoint-dir", default=os.environ.get("CLOUDFIT_CHECKPOINT_DIR"),
+                   required="CLOUDFIT_CHECKPOINT_DIR" not in os.environ,
+                   help="shared by all ranks (default: $CLOUDFIT_CHECKPOINT_DIR)")
     c.add_argument("--checkpoint-every", type=int, default=None, help="steps between checkpoints")
     c.add_argument("--checkpoint-interval-s", type=float, default=None, help="seconds between checkpoints")
     c.add_argument("--keep", type=int, default=2, help="complete checkpoints kept")
@@ -600,6 +602,7 @@ def _train(args: argparse.Namespace) -> int:
         "precision": precision, "device": str(device), "restart": restart, "resumes": resumes,
         "resumed_from_step": start, "resumed_from_layout": resumed_layout, "restore_seconds": t_restore,
         "checkpoint_step": start if choice[0] is not None else None, "checkpoint_seconds": None,
+        "checkpoint_bytes": None,
         "tokens_per_second": None, "samples_per_second": None, "loss": None, "tokens_seen": tokens_seen,
         "batch_size_per_rank": layout.micro_batch * layout.grad_accum, "rehearsal_of": args.rehearsal_of,
         "notes": notes, **progress_eval,
@@ -632,6 +635,8 @@ def _train(args: argparse.Namespace) -> int:
                 "model_config": cfg.to_dict(), "layout": {**layout.to_dict(), "label": layout.label(), "world_size": world},
             })
             _prune(ckpt_dir, args.keep)
+            size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+            progress["checkpoint_bytes"] = size
         report(force=True, checkpoint_step=step, checkpoint_seconds=time.perf_counter() - t0)
 
     report(force=True)

@@ -15,6 +15,7 @@ def _run(args, tmp_path, world=None):
     env = dict(os.environ)
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
+    env.pop("CLOUDFIT_CHECKPOINT_DIR", None)
     if world is not None:  # what torchrun would set for a rank: the layout check runs before any group
         env.update(RANK="0", WORLD_SIZE=str(world), LOCAL_RANK="0")
     args = [str(tmp_path / "ckpt") if a == "CKPT" else a for a in args]

@@ -101,6 +101,8 @@ def test_fsdp2_loss_goes_down_and_dcp_checkpoints_are_complete(tmp_path):
     assert prog["tokens_per_second"] > 0 and prog["tokens_seen"] == 16 * 2 * 2 * 32 * 2
     assert prog["layout"]["dp_shard"] == 2 and prog["restart"] == 0 and prog["resumes"] == 0
     assert prog["rehearsal_of"] == "fsdp=8,ac=full" and prog["notes"] == ["fsdp=8 rehearsed as fsdp=2"]
+    # model + Adam's two moments in fp32, sharded over 2 files: at least 3 × 4 bytes per parameter
+    assert prog["checkpoint_bytes"] >= 12 * prog["parameters"] and prog["checkpoint_seconds"] > 0
 
 
 @pytest.mark.slow
