@@ -481,7 +481,8 @@ def _train(args: argparse.Namespace) -> int:
 
     # ---- model: build, pipeline stage, tensor-parallel, context-parallel, checkpointing, FSDP2
     model = llm_model.build(cfg, max_seq_len=args.seq_len, seed=args.seed, device="meta" if init == "meta" else device)
-    stage_layers = model.keep_stage(pp_rank, layout.pp) if layout.pp > 1 else list(range(cfg.layers))
+    if layout.pp > 1:
+        model.keep_stage(pp_rank, layout.pp)
     if layout.cp > 1:
         model.enable_context_parallel(mesh["cp"].get_group())
     for blk in model.layers.values():
