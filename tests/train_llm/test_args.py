@@ -54,6 +54,7 @@ def test_bad_input_is_one_line_and_exit_2(args, world, needle, tmp_path):
     assert not (tmp_path / "ckpt").exists()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_model_is_refused(tmp_path):
     """Resuming with different model arguments: one line, exit 2 (not a DCP shape traceback)."""
     ck = tmp_path / "ckpt"
