@@ -20,7 +20,7 @@ import pytest
 
 from cloudfit.train_llm import MARKER, complete_checkpoints
 
-SHAPE = ["--shape", "llama3-8b", "--shrink", "--seq-len", "32", "--micro-batch", "2", "--lr", "3e-3",
+SHAPE = ["--shape", "llama3-8b", "--shrink", "--seq-len", "32", "--micro-batch", "4", "--lr", "3e-3",
          "--warmup-steps", "3", "--progress-interval-s", "0"]
 
 
@@ -88,7 +88,7 @@ def test_fsdp2_loss_goes_down_and_dcp_checkpoints_are_complete(tmp_path):
     assert len(said) == 1 and "fsdp=8 rehearsed as fsdp=2" in said[0], said  # once, by rank 0
     ms = metrics(tmp_path)
     assert [m["step"] for m in ms] == list(range(1, 17))
-    assert {m["layout"] for m in ms} == {"fsdp=2,tp=1,pp=1,cp=1,ac=full,mb=2,ga=2"}
+    assert {m["layout"] for m in ms} == {"fsdp=2,tp=1,pp=1,cp=1,ac=full,mb=4,ga=2"}
     assert mean(m["loss"] for m in ms[-3:]) < mean(m["loss"] for m in ms[:3]) - 1.0, [m["loss"] for m in ms]
     done = complete_checkpoints(tmp_path / "ckpt")
     assert [s for s, _ in done] == [16, 12]  # the two newest are kept
@@ -98,7 +98,7 @@ def test_fsdp2_loss_goes_down_and_dcp_checkpoints_are_complete(tmp_path):
         assert marker["layout"]["world_size"] == 2 and marker["layout"]["dp_shard"] == 2
     prog = json.loads((tmp_path / "progress.json").read_text())
     assert prog["state"] == "completed" and prog["step"] == 16 and prog["world_size"] == 2
-    assert prog["tokens_per_second"] > 0 and prog["tokens_seen"] == 16 * 2 * 2 * 32 * 2
+    assert prog["tokens_per_second"] > 0 and prog["tokens_seen"] == 16 * 4 * 2 * 32 * 2
     assert prog["layout"]["dp_shard"] == 2 and prog["restart"] == 0 and prog["resumes"] == 0
     assert prog["rehearsal_of"] == "fsdp=8,ac=full" and prog["notes"] == ["fsdp=8 rehearsed as fsdp=2"]
     # model + Adam's two moments in fp32, sharded over 2 files: at least 3 × 4 bytes per parameter
@@ -140,7 +140,7 @@ def test_tp_fsdp_2d_mesh_then_resume_on_fewer_ranks_resharded(tmp_path):
     kill_one_rank(p)
     assert finish(p) != 0  # no restarts allowed: the 4-rank job is gone
     before = metrics(tmp_path)
-    assert {m["layout"] for m in before} == {"fsdp=2,tp=2,pp=1,cp=1,ac=selective,mb=2,ga=1"}
+    assert {m["layout"] for m in before} == {"fsdp=2,tp=2,pp=1,cp=1,ac=selective,mb=4,ga=1"}
     saved = complete_checkpoints(tmp_path / "ckpt")[0][0]
     assert saved >= 6
 
@@ -148,7 +148,7 @@ def test_tp_fsdp_2d_mesh_then_resume_on_fewer_ranks_resharded(tmp_path):
     assert finish(p) == 0, logs(tmp_path)
     after = [m for m in metrics(tmp_path) if m["world_size"] == 2]
     assert after[0]["step"] == saved + 1 and after[-1]["step"] == 24
-    assert {m["layout"] for m in after} == {"fsdp=2,tp=1,pp=1,cp=1,ac=none,mb=2,ga=1"}  # AC is no part of a checkpoint
+    assert {m["layout"] for m in after} == {"fsdp=2,tp=1,pp=1,cp=1,ac=none,mb=4,ga=1"}  # AC is no part of a checkpoint
     prog = json.loads((tmp_path / "progress.json").read_text())
     assert prog["resumed_from_step"] == saved and prog["resumes"] == 1 and prog["world_size"] == 2
     assert prog["resumed_from_layout"]["tp"] == 2 and prog["resumed_from_layout"]["world_size"] == 4
@@ -176,7 +176,7 @@ def test_hsdp_replicate_times_shard_and_time_based_checkpoints(tmp_path):
                                "--checkpoint-interval-s", "0.5"])
     assert finish(p) == 0, logs(tmp_path)
     ms = metrics(tmp_path)
-    assert {m["layout"] for m in ms} == {"replicate=2,fsdp=2,tp=1,pp=1,cp=1,ac=none,mb=2,ga=1"}
+    assert {m["layout"] for m in ms} == {"replicate=2,fsdp=2,tp=1,pp=1,cp=1,ac=none,mb=4,ga=1"}
     assert mean(m["loss"] for m in ms[-3:]) < mean(m["loss"] for m in ms[:3]) - 0.5
     done = complete_checkpoints(tmp_path / "ckpt")
     assert done[0][0] == 10 and len(done) == 2 and done[1][0] < 10  # one (or more) by time before the end
@@ -218,11 +218,11 @@ def test_pipeline_by_fsdp_stops_on_request_then_resumes_context_parallel(tmp_pat
     stop = tmp_path / "STOP"
     p = torchrun(tmp_path, 4, ["--pp", "2", "--dp-shard", "2", "--grad-accum", "2", "--steps", "40",
                                "--stop-file", str(stop)])
-    wait_for_step(tmp_path, p, 5, timeout=180)
+    wait_for_step(tmp_path, p, 8, timeout=180)
     stop.touch()
     assert finish(p) == 0, logs(tmp_path)
     prog = json.loads((tmp_path / "progress.json").read_text())
-    assert prog["state"] == "stopped" and prog["layout"]["pp"] == 2 and 5 <= prog["step"] < 40
+    assert prog["state"] == "stopped" and prog["layout"]["pp"] == 2 and 8 <= prog["step"] < 40
     stopped_at = prog["step"]
     assert complete_checkpoints(tmp_path / "ckpt")[0][0] == stopped_at
     before = metrics(tmp_path)
