@@ -130,7 +130,7 @@ def _hw(accelerator: str, precision: str, gpus_per_node: int, machine_type: str 
         network_gbps: float | None, c: Constants) -> dict:
     acc = lhw.get(accelerator)
     peak = lhw.peak_tflops(acc.name, precision)
-    eff = c.efficiency(acc.name, precision, acc.memory_bandwidth_gbps / peak)
+    eff = {fw: c.efficiency(acc.name, precision, acc.memory_bandwidth_gbps / peak, fw) for fw in c.fw_eff}
     if network_gbps is not None and not (network_gbps > 0 and math.isfinite(network_gbps)):
         raise UsageError(f"--network-gbps must be positive, got {network_gbps!r}")
     gbps = float(network_gbps) if network_gbps is not None else lhw.node_gbps(acc.name, machine_type)
@@ -155,7 +155,8 @@ def _layout_arrays(layouts: Sequence[Layout], fw: Sequence[str], c: Constants) -
             "grad_accum": g("grad_accum"), "ac_code": np.array([AC_CODE[l.ac] for l in layouts], dtype=float),
             "tp_exposed": np.array([c.tp_exposed[f] for f in fw]),
             "dp_overlap": np.array([c.dp_overlap[f] for f in fw]),
-            "fsdp_overlap": np.array([c.fsdp_overlap[f] for f in fw])}
+            "fsdp_overlap": np.array([c.fsdp_overlap[f] for f in fw]),
+            "attn_eff": np.array([c.attn_eff[f] for f in fw])}
 
 
 def predict_layouts(shape: LLMShape, accelerator: str, layouts: Sequence[Layout], *, seq_len: int,
@@ -170,9 +171,9 @@ def predict_layouts(shape: LLMShape, accelerator: str, layouts: Sequence[Layout]
     hwd = _hw(accelerator, precision, gpus_per_node, machine_type, network_gbps, c)
     fw = [_framework(l, framework) for l in layouts]
     arr = _layout_arrays(layouts, fw, c)
-    out = step_time(**_model_args(st), **arr, **{k: hwd[k] for k in (
-        "peak_tflops", "efficiency", "memory_gbs", "intra_gbs", "node_gbps", "gpus_per_node", "nvlink_domain")},
-        c=c, lora=finetune == "lora")
+    hw_keys = ("peak_tflops", "memory_gbs", "intra_gbs", "node_gbps", "gpus_per_node", "nvlink_domain")
+    out = step_time(**_model_args(st), **arr, efficiency=np.array([hwd["efficiency"][f] for f in fw]),
+                    **{k: hwd[k] for k in hw_keys}, c=c, lora=finetune == "lora")
     tokens = arr["micro_batch"] * arr["grad_accum"] * np.array([l.dp for l in layouts], dtype=float) * seq_len
     gpus = np.array([l.gpus for l in layouts], dtype=float)
     out["tokens_per_second"] = tokens / out["step_s"]

@@ -7,7 +7,8 @@ wraps it for one layout.
 Per step (one optimizer step of the global batch), for the slowest pipeline stage:
 - compute: hardware FLOPs of one micro-batch on the stage ÷ (dense peak × efficiency). Efficiency =
   ``eff(accelerator, precision)`` × a saturation in the GEMM size per GPU, x = tokens per micro-batch ÷ cp
-  × hidden ÷ tp: 1 / (1 + (x0 / x)^alpha). Hardware FLOPs add recomputation (full: + one forward).
+  and in the width hidden ÷ tp: 1 / (1 + (t0 / tokens)^alpha) / (1 + (w0 / width)^beta_w); attention runs at
+  ``attn_eff`` of the GEMM rate. Hardware FLOPs add recomputation (full: ``recompute`` × one forward).
 - TP: 4 collectives per layer and micro-batch (2 forward, 2 backward; + 2 when the forward is recomputed),
   each moving 2(tp−1)/tp × micro-batch activations over NVLink inside the NVLink domain, else over the
   node network; ``tp_exposed`` of it is not hidden (fitted per framework).
@@ -44,8 +45,13 @@ class Constants:
     eff_prior: dict = field(default_factory=lambda: {"bf16": 0.62, "fp8": 0.42, "fp16": 0.62, "fp32": 0.5,
                                                      "tf32": 0.5})
     eff_bw_slope: float = 0.0  # log-eff per log(memory bandwidth ÷ peak), for unmeasured accelerators
-    x0: float = 1.5e6  # GEMM-size half-efficiency point (tokens × hidden ÷ tp ÷ cp)
+    t0: float = 512.0  # tokens per micro-batch (per GPU) at half efficiency
     alpha: float = 1.0
+    w0: float = 256.0  # hidden ÷ tp at half efficiency
+    beta_w: float = 1.0
+    attn_eff: dict = field(default_factory=lambda: {"megatron": 0.7, "megatron-deepspeed": 0.7, "fsdp": 0.7})
+    recompute: float = 1.0  # share of one forward pass a full recompute costs in time
+    nic_parallel: float = 0.5  # cross-node bandwidth × (group ranks per node)^nic_parallel
     tau_s: float = 2.0e-4  # seconds per layer per micro-batch
     step_overhead_s: float = 0.05
     net_eff: float = 0.7  # achieved ÷ nominal inter-node bandwidth
@@ -53,6 +59,7 @@ class Constants:
     tp_exposed: dict = field(default_factory=lambda: {"megatron": 0.5, "megatron-deepspeed": 1.0, "fsdp": 1.0})
     dp_overlap: dict = field(default_factory=lambda: {"megatron": 0.9, "megatron-deepspeed": 0.0, "fsdp": 0.9})
     fsdp_overlap: dict = field(default_factory=lambda: {"megatron": 0.9, "megatron-deepspeed": 0.9, "fsdp": 0.9})
+    fw_eff: dict = field(default_factory=lambda: {"megatron": 1.0, "megatron-deepspeed": 1.0, "fsdp": 1.0})
     cp_overlap: float = 0.8
     p2p_exposed: float = 1.0
     band: tuple = (-0.15, 0.12)  # 10% / 90% quantiles of log(measured ÷ predicted) (grouped CV)
@@ -65,14 +72,16 @@ class Constants:
         keys = cls.__dataclass_fields__.keys()
         return cls(**{k: v for k, v in d.items() if k in keys})
 
-    def efficiency(self, accelerator: str, precision: str, bw_per_tflop: float) -> float:
-        """Large-GEMM efficiency of ``accelerator`` at ``precision``: fitted, else the prior for the
-        precision scaled by (memory GB/s per TFLOP ÷ H100's)^eff_bw_slope."""
+    def efficiency(self, accelerator: str, precision: str, bw_per_tflop: float, framework: str = "fsdp") -> float:
+        """Large-GEMM efficiency of ``accelerator`` at ``precision`` under ``framework``: fitted, else the prior
+        for the precision scaled by (memory GB/s per TFLOP ÷ H100's at that precision)^eff_bw_slope."""
         key = f"{accelerator}/{precision}"
+        fw = float(self.fw_eff.get(framework, 1.0))
         if key in self.eff:
-            return float(self.eff[key])
+            return float(self.eff[key]) * fw
         base = self.eff_prior.get(precision, 0.5)
-        return float(base * (bw_per_tflop / (3350.0 / 989.0)) ** self.eff_bw_slope)
+        ref = 3350.0 / (1979.0 if precision == "fp8" else 989.0)
+        return float(base * (bw_per_tflop / ref) ** self.eff_bw_slope) * fw
 
 
 def _f(x):
@@ -94,7 +103,7 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, layer_params, stage_ext
               layer_matmul_flops, layer_attention_flops, head_flops,
               tp, pp, cp, vp, dp_replicate, dp_shard, zero, micro_batch, grad_accum, ac_code,
               peak_tflops, efficiency, memory_gbs, intra_gbs, node_gbps, gpus_per_node, nvlink_domain,
-              tp_exposed, dp_overlap, fsdp_overlap, c: Constants, lora: bool = False) -> dict:
+              tp_exposed, dp_overlap, fsdp_overlap, attn_eff, c: Constants, lora=False) -> dict:
     """Vectorised step time of a layout (arrays broadcast). Returns a dict of arrays, seconds per step.
 
     Keys: ``step_s``, ``compute_s``, ``tp_s``, ``cp_s``, ``fsdp_s``, ``dp_s``, ``pp_p2p_s``, ``bubble_s``,
@@ -112,25 +121,34 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, layer_params, stage_ext
     mm, att, head = _f(layer_matmul_flops), _f(layer_attention_flops), _f(head_flops)
     bwd_factor = np.where(lora, 2.0, 3.0)  # LoRA: no weight gradients of the frozen base
     fwd_layer = mm + att
-    recompute = np.where(ac == 2, fwd_layer, 0.0)
-    layer_hw = bwd_factor * mm + 3.0 * att + recompute
+    a_eff = _f(attn_eff)
+    # matmul-equivalent FLOPs: attention runs at attn_eff of the GEMM rate; full recompute re-runs
+    # ``c.recompute`` of a forward pass
+    layer_hw = (bwd_factor * mm + 3.0 * att / a_eff
+                + np.where(ac == 2, c.recompute * (mm + att / a_eff), 0.0))
     head_hw = bwd_factor * head  # the LM head sits on the last stage (the slowest one)
     stage_flops_per_token = stage_layers * layer_hw + head_hw
-    x = tokens_mb * h / tp
-    sat = 1.0 / (1.0 + (c.x0 / np.maximum(x, 1.0)) ** c.alpha)
+    sat = (1.0 / (1.0 + (c.t0 / np.maximum(tokens_mb, 1.0)) ** c.alpha)
+           / (1.0 + (c.w0 / np.maximum(h / tp, 1.0)) ** c.beta_w))
     flops_rate = _f(peak_tflops) * 1e12 * _f(efficiency) * sat
     t_mb = tokens_mb * stage_flops_per_token / (tp * flops_rate)
-    t_attn_layer = tokens_mb * 3.0 * att / (tp * flops_rate)
+    t_attn_layer = tokens_mb * 3.0 * att / a_eff / (tp * flops_rate)
     t_launch = c.tau_s * stage_layers
     # --- bandwidths ---------------------------------------------------------------------------
-    inter = _f(node_gbps) / 8.0 / gpn * c.net_eff  # GB/s per GPU across nodes
+    inter = _f(node_gbps) / 8.0 / gpn * c.net_eff  # GB/s: one GPU's share of its node's network
     intra = _f(intra_gbs) * c.nvlink_eff
     dom = _f(nvlink_domain)
-    bw_tp = np.where(tp <= dom, intra, inter)
-    bw_cp = np.where(tp * cp <= dom, intra, inter)
-    dp_span = tp * cp * dpr * dps  # ranks spanned by the data-parallel group (tp, cp inner)
-    bw_dp = np.where(dp_span <= dom, intra, inter)
-    bw_shard = np.where(tp * cp * dps <= dom, intra, inter)
+
+    def across(group, stride):
+        """Bus bandwidth of a collective over ``group`` ranks spaced ``stride`` apart (rank order tp, cp, dp, pp):
+        NVLink inside the domain, else the per-GPU network share × (group ranks per node)^nic_parallel."""
+        per_node = np.clip(gpn / np.maximum(stride, 1.0), 1.0, np.maximum(group, 1.0))
+        return np.where(group * stride <= dom, intra, np.minimum(intra, inter * per_node ** c.nic_parallel))
+
+    bw_tp = across(tp, 1.0)
+    bw_cp = across(cp, tp)
+    bw_dp = across(dpr * dps, tp * cp)
+    bw_shard = across(dps, tp * cp)
     bw_pp = np.where(tp * cp * dpr * dps >= gpn, inter, intra)
     # --- tensor parallel ----------------------------------------------------------------------
     act_bytes = tokens_mb * h * 2.0
@@ -152,7 +170,7 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, layer_params, stage_ext
     per_mb = np.where(zero >= 3, 2.0 * ag_pass + rs_pass, np.where(zero == 2, ag_pass + rs_pass, 0.0))
     t_fsdp_mb = np.maximum(per_mb - _f(fsdp_overlap) * t_mb, 0.0) + per_mb / np.maximum(stage_layers, 1.0)
     dp_step = np.where(zero <= 1, _ring(dpr * dps, g_bytes, bw_dp), 0.0) + _ring(
-        np.where(zero >= 2, dpr, 1.0), g_bytes / shard, inter)
+        np.where(zero >= 2, dpr, 1.0), g_bytes / shard, across(dpr, tp * cp * dps))
     t_dp = np.maximum(dp_step - _f(dp_overlap) * (2.0 / 3.0) * t_mb, 0.0)
     # --- pipeline -------------------------------------------------------------------------------
     p2p_bytes = tokens_mb * h * 2.0 / tp
