@@ -394,12 +394,15 @@ def rank_layouts(st: TokenStats, shape: LLMShape, hw: HardwareShape, nodes: int,
     g = layout_grid(gpus, nvlink_domain=hw.nvlink_domain, heads=shape.heads, kv_heads=shape.kv_heads,
                     layers=shape.layers, seq_len=st.seq_len, global_batch=global_batch, exact=exact)
     memg = memory_gib(st, g, precision=precision, finetune=finetune, lora_rank=lora_rank)
-    keep = np.flatnonzero(memg <= hw.capacity_gib)
+    ok = memg <= hw.capacity_gib
+    if _none_is_dominated(st, [hw], g, precision, finetune, c):
+        ok &= g.ac != AC_CODE["none"]
+    keep = np.flatnonzero(ok)
     if not keep.size:
         return []
     sub = g.take(keep)
     r = evaluate(st, hw, sub, precision=precision, finetune=finetune, c=c)
-    order = np.argsort(-r["tokens_per_second"], kind="stable")[:top]
+    order = np.lexsort((memg[keep], -r["tokens_per_second"]))[:top]
     out = []
     for i in order:
         lay = sub.layout(int(i))
