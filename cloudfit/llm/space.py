@@ -8,8 +8,9 @@ candidates as integer columns (``layout_grid``), evaluates the same memory rule 
 vectorised ``cloudfit.llm.step.step_time`` once for every (shape, nodes, layout) row that fits.
 
 Global batch: ``exact`` (a ``--global-batch`` the user fixed) keeps layouts whose data-parallel degree
-divides it; otherwise the batch is a target in sequences and each layout trains ``ceil(target ÷ dp)``
-sequences per data-parallel rank (so 3, 5 or 7 nodes are not ruled out by a power-of-two batch).
+divides it; otherwise the batch is a target in sequences and each layout trains ``round(target ÷ dp)``
+sequences per data-parallel rank, kept when that lands within −20%…+25% of the target (so 3, 5 or 7 nodes are
+not ruled out by a power-of-two batch, and no layout inflates the batch with more ranks than sequences).
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ MAX_MICRO_BATCH = 8
 #: Default global batch in tokens: ~4M for (pre-)training, as Llama 3 began its pre-training
 #: (Llama 3 paper, §3.4.1: 4M tokens at 4,096), ~1M for LoRA fine-tuning.
 DEFAULT_BATCH_TOKENS = {"full": 2 ** 22, "lora": 2 ** 20}
+
+
+#: A target global batch (no ``--global-batch``) may be met within this ratio: each layout trains the nearest
+#: whole number of sequences per data-parallel rank, and layouts with more ranks than that allows are left out.
+BATCH_TOLERANCE = (0.8, 1.25)
 
 
 def default_global_batch(seq_len: int, finetune: str = "full") -> int:
@@ -110,8 +116,11 @@ def layout_grids(gpus, nvlink_domain, *, heads: int, kv_heads: int, layers: int,
         good = global_batch % dp == 0
         k, tp, pp, cp, dp = k[good], tp[good], pp[good], cp[good], dp[good]
         per_rank = global_batch // dp
-    else:
-        per_rank = -(-global_batch // dp)
+    else:  # a target: the nearest whole number of sequences per rank, within -20%..+25% of it
+        per_rank = np.maximum(1, np.floor(global_batch / dp + 0.5).astype(np.int64))
+        ratio = per_rank * dp / global_batch
+        good = (ratio >= BATCH_TOLERANCE[0]) & (ratio <= BATCH_TOLERANCE[1])
+        k, tp, pp, cp, dp, per_rank = k[good], tp[good], pp[good], cp[good], dp[good], per_rank[good]
     M = np.arange(1, MAX_MICRO_BATCH + 1, dtype=np.int64)
     A = np.array([AC_CODE[a] for a in ac_modes], dtype=np.int64)
     V = np.array([1, 2], dtype=np.int64)
@@ -388,13 +397,13 @@ def evaluate_rows(st: TokenStats, hws: list, h: np.ndarray, g: Grid, *, precisio
 
 def rank_layouts(st: TokenStats, shape: LLMShape, hw: HardwareShape, nodes: int, *, global_batch: int,
                  exact: bool = False, precision: str = "bf16", finetune: str = "full", lora_rank: int = 16,
-                 top: int = 5, c=None) -> list[dict]:
+                 top: int = 5, constraints: dict | None = None, c=None) -> list[dict]:
     """The ``top`` fastest layouts that fit on ``nodes`` × ``hw`` (predicted tokens/s, MFU, memory), best first."""
     gpus = nodes * hw.gpus_per_node
     g = layout_grid(gpus, nvlink_domain=hw.nvlink_domain, heads=shape.heads, kv_heads=shape.kv_heads,
                     layers=shape.layers, seq_len=st.seq_len, global_batch=global_batch, exact=exact)
     memg = memory_gib(st, g, precision=precision, finetune=finetune, lora_rank=lora_rank)
-    ok = memg <= hw.capacity_gib
+    ok = (memg <= hw.capacity_gib) & constrain(g, constraints)
     if _none_is_dominated(st, [hw], g, precision, finetune, c):
         ok &= g.ac != AC_CODE["none"]
     keep = np.flatnonzero(ok)

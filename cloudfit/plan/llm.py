@@ -424,8 +424,9 @@ def why_layout(space: LLMSpace, i: int, ranking: list[dict]) -> str:
         tail = (f" — {best['mfu']:.0%} MFU, {best['memory_gib_per_device']:,.1f} of {hw.capacity_gib:g} GiB per GPU")
     if len(ranking) > 1:
         r2 = ranking[1]
-        tail += (f"; the next layout ({r2['layout']}) is {1 - r2['tokens_per_second'] / ranking[0]['tokens_per_second']:.0%}"
-                 f" slower")
+        gap = 1 - r2["tokens_per_second"] / ranking[0]["tokens_per_second"]
+        tail += (f"; the next layout ({r2['layout']}) is " + (f"{gap:.0%} slower" if gap >= 0.005 else
+                                                                "as fast (within 0.5%)"))
     return words + tail + "."
 
 
@@ -438,9 +439,11 @@ def layout_spec(space: LLMSpace, i: int, a, alternative_ids: list[int]) -> dict:
     nodes = int(space.nodes[i])
     h = int(space.hw_index[int(space.shape[i])])
     lay = space.layout_of(i)
-    ranking = lsp.rank_layouts(st, job.shape, hw, nodes, global_batch=job.batch, exact=job.global_batch is not None,
-                               precision=job.precision, finetune=job.finetune, lora_rank=job.lora_rank,
-                               top=TOP_LAYOUTS)
+    kw = dict(global_batch=job.batch, exact=job.global_batch is not None, precision=job.precision,
+              finetune=job.finetune, lora_rank=job.lora_rank)
+    pinned = parse_constraints(job.layout, job.shape, job.seq_len)
+    ranking = lsp.rank_layouts(st, job.shape, hw, nodes, top=TOP_LAYOUTS, constraints=pinned, **kw)
+    runnable_best = lsp.rank_layouts(st, job.shape, hw, nodes, top=1, constraints={**pinned, "pp": 1, "cp": 1}, **kw)
     res = space.search
     steps = max(1, math.ceil(job.tokens / (lay.global_batch * job.seq_len)))
     interval_h = float(a.checkpoint_interval_h[i])
@@ -449,7 +452,7 @@ def layout_spec(space: LLMSpace, i: int, a, alternative_ids: list[int]) -> dict:
     torchrun = ("torchrun --nnodes=$NUM_NODES --nproc_per_node=" + str(hw.gpus_per_node) +
                 " --node_rank=$NODE_RANK --master_addr=$MASTER_ADDR --master_port=29500 -m cloudfit.train_llm " +
                 " ".join(args) + " --checkpoint-dir $CHECKPOINT_DIR")
-    rt = next((r for r in ranking if "pp=1," in r["layout"] and "cp=1," in r["layout"]), None)
+    rt = runnable_best[0] if runnable_best else None
     return {
         "text": lay.describe(), "degrees": lay.to_dict(), "model": job.shape.name, "shape": job.shape.to_dict(),
         "tokens": job.tokens, "seq_len": job.seq_len, "global_batch": lay.global_batch, "steps": steps,
@@ -461,7 +464,7 @@ def layout_spec(space: LLMSpace, i: int, a, alternative_ids: list[int]) -> dict:
         "breakdown_s": {k: float(v[h, nodes - 1]) for k, v in res.breakdown.items()},
         "why": why_layout(space, i, ranking),
         "ranking": ranking,
-        "alternatives": [space.layout_of(j).describe() for j in alternative_ids],
+        "alternatives": [_alt(space, j) for j in alternative_ids],
         "checkpoint": {
             "bytes": float(space.ckpt["checkpoint_bytes"]), "restore_bytes": float(space.ckpt["restore_bytes"]),
             "write_s": float(space.write_s[i]), "restart_s": float(space.restart_s[i]),
@@ -472,11 +475,18 @@ def layout_spec(space: LLMSpace, i: int, a, alternative_ids: list[int]) -> dict:
         },
         "launch": {"trainer": "cloudfit.train_llm", "args": args, "torchrun": torchrun, "runnable": runnable,
                    "note": "" if runnable else (
-                       f"cloudfit.train_llm runs pp=1, cp=1 only; nearest it runs: "
-                       f"{rt['layout'] if rt else 'none that fits'}"),
-                   "nearest_runnable": rt["layout"] if rt else None},
+                       "cloudfit.train_llm runs pp=1, cp=1 only; nearest it runs: "
+                       + (f"{rt['layout']} ({1 - rt['tokens_per_second'] / float(res.tokens_per_second[h, nodes - 1]):.0%}"
+                          " slower)" if rt else "none that fits")),
+                   "nearest_runnable": rt},
         "rehearsal": rehearsal(job, lay),
     }
+
+
+def _alt(space: LLMSpace, j: int) -> dict:
+    res, h, n = space.search, int(space.hw_index[int(space.shape[j])]), int(space.nodes[j])
+    return {"text": space.layout_of(j).describe(), "tokens_per_second": float(res.tokens_per_second[h, n - 1]),
+            "mfu": float(res.mfu[h, n - 1]), "memory_gib_per_device": float(res.memory_gib[h, n - 1])}
 
 
 def trainer_args(job: LLMJob, lay, steps: int, *, interval_s: float | None = None) -> list[str]:
