@@ -350,15 +350,13 @@ def _none_is_dominated(st, hws, grid: Grid, precision: str, finetune: str, c) ->
     probe = [int(i) for i in (np.flatnonzero(grid.pp == 1)[:1].tolist() + np.flatnonzero(grid.pp > 1)[:1].tolist())]
     if not probe:
         return False
-    g = grid.take(np.array(probe * 2))
+    H, m = len(hws), len(probe)
+    g = grid.take(np.tile(np.array(probe * 2), H))  # per shape: the probes with none, then with selective
     g = Grid(**{**{k: getattr(g, k) for k in Grid.__dataclass_fields__},
-                "ac": np.array([AC_CODE["none"]] * len(probe) + [AC_CODE["selective"]] * len(probe))})
-    for h in range(len(hws)):
-        r = evaluate_rows(st, hws, np.full(len(g), h), g, precision=precision, finetune=finetune, c=c)
-        t = np.asarray(r["step_s"])
-        if not np.array_equal(t[:len(probe)], t[len(probe):]):
-            return False
-    return True
+                "ac": np.tile(np.array([AC_CODE["none"]] * m + [AC_CODE["selective"]] * m), H)})
+    r = evaluate_rows(st, hws, np.repeat(np.arange(H), 2 * m), g, precision=precision, finetune=finetune, c=c)
+    t = np.asarray(r["step_s"]).reshape(H, 2, m)
+    return bool(np.array_equal(t[:, 0], t[:, 1]))
 
 
 def evaluate_rows(st: TokenStats, hws: list, h: np.ndarray, g: Grid, *, precision: str = "bf16",
