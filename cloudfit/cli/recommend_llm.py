@@ -167,7 +167,8 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
     ex = sum(p.get("excluded", {}).values())
     note = f"; {ex:,} left out ({'; '.join(p['excluded'])})" if ex else ""
     con.print(f"[dim]Searched {p.get('space_size', 0):,} configurations × {p.get('layouts_enumerated', 0):,} layouts "
-              f"({p.get('layouts_evaluated', 0):,} fit in memory and were timed){note}. "
+              f"({p.get('layouts_fit', 0):,} fit in memory; {p.get('layouts_evaluated', 0):,} timed, the rest dominated)"
+              f"{note}. "
               f"Prediction basis: {p.get('prediction_basis') or '—'}.[/dim]")
     for label, path in (("Plan", out), ("Pareto plot", plot), ("SkyPilot task", sky)):
         if path is not None:

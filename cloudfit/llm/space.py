@@ -314,8 +314,20 @@ def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *
     cap = np.array([hw.capacity_gib for hw in hws])
     h_of_row = pair_of_row // N
     fits = memg[row] <= cap[h_of_row]
+    # ``ac=full`` recomputes the forward: where its ``selective`` twin fits (and the step model prices full no
+    # faster, probed), the full row cannot win and is not timed.
+    full = fits & (grid.ac[row] == AC_CODE["full"])
+    if full.any() and not (constraints and "ac" in constraints) and _never_faster(
+            st, hws, grid, "full", "selective", precision, finetune, c):
+        key = _twin_key(grid, np.zeros(len(grid), dtype=np.int64))[row] + pair_of_row * _TWIN_SPAN
+        sel_fit = fits & (grid.ac[row] == AC_CODE["selective"])
+        fi = np.flatnonzero(full)
+        timed = fits.copy()
+        timed[fi[np.isin(key[fi], key[sel_fit])]] = False
+    else:
+        timed = fits
     n_fit = np.bincount(pair_of_row[fits], minlength=H * N)
-    sel = np.flatnonzero(fits)
+    sel = np.flatnonzero(timed)
     r_row, r_pair, r_h = row[sel], pair_of_row[sel], h_of_row[sel]
     tps = np.zeros(H * N)
     mfu = np.zeros(H * N)
@@ -341,22 +353,38 @@ def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *
 
 
 def _none_is_dominated(st, hws, grid: Grid, precision: str, finetune: str, c) -> bool:
-    """Whether ``ac=none`` can never win: the step model prices it exactly like ``ac=selective`` (probed on
+    """Whether ``ac=none`` can never win: the step model prices it no faster than ``ac=selective`` (probed on
     every hardware shape with a sharded and a pipelined layout of the grid), and selective never needs more
     memory (``act_bytes`` per token: none ≥ selective). Then every ``none`` row is dominated by its
-    ``selective`` twin and is dropped before the step model runs (a third of the rows)."""
-    if not hws or len(grid) == 0 or st.act_bytes[0] < st.act_bytes[1]:
+    ``selective`` twin and is dropped before the step model runs."""
+    if st.act_bytes[0] < st.act_bytes[1]:
+        return False
+    return _never_faster(st, hws, grid, "none", "selective", precision, finetune, c)
+
+
+def _never_faster(st, hws, grid: Grid, slow: str, fast: str, precision: str, finetune: str, c) -> bool:
+    """Whether layouts with ``ac=slow`` step no faster than their ``ac=fast`` twins (probed as above)."""
+    if not hws or len(grid) == 0:
         return False
     probe = [int(i) for i in (np.flatnonzero(grid.pp == 1)[:1].tolist() + np.flatnonzero(grid.pp > 1)[:1].tolist())]
-    if not probe:
-        return False
     H, m = len(hws), len(probe)
-    g = grid.take(np.tile(np.array(probe * 2), H))  # per shape: the probes with none, then with selective
+    g = grid.take(np.tile(np.array(probe * 2), H))  # per shape: the probes with ``slow``, then with ``fast``
     g = Grid(**{**{k: getattr(g, k) for k in Grid.__dataclass_fields__},
-                "ac": np.tile(np.array([AC_CODE["none"]] * m + [AC_CODE["selective"]] * m), H)})
+                "ac": np.tile(np.array([AC_CODE[slow]] * m + [AC_CODE[fast]] * m), H)})
     r = evaluate_rows(st, hws, np.repeat(np.arange(H), 2 * m), g, precision=precision, finetune=finetune, c=c)
     t = np.asarray(r["step_s"]).reshape(H, 2, m)
-    return bool(np.array_equal(t[:, 0], t[:, 1]))
+    return bool((t[:, 0] >= t[:, 1]).all())
+
+
+_TWIN_SPAN = 129 * (MAX_PP + 1) * (MAX_CP + 1) * 3 * (MAX_MICRO_BATCH + 1)
+
+
+def _twin_key(g: Grid, owner: np.ndarray) -> np.ndarray:
+    """One integer per (owner, layout without its ``ac``): equal for the ac twins of one layout."""
+    k = owner.astype(np.int64)
+    for col, size in ((g.tp, 129), (g.pp, MAX_PP + 1), (g.cp, MAX_CP + 1), (g.vp, 3), (g.micro_batch, MAX_MICRO_BATCH + 1)):
+        k = k * size + col
+    return k
 
 
 def evaluate_rows(st: TokenStats, hws: list, h: np.ndarray, g: Grid, *, precision: str = "bf16",

@@ -384,6 +384,7 @@ def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | P
         "profile_model": job.shape.name, "prediction_basis": space.basis, "searcher": result.searcher,
         "evaluations": int(result.evaluations), "space_size": len(space), "feasible": result.n_feasible,
         "layouts_evaluated": int(space.search.rows_evaluated),
+        "layouts_fit": int(space.search.n_fit.sum()),
         "layouts_enumerated": int(space.search.n_layouts.sum()), "excluded": dict(space.excluded),
     }
     plan = Plan(workload=workload, chosen=chosen, alternatives=alternatives, pareto=pareto_front(space, problem),
