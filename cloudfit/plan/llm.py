@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ import numpy as np
 
 from cloudfit import __version__
 from cloudfit.catalog import Catalog
-from cloudfit.errors import InfeasibleError, UsageError
+from cloudfit.errors import InfeasibleError
 from cloudfit.llm import hardware as lhw
 from cloudfit.llm import space as lsp
 from cloudfit.llm.zoo import LLMShape

@@ -192,3 +192,32 @@ def test_recommend_path_imports_no_torch():
             "assert not bad, bad")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_checkpoint_and_restart_times_enter_p90_and_p_on_time():
+    from dataclasses import replace
+
+    from cloudfit import catalog
+
+    job = LLMJob(zoo.get("llama3-8b"), 1e11)
+    w = make_workload(model="llama3-8b", samples=1e11 / 8192, deadline="4d", regions=list(US), precision="bf16",
+                      accelerators=["H100"], max_nodes=16)
+    sp = build_llm_space(w, job, catalog.load())
+    slow = replace(sp, write_s=sp.write_s * 20, restart_s=sp.restart_s * 20, _cache={})
+    a, b = sp.assess(w.deadline_hours), slow.assess(w.deadline_hours)
+    s, o = sp.spot, ~sp.spot
+    assert (b.hours_p90[s] > a.hours_p90[s]).all() and (b.cost_p90_usd[s] > a.cost_p90_usd[s]).all()
+    assert (b.p_on_time[s] <= a.p_on_time[s] + 1e-12).all() and (b.p_on_time[s] < a.p_on_time[s]).any()
+    # on-demand pays only the final save (scaled like the work by the band's mean factor), restarts nothing
+    mean_factor = np.exp(0.5 * sp.log_sigma[o] ** 2)
+    np.testing.assert_allclose(b.hours[o] - a.hours[o], 19 * sp.write_s[o] / 3600 * mean_factor, rtol=1e-6)
+
+
+def test_cli_writes_plan_skypilot_and_plot(cli, tmp_path):
+    out, sky, png = tmp_path / "plan.json", tmp_path / "task.yaml", tmp_path / "pareto.png"
+    r = cli("recommend", "--model", "llama3-8b", "--tokens", "1e10", "--deadline", "3d", "--regions", "us-central1",
+            "--out", str(out), "--emit-skypilot", str(sky), "--plot", str(png))
+    assert r.exit_code == 0, r.stderr
+    plan = load_plan(out)
+    assert plan.layout["text"] in sky.read_text() or "cloudfit.train_llm" in sky.read_text()
+    assert png.stat().st_size > 1000
