@@ -243,10 +243,15 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
         bad = ~(tps_shape[si] > 0)
         if bad.any():
             h = shape_hw_a[si]
-            need = float(np.min(res.min_memory_gib[h][bad])) if np.isfinite(res.min_memory_gib[h][bad]).any() else math.inf
-            why = (f"{job.shape.name} does not fit in {s.accelerator} memory ({hws[h].capacity_gib:g} GiB) on some node "
-                   f"counts" if math.isfinite(need) else f"no layout of {job.shape.name} for some {s.accelerator} node counts")
-            excluded[why] = excluded.get(why, 0) + n_off * int(bad.sum()) * modes
+            no_layout = res.n_layouts[h] == 0  # the batch (or a pinned layout) leaves no layout for that many GPUs
+            vm = f"{s.accelerators_per_node}×{s.accelerator} VMs"
+            for mask, words in ((bad & ~no_layout, f"{job.shape.name} does not fit in {s.accelerator} memory "
+                                                   f"({hws[h].capacity_gib:g} GiB)"),
+                                (bad & no_layout, f"no layout of {job.shape.name} keeps the global batch "
+                                                  f"({job.batch} sequences)")):
+                if mask.any():
+                    why = f"{words} on {_node_counts(np.flatnonzero(mask) + 1)} {vm}"
+                    excluded[why] = excluded.get(why, 0) + n_off * int(mask.sum()) * modes
 
     od = np.array([o.price_per_hour for o in offs])
     spp = np.array([np.nan if o.spot_price_per_hour is None else o.spot_price_per_hour for o in offs])
@@ -283,6 +288,15 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
         write_s=ck["write_s"], restart_s=ck["restart_s"], hw_index=shape_hw_a, search=res, job=job, stats=st,
         ckpt={"checkpoint_bytes": ck["checkpoint_bytes"], "restore_bytes": ck["restore_bytes"]})
     return space
+
+
+def _node_counts(ns: np.ndarray) -> str:
+    """1–3, or 40–64, or "9 node counts" — the node counts a reason applies to."""
+    if ns.size == 1:
+        return f"{ns[0]}"
+    if ns[-1] - ns[0] + 1 == ns.size:
+        return f"{ns[0]}–{ns[-1]}"
+    return f"{ns.size} node counts of"
 
 
 def _calibration() -> str:
