@@ -44,6 +44,15 @@ def a100_80_price() -> tuple[float, str]:
     return o.price_per_hour / o.accelerators_per_node, f"{o.machine_type} {o.zone} ${o.price_per_hour:,.2f}/h"
 
 
+def _calib_rows() -> str:
+    import json
+
+    from cloudfit.llm import predict as pr
+
+    doc = json.loads(pr.CALIBRATION_PATH.read_text(encoding="utf-8"))
+    return str(doc.get("rows", "?"))
+
+
 def choose(pred_tps, band_lo, gpus, price, deadline_h):
     hours_p = TOKENS / (pred_tps * np.exp(band_lo)) / 3600.0
     cost_p = gpus * price * TOKENS / pred_tps / 3600.0
@@ -132,9 +141,12 @@ def main() -> None:
         + ", ".join(f"{m} {s:.2f}×" for m, s in sorted(spread.items())) + f"). Price: {where} → ${price:.3f}/GPU-h. "
         f"{TOKENS:.0e} tokens per world.",
         "",
-        f"Shipped predictor: calibration `{version}` (calibration file {'present' if calib else 'absent: default constants'}"
-        f"; vTrain rows {'may be' if calib else 'were not'} in it). The leave-model-out variant refits "
-        "`cloudfit.llm.fit.fit` on every public row except the world's model's vTrain rows.",
+        f"Shipped predictor: calibration `{version}` ("
+        + (f"fitted on {_calib_rows()} rows of data/llm/measurements.csv, vTrain's among them: in-sample here, so the "
+           "leave-model-out row is the fair one" if calib else
+           "no calibration file on this branch: the step model's default constants, so vTrain rows were not in it")
+        + "). The leave-model-out variant refits `cloudfit.llm.fit.fit` on every public row except the world's "
+        "model's vTrain rows.",
         "",
         "| predictor | worlds | planned | median regret | mean | P90 | max | within 5% | deadline held |",
         "|---|---|---|---|---|---|---|---|---|",
