@@ -50,7 +50,7 @@ def _calib_rows() -> str:
     from cloudfit.llm import predict as pr
 
     doc = json.loads(pr.CALIBRATION_PATH.read_text(encoding="utf-8"))
-    return str(doc.get("rows", "?"))
+    return str((doc.get("training") or {}).get("rows", "?"))
 
 
 def choose(pred_tps, band_lo, gpus, price, deadline_h):
