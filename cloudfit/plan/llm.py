@@ -504,11 +504,16 @@ def _alt(space: LLMSpace, j: int) -> dict:
             "mfu": float(res.mfu[h, n - 1]), "memory_gib_per_device": float(res.memory_gib[h, n - 1])}
 
 
-def trainer_args(job: LLMJob, lay, steps: int, *, interval_s: float | None = None) -> list[str]:
-    """``python -m cloudfit.train_llm`` arguments for ``lay`` (without ``--checkpoint-dir``)."""
-    from cloudfit.llm.zoo import ZOO
+def _trainer_shapes() -> set[str]:
+    from cloudfit.llm_model import SHAPES  # plain Python (torch only when a model is built)
 
-    if job.shape.name in ZOO:
+    return set(SHAPES)
+
+
+def trainer_args(job: LLMJob, lay, steps: int, *, interval_s: float | None = None) -> list[str]:
+    """``python -m cloudfit.train_llm`` arguments for ``lay`` (without ``--checkpoint-dir``). A shape the trainer
+    knows goes by name; another (``--config``) by its dimensions (the trainer builds Llama-style blocks)."""
+    if job.shape.name in _trainer_shapes():
         model = ["--shape", job.shape.name]
     else:
         s = job.shape
@@ -519,26 +524,26 @@ def trainer_args(job: LLMJob, lay, steps: int, *, interval_s: float | None = Non
     out = model + ["--dp-replicate", str(lay.dp_replicate), "--dp-shard", str(lay.dp_shard), "--tp", str(lay.tp),
                    "--pp", str(lay.pp), "--cp", str(lay.cp), "--ac", lay.ac, "--micro-batch", str(lay.micro_batch),
                    "--grad-accum", str(lay.grad_accum), "--seq-len", str(job.seq_len), "--steps", str(steps),
-                   "--precision", "bf16" if job.precision in ("bf16", "fp8") else "fp32"]
+                   "--precision", "bf16"]
     if interval_s:
         out += ["--checkpoint-interval-s", f"{interval_s:.0f}"]
     return out
 
 
-def rehearsal(job: LLMJob, lay) -> dict:
-    """A local CPU rehearsal of the layout: the shape shrunk (same layer types), at most 4 gloo ranks, keeping
-    TP (≤ 2) and sharding (2) where the layout has them; pipeline and context parallelism are not rehearsed."""
-    tp = 2 if lay.tp > 1 else 1
-    shard = 2 if lay.dp > 1 else 1
-    rep = 2 if lay.dp_replicate > 1 and tp * shard * 2 <= 4 else 1
-    args = ["--shape", job.shape.name if job.shape.name in _zoo_names() else "llama3-8b", "--shrink",
-            "--dp-replicate", str(rep), "--dp-shard", str(shard), "--tp", str(tp), "--ac", lay.ac,
-            "--micro-batch", "2", "--grad-accum", str(min(lay.grad_accum, 2)), "--seq-len", "64"]
-    note = "" if (lay.pp == 1 and lay.cp == 1) else "pipeline/context parallel degrees are not rehearsed (pp=cp=1)"
-    return {"nproc": tp * shard * rep, "args": args, "note": note}
+def rehearsal(job: LLMJob, lay, max_ranks: int = 4) -> dict:
+    """A local CPU rehearsal of the layout (``cloudfit.train_llm.rehearsal_layout``'s nearest runnable layout on
+    ``max_ranks`` gloo ranks): the shape shrunk (same layer types), micro-batch and accumulation at most 2,
+    64-token sequences."""
+    from cloudfit.train_llm import Layout as TrainerLayout
+    from cloudfit.train_llm import rehearsal_layout
 
-
-def _zoo_names() -> set[str]:
-    from cloudfit.llm.zoo import ZOO
-
-    return set(ZOO)
+    r, notes = rehearsal_layout(TrainerLayout(dp_replicate=lay.dp_replicate, dp_shard=lay.dp_shard, tp=lay.tp,
+                                              pp=lay.pp, cp=lay.cp, ac=lay.ac, micro_batch=lay.micro_batch,
+                                              grad_accum=lay.grad_accum), max_ranks)
+    shape = job.shape.name if job.shape.name in _trainer_shapes() else "llama3-8b"
+    if shape != job.shape.name:
+        notes.append(f"{job.shape.name} is rehearsed with the shrunk llama3-8b block types")
+    args = ["--shape", shape, "--shrink", "--dp-replicate", str(r.dp_replicate), "--dp-shard", str(r.dp_shard),
+            "--tp", str(r.tp), "--ac", r.ac, "--micro-batch", str(min(r.micro_batch, 2)),
+            "--grad-accum", str(min(r.grad_accum, 2)), "--seq-len", "64"]
+    return {"nproc": r.world_size, "args": args, "note": "; ".join(notes)}

@@ -221,3 +221,15 @@ def test_cli_writes_plan_skypilot_and_plot(cli, tmp_path):
     plan = load_plan(out)
     assert plan.layout["text"] in sky.read_text() or "cloudfit.train_llm" in sky.read_text()
     assert png.stat().st_size > 1000
+
+
+def test_trainer_and_rehearsal_arguments_parse(plan8b):
+    from cloudfit.train_llm import parse_args
+
+    L = plan8b.layout
+    assert L["launch"]["runnable"]  # llama3-8b's plan is FSDP/TP: the trainer runs it as is
+    a = parse_args(L["launch"]["args"] + ["--checkpoint-dir", "ckpt"], world_size=L["gpus"])
+    assert (a.tp, a.dp_shard, a.seq_len) == (L["degrees"]["tp"], L["degrees"]["dp_shard"], 8192)
+    r = L["rehearsal"]
+    b = parse_args(r["args"] + ["--steps", "30", "--checkpoint-dir", "ckpt"], world_size=r["nproc"])
+    assert b.shrink and 1 <= r["nproc"] <= 4
