@@ -468,6 +468,13 @@ def layout_spec(space: LLMSpace, i: int, a, alternative_ids: list[int]) -> dict:
                 " --node_rank=$NODE_RANK --master_addr=$MASTER_ADDR --master_port=29500 -m cloudfit.train_llm " +
                 " ".join(args) + " --checkpoint-dir $CHECKPOINT_DIR")
     rt = runnable_best[0] if runnable_best else None
+    runnable_args = None
+    if not runnable and rt is not None:
+        from cloudfit.llm.layout import parse
+
+        rl = parse(rt["layout"], gpus=lay.gpus)
+        runnable_args = trainer_args(job, rl, max(1, math.ceil(job.tokens / (rl.global_batch * job.seq_len))),
+                                     interval_s=interval_h * 3600.0 if math.isfinite(interval_h) else None)
     return {
         "text": lay.describe(), "degrees": lay.to_dict(), "model": job.shape.name, "shape": job.shape.to_dict(),
         "tokens": job.tokens, "seq_len": job.seq_len, "global_batch": lay.global_batch, "steps": steps,
@@ -493,7 +500,7 @@ def layout_spec(space: LLMSpace, i: int, a, alternative_ids: list[int]) -> dict:
                        "cloudfit.train_llm runs pp=1, cp=1 only; nearest it runs: "
                        + (f"{rt['layout']} ({1 - rt['tokens_per_second'] / float(res.tokens_per_second[h, nodes - 1]):.0%}"
                           " slower)" if rt else "none that fits")),
-                   "nearest_runnable": rt},
+                   "nearest_runnable": rt, "runnable_args": runnable_args},
         "rehearsal": rehearsal(job, lay),
     }
 

@@ -233,3 +233,15 @@ def test_trainer_and_rehearsal_arguments_parse(plan8b):
     r = L["rehearsal"]
     b = parse_args(r["args"] + ["--steps", "30", "--checkpoint-dir", "ckpt"], world_size=r["nproc"])
     assert b.shrink and 1 <= r["nproc"] <= 4
+
+
+def test_pipeline_plan_carries_a_runnable_fallback():
+    from cloudfit.plan import skypilot_task
+    from cloudfit.train_llm import parse_args
+
+    p = _plan(model="llama3-70b", tokens=2e10, deadline="30d", layout="pp=2")
+    L = p.layout
+    assert L["degrees"]["pp"] == 2 and not L["launch"]["runnable"] and "pp=1" in L["launch"]["note"]
+    ra = L["launch"]["runnable_args"]
+    assert parse_args(ra + ["--checkpoint-dir", "c"], world_size=L["gpus"]).pp == 1
+    assert " ".join(ra) in skypilot_task(p)["run"]
