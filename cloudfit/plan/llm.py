@@ -193,7 +193,6 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
     from cloudfit import spot
     from cloudfit.llm.predict import constants
     from cloudfit.llm.stats import token_stats
-    from cloudfit.search.space import Shape
 
     st = token_stats(job.shape, job.seq_len)
     cat = catalog.filter(accelerators=workload.accelerators, regions=workload.regions, spot=workload.spot == "only")
@@ -204,7 +203,7 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
     N = workload.max_nodes
     modes = 1 if workload.spot != "allow" else 2
     shape_of: dict[tuple, int] = {}
-    shapes: list[Shape] = []
+    shapes: list = []  # one representative Offering per distinct VM shape
     hw_of: dict[lsp.HardwareShape, int] = {}
     hws: list[lsp.HardwareShape] = []
     shape_hw: list[int] = []
@@ -216,8 +215,7 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
         if key not in shape_of:
             hw = _hardware(o, job.precision)
             shape_of[key] = len(shapes)
-            shapes.append(Shape(o.machine_type, o.accelerator, o.accelerators_per_node, o.vcpus,
-                                hw.node_gbps if isinstance(hw, lsp.HardwareShape) else 0.0))
+            shapes.append(o)
             if isinstance(hw, str):
                 shape_hw.append(-1)
                 reasons[len(shapes) - 1] = hw
@@ -366,9 +364,7 @@ def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | P
     from cloudfit.plan.planner import N_ALTERNATIVES, ZONES_PER_CONFIG, _diverse, _runner_up, pareto_front
     from cloudfit.search import Problem, get_searcher
     from cloudfit.search.space import estimate
-    from cloudfit.workload import validate_workload
-
-    validate_workload(workload)
+    workload.require_limit()
     if space is None:
         cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog)
         space = build_llm_space(workload, job, cat)
@@ -384,7 +380,7 @@ def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | P
         if (picked.size == N_ALTERNATIVES + 1 and runner is not None) or head.size < n:
             break
         n *= 4
-    a = space.assess(problem.deadline_hours)
+    a = space.assess(problem)
     ranked = [estimate(space, int(i), a) for i in picked]
     chosen, alternatives = ranked[0], tuple(ranked[1:])
     explanation = explain(chosen, None if runner is None else estimate(space, runner, a), problem)

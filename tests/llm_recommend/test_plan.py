@@ -100,7 +100,7 @@ def test_multi_node_spot_pays_for_preemption():
     from cloudfit import catalog
 
     sp = build_llm_space(w, job, catalog.load())
-    a = sp.assess(w.deadline_hours)
+    a = sp.assess(w)
     W = sp.compute_hours
     # the same hardware at the same speed: spot costs extra hours, on-demand only start-up and the final save
     for n in (2, 16):
@@ -204,7 +204,7 @@ def test_checkpoint_and_restart_times_enter_p90_and_p_on_time():
                       accelerators=["H100"], max_nodes=16)
     sp = build_llm_space(w, job, catalog.load())
     slow = replace(sp, write_s=sp.write_s * 20, restart_s=sp.restart_s * 20, _cache={})
-    a, b = sp.assess(w.deadline_hours), slow.assess(w.deadline_hours)
+    a, b = sp.assess(w), slow.assess(w)
     s, o = sp.spot, ~sp.spot
     assert (b.hours_p90[s] > a.hours_p90[s]).all() and (b.cost_p90_usd[s] > a.cost_p90_usd[s]).all()
     assert (b.p_on_time[s] <= a.p_on_time[s] + 1e-12).all() and (b.p_on_time[s] < a.p_on_time[s]).any()
