@@ -42,12 +42,25 @@ def row_shape(r: dict) -> LLMShape:
 
 
 def row_layout(r: dict) -> Layout:
+    """The row's layout. Megatron-Bridge's tables do not say which recompute a recipe used: its rows carry
+    ``selective``, raised to ``full`` when the memory model says selective cannot fit (a stated assumption)."""
     dp, zero = int(r["dp"]), int(r["zero"])
     rep, shard = (dp, 1) if zero == 0 else (1, dp)
     vp = int(r["vp"])
-    return Layout(dp_replicate=rep, dp_shard=shard, zero=zero, tp=int(r["tp"]), pp=int(r["pp"]), cp=int(r["cp"]),
-                  vp=vp, micro_batch=int(r["micro_batch"]), grad_accum=int(r["grad_accum"]), ac=r["ac"],
-                  schedule="interleaved" if vp > 1 else "1f1b")
+    lay = Layout(dp_replicate=rep, dp_shard=shard, zero=zero, tp=int(r["tp"]), pp=int(r["pp"]), cp=int(r["cp"]),
+                 vp=vp, micro_batch=int(r["micro_batch"]), grad_accum=int(r["grad_accum"]), ac=r["ac"],
+                 schedule="interleaved" if vp > 1 else "1f1b")
+    if r["source"] == "megatron-bridge" and lay.ac == "selective":
+        from dataclasses import replace
+
+        from cloudfit.llm import memory as mem
+
+        st = token_stats(row_shape(r), int(r["seq_len"]))
+        e = mem.estimate(st, lay, capacity_gib=float(lhw.get(r["accelerator"]).memory_gib),
+                         precision=r["precision"], finetune=r["finetune"])
+        if not e.fits:
+            lay = replace(lay, ac="full")
+    return lay
 
 
 @dataclass

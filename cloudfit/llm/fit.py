@@ -118,7 +118,7 @@ def _fit_eff_prior(c: Constants, t: Table) -> Constants:
         X.append([1.0 if prec == p else 0.0 for p in precs] + [math.log(bw[k] / ref)])
         y.append(math.log(c.eff[k]))
     X, y = np.array(X), np.array(y)
-    ridge = np.diag([1e-3] * len(precs) + [1.0])  # slope shrunk toward 0 (few accelerators)
+    ridge = np.diag([1e-3] * len(precs) + [0.02])  # slope shrunk a little toward 0 (few accelerators)
     beta = np.linalg.solve(X.T @ X + ridge, X.T @ y)
     prior = dict(c.eff_prior)
     for i, p in enumerate(precs):
