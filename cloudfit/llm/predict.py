@@ -134,7 +134,7 @@ def _hw(accelerator: str, precision: str, gpus_per_node: int, machine_type: str 
     if network_gbps is not None and not (network_gbps > 0 and math.isfinite(network_gbps)):
         raise UsageError(f"--network-gbps must be positive, got {network_gbps!r}")
     gbps = float(network_gbps) if network_gbps is not None else lhw.node_gbps(acc.name, machine_type)
-    return {"peak_tflops": peak, "efficiency": eff, "memory_gbs": acc.memory_bandwidth_gbps,
+    return {"peak_tflops": peak, "attn_peak_tflops": lhw.peak_tflops(acc.name, "bf16"), "efficiency": eff, "memory_gbs": acc.memory_bandwidth_gbps,
             "intra_gbs": lhw.intra_gbps(acc.name), "node_gbps": gbps, "gpus_per_node": gpus_per_node,
             "nvlink_domain": lhw.nvlink_domain(acc.name, gpus_per_node), "capacity_gib": float(acc.memory_gib),
             "name": acc.name}
@@ -142,7 +142,7 @@ def _hw(accelerator: str, precision: str, gpus_per_node: int, machine_type: str 
 
 def _model_args(st: TokenStats) -> dict:
     return {"layers": st.layers, "hidden": st.hidden, "kv_dim": st.kv_dim, "seq_len": st.seq_len,
-            "vocab": st.vocab, "layer_params": st.layer_parameters,
+            "vocab": st.vocab, "act_none": st.act_bytes[0], "layer_params": st.layer_parameters,
             "stage_extra_params": max(st.embedding_parameters, st.head_parameters), "params": st.parameters,
             "layer_matmul_flops": st.layer_matmul_flops, "layer_attention_flops": st.layer_attention_flops,
             "head_flops": st.head_flops}
@@ -171,7 +171,7 @@ def predict_layouts(shape: LLMShape, accelerator: str, layouts: Sequence[Layout]
     hwd = _hw(accelerator, precision, gpus_per_node, machine_type, network_gbps, c)
     fw = [_framework(l, framework) for l in layouts]
     arr = _layout_arrays(layouts, fw, c)
-    hw_keys = ("peak_tflops", "memory_gbs", "intra_gbs", "node_gbps", "gpus_per_node", "nvlink_domain")
+    hw_keys = ("peak_tflops", "attn_peak_tflops", "memory_gbs", "intra_gbs", "node_gbps", "gpus_per_node", "nvlink_domain")
     out = step_time(**_model_args(st), **arr, efficiency=np.array([hwd["efficiency"][f] for f in fw]),
                     **{k: hwd[k] for k in hw_keys}, c=c, lora=finetune == "lora")
     tokens = arr["micro_batch"] * arr["grad_accum"] * np.array([l.dp for l in layouts], dtype=float) * seq_len
