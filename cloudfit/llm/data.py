@@ -96,7 +96,8 @@ class Table:
 
 def table(rows: list[dict] | None = None) -> Table:
     rows = load_rows() if rows is None else rows
-    m: dict[str, list] = {k: [] for k in ("layers", "hidden", "kv_dim", "seq_len", "vocab", "act_none", "layer_params",
+    m: dict[str, list] = {k: [] for k in ("layers", "hidden", "kv_dim", "seq_len", "vocab", "act_none", "heads",
+                                           "layer_params",
                                            "stage_extra_params", "params", "layer_matmul_flops",
                                            "layer_attention_flops", "head_flops")}
     lay: dict[str, list] = {k: [] for k in ("tp", "pp", "cp", "vp", "dp_replicate", "dp_shard", "zero",
@@ -107,7 +108,7 @@ def table(rows: list[dict] | None = None) -> Table:
     for r in rows:
         st = token_stats(row_shape(r), int(r["seq_len"]))
         for k, v in (("layers", st.layers), ("hidden", st.hidden), ("kv_dim", st.kv_dim), ("seq_len", st.seq_len),
-                     ("vocab", st.vocab), ("act_none", st.act_bytes[0]), ("layer_params", st.layer_parameters),
+                     ("vocab", st.vocab), ("act_none", st.act_bytes[0]), ("heads", st.heads), ("layer_params", st.layer_parameters),
                      ("stage_extra_params", max(st.embedding_parameters, st.head_parameters)),
                      ("params", st.parameters), ("layer_matmul_flops", st.layer_matmul_flops),
                      ("layer_attention_flops", st.layer_attention_flops), ("head_flops", st.head_flops)):
@@ -151,6 +152,8 @@ def predict_table(t: Table, c: Constants) -> dict:
                     tp_exposed=np.array([c.tp_exposed[f] for f in fw]),
                     dp_overlap=np.array([c.dp_overlap[f] for f in fw]),
                     fsdp_overlap=np.array([c.fsdp_overlap[f] for f in fw]),
-                    attn_eff=np.array([c.attn_eff[f] for f in fw]), c=c, lora=t.lora)
+                    attn_eff=np.array([c.attn_eff[f] for f in fw]),
+                    flash=np.array([0.0 if f in c.no_flash else 1.0 for f in fw]),
+                    grad_bytes=np.array([c.grad_bytes[f] for f in fw]), c=c, lora=t.lora)
     out["tokens_per_second"] = t.tokens_per_step / out["step_s"]
     return out

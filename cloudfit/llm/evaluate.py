@@ -148,7 +148,7 @@ def run(progress: Callable[[str], None] | None = None) -> dict:
     say("in-sample fit on every row")
     c_all = fit_mod.fit(t)
     p_all = data.predict_table(t, c_all)["tokens_per_second"]
-    report["in_sample"] = {s: _scores(p_all[src == s], t.measured[src == s]) for s in sorted(set(src))}
+    report["in_sample"] = {str(s): _scores(p_all[src == s], t.measured[src == s]) for s in sorted(set(src))}
     report["ranking"]["in-sample"] = ranking(t.subset(vt), p_all[vt])
     report["memory"] = memory_check(t)
     report["band_log_quantiles"] = list(fit_mod.band_from_residuals(np.array(log_ratios)))

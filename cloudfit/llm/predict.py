@@ -142,7 +142,7 @@ def _hw(accelerator: str, precision: str, gpus_per_node: int, machine_type: str 
 
 def _model_args(st: TokenStats) -> dict:
     return {"layers": st.layers, "hidden": st.hidden, "kv_dim": st.kv_dim, "seq_len": st.seq_len,
-            "vocab": st.vocab, "act_none": st.act_bytes[0], "layer_params": st.layer_parameters,
+            "vocab": st.vocab, "act_none": st.act_bytes[0], "heads": st.heads, "layer_params": st.layer_parameters,
             "stage_extra_params": max(st.embedding_parameters, st.head_parameters), "params": st.parameters,
             "layer_matmul_flops": st.layer_matmul_flops, "layer_attention_flops": st.layer_attention_flops,
             "head_flops": st.head_flops}
@@ -156,7 +156,9 @@ def _layout_arrays(layouts: Sequence[Layout], fw: Sequence[str], c: Constants) -
             "tp_exposed": np.array([c.tp_exposed[f] for f in fw]),
             "dp_overlap": np.array([c.dp_overlap[f] for f in fw]),
             "fsdp_overlap": np.array([c.fsdp_overlap[f] for f in fw]),
-            "attn_eff": np.array([c.attn_eff[f] for f in fw])}
+            "attn_eff": np.array([c.attn_eff[f] for f in fw]),
+            "flash": np.array([0.0 if f in c.no_flash else 1.0 for f in fw]),
+            "grad_bytes": np.array([c.grad_bytes[f] for f in fw])}
 
 
 def predict_layouts(shape: LLMShape, accelerator: str, layouts: Sequence[Layout], *, seq_len: int,
