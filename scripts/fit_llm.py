@@ -1,7 +1,8 @@
 """Fit cloudfit/llm/calibration.json from data/llm/measurements.csv (deterministic), with the prediction band
 from the grouped cross-validation residuals.
 
-    python scripts/fit_llm.py            # ~2 minutes on 2 cores (10 cross-validation fits + the final one)
+    python scripts/fit_llm.py                      # ~2 minutes on 2 cores (10 CV fits + the final one)
+    python scripts/fit_llm.py --report eval.json   # also keep the evaluation report (bench/llm_eval.py format)
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ from cloudfit.llm.predict import CALIBRATION_PATH  # noqa: E402
 
 
 def main() -> int:
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--report", type=Path)
+    args = ap.parse_args()
     rep = evaluate.run(progress=lambda s: sys.stderr.write(f"  {s}\n"))
     t = data.table()
     c = fit.fit(t)
@@ -26,6 +33,8 @@ def main() -> int:
     digest = hashlib.sha256(data.MEASUREMENTS.read_bytes()).hexdigest()
     cv = {name: {"mape": blk["model"]["mape"], "constant_mfu_mape": blk["constant_mfu"]["mape"]}
           for name, blk in rep["schemes"].items()}
+    if args.report:
+        args.report.write_text(json.dumps(rep, indent=1, default=str) + "\n", encoding="utf-8")
     p = fit.write(c, CALIBRATION_PATH, rows=len(t.rows), source_digest=digest, cv=cv)
     sys.stderr.write(f"wrote {p.relative_to(ROOT)}\n")
     return 0

@@ -44,8 +44,9 @@ def _spec(t: Table):
         prec = k.split("/")[1]
         spec.append((("eff", k), "exp", math.log(PRIOR.eff_prior.get(prec, 0.5))))
     for f in fws:
-        if f != "fsdp":
-            spec.append((("fw_eff", f), "exp", 0.0))
+        if f == "megatron-deepspeed":  # vTrain's 2022-era stack (fp16, fused softmax); Megatron-Core and FSDP
+            spec.append((("fw_eff", f), "exp", 0.0))  # share the per-accelerator efficiency (not separable:
+            # every Megatron-Bridge row is fp8, so a free multiplier would leak into bf16 predictions)
         spec.append((("tp_exposed", f), "sig", _logit(PRIOR.tp_exposed[f])))
         spec.append((("dp_overlap", f), "sig", _logit(PRIOR.dp_overlap[f])))
         spec.append((("fsdp_overlap", f), "sig", _logit(PRIOR.fsdp_overlap[f])))
