@@ -58,3 +58,22 @@ def test_predict_answers_under_a_second_in_a_real_process():
     assert r.returncode == 0, r.stderr
     assert "torch" not in r.stderr
     assert wall < 3.0  # < 1 s on an idle 2-core VM (bench/RESULTS_llm.md); slack for a shared CI machine
+
+
+def test_model_eval_llm_renders_the_report(cli, monkeypatch):
+    from cloudfit.llm import evaluate
+
+    blk = {"model": {"n": 2, "mape": 0.1, "mdape": 0.1}, "constant_mfu": {"n": 2, "mape": 0.3, "mdape": 0.3},
+           "groups": {"gpt-3.6b": {"model": {"n": 2, "mape": 0.1, "mdape": 0.1},
+                                   "constant_mfu": {"n": 2, "mape": 0.3, "mdape": 0.3}}}}
+    fake = {"rows": 2, "schemes": {"leave-model-size-out (vTrain multi-node)": blk},
+            "ranking": {"cross-validated": {"gpt-3.6b@64": {"n": 2, "spearman": 1.0, "top1_regret": 0.0,
+                                                            "best_vs_worst": 2.0}}},
+            "memory": {"rows": 2, "predicted_not_to_fit": 0, "worst_fraction_of_capacity": 0.5, "examples": []},
+            "in_sample": {"vtrain-multi": {"n": 2, "mape": 0.05, "mdape": 0.05}},
+            "band_log_quantiles": [-0.2, 0.1], "band_coverage_cv": 0.8}
+    monkeypatch.setattr(evaluate, "run", lambda progress=None: dict(fake))
+    r = cli("model", "eval", "--llm")
+    assert r.exit_code == 0 and "leave-model-size-out" in r.stdout and "10.0%" in r.stdout
+    r = cli("model", "eval", "--llm", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["schemes"]

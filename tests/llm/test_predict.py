@@ -101,3 +101,16 @@ def test_auto_layouts_have_plausible_mfu_on_h100_bf16(model, nodes):
     # public H100 bf16 runs sit at 35–45% MFU (llm-foundry) — a predicted best far above that is a model bug
     p = P.predict(model, "H100", nodes=nodes, seq_len=8192, batch_size=1, layout="auto", network_gbps=3200)
     assert p.fits and 0.2 < p.mfu < 0.6, (p.layout.describe(), p.mfu)
+
+
+def test_llm_workload_converts_tokens_to_samples_and_validates():
+    from cloudfit.llm.workload import LLMWorkload
+
+    w = LLMWorkload(tokens=2e11, seq_len=8192, model="llama3-8b")
+    assert w.samples == pytest.approx(2e11 / 8192) and w.shape.name == "llama3-8b"
+    for kw, msg in (({"tokens": 0}, "tokens"), ({"tokens": -1.0}, "tokens"), ({"seq_len": 0}, "seq-len"),
+                    ({"finetune": "lora", "lora_rank": 0}, "lora-rank"), ({"model": "nope"}, "unknown LLM"),
+                    ({"finetune": "qlora"}, "finetune")):
+        args = {"tokens": 1e9, "seq_len": 4096, "model": "llama3-8b", **kw}
+        with pytest.raises(UsageError, match=msg):
+            LLMWorkload(**args)
