@@ -129,3 +129,40 @@ def estimate(st: TokenStats, lay: Layout, *, capacity_gib: float, precision: str
     reason = "" if fits else f"does not fit: needs {total:,.1f} GiB of {capacity_gib:,.0f} GiB per {accelerator}"
     return MemoryEstimate(weights / GIB, grads / GIB, opt / GIB, act / GIB, logits / GIB, buffers / GIB,
                           overhead / GIB, total, capacity_gib, fits, reason)
+
+
+def total_gib_many(st: TokenStats, *, tp, pp, cp, vp, zero, dp_shard, micro_batch, grad_accum, ac_code, gpipe=0.0,
+                   precision: str = "bf16", finetune: str = "full", lora_rank: int = 16,
+                   grad_bytes: int = 2):
+    """``estimate(...).total_gib`` for many layouts at once (numpy arrays broadcast; same rules, no records).
+
+    ``ac_code``: 0 none, 1 selective, 2 full; ``gpipe``: 1 where the schedule is GPipe."""
+    import numpy as np
+
+    f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
+    tp, pp, cp, vp, zero, dps = f(tp), f(pp), f(cp), f(vp), f(zero), f(dp_shard)
+    mb, ga, ac, gp = f(micro_batch), f(grad_accum), f(ac_code), f(gpipe)
+    stage_layers = np.ceil(st.layers / pp)
+    p_stage = np.where(pp == 1, float(st.parameters),
+                       stage_layers * st.layer_parameters + max(st.embedding_parameters, st.head_parameters)) / tp
+    shard = np.where(zero > 0, dps, 1.0)
+    w_div = np.where(zero >= 3, shard, 1.0)
+    g_div = np.where(zero >= 2, shard, 1.0)
+    o_div = np.where(zero >= 1, shard, 1.0)
+    w_bytes = 1.0 if precision == "fp8" else 2.0
+    if finetune == "lora":
+        adapters = lora_parameters(st, lora_rank) / tp / pp
+        states = p_stage * w_bytes / w_div + adapters * 2.0 + adapters * grad_bytes / g_div + adapters * 12.0 / o_div
+    else:
+        states = p_stage * w_bytes / w_div + p_stage * grad_bytes / g_div + p_stage * 12.0 / o_div
+    flight = np.where(pp == 1, 1.0, np.where(gp > 0, ga, np.minimum(ga, pp) *
+                                             np.where(vp > 1, 1.0 + (pp - 1) / (pp * vp), 1.0)))
+    tokens_mb = mb * st.seq_len / cp
+    none, sel, full = st.act_bytes
+    kept = np.where(ac == 2, full, np.where(ac == 1, sel, none))
+    act = tokens_mb * (stage_layers * kept * flight + np.where(ac == 2, none, 0.0)) / tp
+    act = act * (0.75 if precision == "fp8" else 1.0)
+    logits = tokens_mb * st.vocab * 4.0 / tp
+    buffers = np.where((zero >= 3) & (shard > 1), 2.0 * st.layer_parameters / tp * 2.0 * 2.0, 0.0)
+    raw = states + act + logits + buffers
+    return (raw + OVERHEAD_GIB * GIB + OVERHEAD_FRACTION * raw) / GIB

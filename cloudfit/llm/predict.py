@@ -166,7 +166,9 @@ def predict_layouts(shape: LLMShape, accelerator: str, layouts: Sequence[Layout]
                     machine_type: str | None = None, network_gbps: float | None = None,
                     framework: str | None = None, c: Constants | None = None) -> dict:
     """Vectorised prediction of many layouts of one model on one accelerator type. Returns numpy arrays:
-    ``tokens_per_second``, ``step_s``, ``mfu``, ``memory_gib``, ``fits`` and the breakdown keys."""
+    ``tokens_per_second``, ``step_s``, ``mfu``, ``memory_gib``, ``fits`` and the breakdown keys (``compute_s``,
+    ``tp_s``, ``cp_s``, ``fsdp_s``, ``dp_s``, ``pp_p2p_s``, ``bubble_s``, ``other_s``), plus ``capacity_gib`` and
+    ``framework`` (list)."""
     c = c or constants()
     _check_precision(accelerator, precision)
     st = token_stats(shape, seq_len)
@@ -180,11 +182,13 @@ def predict_layouts(shape: LLMShape, accelerator: str, layouts: Sequence[Layout]
     gpus = np.array([l.gpus for l in layouts], dtype=float)
     out["tokens_per_second"] = tokens / out["step_s"]
     out["mfu"] = out["tokens_per_second"] * st.flops_per_token / (gpus * hwd["peak_tflops"] * 1e12)
-    mems = [mem.estimate(st, l, capacity_gib=hwd["capacity_gib"], precision=precision, finetune=finetune,
-                         lora_rank=lora_rank, accelerator=hwd["name"]) for l in layouts]
-    out["memory_gib"] = np.array([m.total_gib for m in mems])
-    out["fits"] = np.array([m.fits for m in mems])
-    out["memory"] = mems
+    out["memory_gib"] = mem.total_gib_many(
+        st, tp=arr["tp"], pp=arr["pp"], cp=arr["cp"], vp=arr["vp"], zero=arr["zero"], dp_shard=arr["dp_shard"],
+        micro_batch=arr["micro_batch"], grad_accum=arr["grad_accum"], ac_code=arr["ac_code"],
+        gpipe=np.array([l.schedule == "gpipe" for l in layouts], dtype=float), precision=precision,
+        finetune=finetune, lora_rank=lora_rank)
+    out["capacity_gib"] = hwd["capacity_gib"]
+    out["fits"] = out["memory_gib"] <= hwd["capacity_gib"]
     out["framework"] = fw
     return out
 
@@ -243,7 +247,7 @@ def best_layout(shape: LLMShape, accelerator: str, gpus: int, *, seq_len: int, g
     if tps[i] < 0:
         j = int(np.argmin(r["memory_gib"]))
         raise LayoutError(f"no layout of {shape.name} fits {gpus} × {lhw.get(accelerator).name}: the smallest "
-                          f"needs {r['memory_gib'][j]:,.1f} GiB of {r['memory'][j].capacity_gib:,.0f} GiB per GPU "
+                          f"needs {r['memory_gib'][j]:,.1f} GiB of {r['capacity_gib']:,.0f} GiB per GPU "
                           f"({cands[j].describe()})")
     return cands[i]
 
@@ -302,5 +306,8 @@ def predict(model: str | LLMShape | None, accelerator: str, *, config: str | Pat
         model=shape.name, accelerator=acc.name, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
         precision=precision, seq_len=seq_len, finetune=finetune, layout=lay, tokens_per_second=tps,
         samples_per_second=tps / seq_len, step_time_s=step, mfu=float(r["mfu"][0]),
-        flops_per_token=st.flops_per_token, memory=r["memory"][0], breakdown=breakdown,
+        flops_per_token=st.flops_per_token,
+        memory=mem.estimate(st, lay, capacity_gib=float(acc.memory_gib), precision=precision, finetune=finetune,
+                            lora_rank=lora_rank, accelerator=acc.name),
+        breakdown=breakdown,
         low=tps * math.exp(lo), high=tps * math.exp(hi), node_gbps=gbps, framework=r["framework"][0])

@@ -99,3 +99,23 @@ def test_more_checkpointing_never_raises_activation_memory():
                 for a in ("none", "selective", "full")]
         assert acts[0] >= acts[1] >= acts[2]
         assert memory.estimate(st, replace(lay, cp=2), capacity_gib=80).activations_gib < acts[1]
+
+
+def test_vectorised_memory_equals_the_record():
+    import numpy as np
+
+    from cloudfit.llm import predict as P
+    from cloudfit.llm.layout import AC_CODE
+
+    for name, gpus, prec, ft in (("llama3-70b", 64, "bf16", "full"), ("llama3-8b", 16, "fp8", "lora")):
+        shape = zoo.get(name)
+        st = stats.token_stats(shape, 4096)
+        lays = P.candidate_layouts(shape, gpus, global_batch=2 * gpus, seq_len=4096)
+        lays.append(Layout(dp_shard=gpus // 4, zero=1, pp=4, grad_accum=8, schedule="gpipe"))
+        g = lambda a: np.array([getattr(l, a) for l in lays], dtype=float)  # noqa: E731
+        many = memory.total_gib_many(st, tp=g("tp"), pp=g("pp"), cp=g("cp"), vp=g("vp"), zero=g("zero"),
+                                     dp_shard=g("dp_shard"), micro_batch=g("micro_batch"),
+                                     grad_accum=g("grad_accum"), ac_code=[AC_CODE[l.ac] for l in lays],
+                                     gpipe=[l.schedule == "gpipe" for l in lays], precision=prec, finetune=ft)
+        one = [memory.estimate(st, l, capacity_gib=80, precision=prec, finetune=ft).total_gib for l in lays]
+        assert np.allclose(many, one, rtol=1e-12)
