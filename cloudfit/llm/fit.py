@@ -75,13 +75,18 @@ def _constants(theta, spec, base: Constants) -> Constants:
     return Constants.from_dict(d)
 
 
+#: Total weight of each source in the fit (its rows share it equally); others get 1.
+SOURCE_WEIGHT: dict[str, float] = {}
+
+
 def _weights(t: Table) -> np.ndarray:
+    """Row weights: every source counts as much as the others (1 / its row count), × ``SOURCE_WEIGHT``."""
     src = t.column("source")
     w = np.ones(len(src))
     for s in set(src):
         m = src == s
-        w[m] = 1.0 / m.sum()
-    return w * len(set(src)) / w.sum() * len(src) / len(set(src)) / len(src) * len(set(src))
+        w[m] = SOURCE_WEIGHT.get(str(s), 1.0) / m.sum()
+    return w
 
 
 def fit(t: Table, *, base: Constants | None = None) -> Constants:

@@ -77,3 +77,16 @@ def test_model_eval_llm_renders_the_report(cli, monkeypatch):
     assert r.exit_code == 0 and "leave-model-size-out" in r.stdout and "10.0%" in r.stdout
     r = cli("model", "eval", "--llm", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["schemes"]
+
+
+def test_predict_from_a_users_config_json(cli, tmp_path):
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
+           "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 8192,
+           "vocab_size": 128256, "tie_word_embeddings": True, "max_position_embeddings": 131072}
+    p = tmp_path / "my_model" / "config.json"
+    p.parent.mkdir()
+    p.write_text(json.dumps(cfg))
+    r = cli("predict", "--config", str(p), "--accelerator", "H100", "--count", "8", "--seq-len", "4096", "--json")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["model"] == "my_model" and d["fits"] and d["tokens_per_second"] > 0
