@@ -50,11 +50,15 @@ def fit(
 def eval_(
     as_json: bool = typer.Option(False, "--json", help="Print the full report as JSON to stdout."),
     groups: bool = typer.Option(False, "--groups", help="Also print the per-group tables."),
+    llm: bool = typer.Option(False, "--llm", help="Evaluate the large-model (LLM) step model on the public LLM runs."),
 ) -> None:
     """Leave-one-accelerator-out and leave-one-model-out CV of cloudfit vs TFLOPS-ratio, SVR and the prior.
 
     Nested: every held-out group gets its own prior calibration, correction, λ and conformal band,
     fitted without it (a few minutes on 2 cores)."""
+    if llm:
+        _eval_llm(as_json)
+        return
     from cloudfit.perf import evaluate
 
     t0 = time.perf_counter()
@@ -64,6 +68,22 @@ def eval_(
         print_json(report)
         return
     render_report(report, groups=groups)
+
+
+def _eval_llm(as_json: bool) -> None:
+    """The LLM section: grouped CV of ``cloudfit.llm`` on data/llm (vTrain, Megatron-Bridge, llm-foundry)."""
+    from cloudfit.llm import evaluate as llm_eval
+    from cloudfit.llm.report import markdown
+
+    t0 = time.perf_counter()
+    report = llm_eval.run(progress=None if as_json else lambda s: sys.stderr.write(f"  {s}\n"))
+    report["seconds"] = round(time.perf_counter() - t0, 1)
+    if as_json:
+        print_json(report)
+        return
+    from rich.markdown import Markdown
+
+    console().print(Markdown(markdown(report)))
 
 
 _SHORT = {"cloudfit": "cloudfit", "tflops-ratio": "tflops", "svr": "svr", "prior": "prior", "calibrated-prior": "cal.prior"}

@@ -27,6 +27,7 @@ def predict(
     layout: str = typer.Option("auto", "--layout", help="LLM: e.g. fsdp=128,tp=1,pp=1,cp=1,ac=selective, or auto."),
     finetune: str = typer.Option("full", "--finetune", help="LLM: full or lora."),
     lora_rank: int = typer.Option(16, "--lora-rank", help="LLM: LoRA adapter rank (with --finetune lora)."),
+    tokens: Optional[float] = typer.Option(None, "--tokens", help="LLM: tokens to train (adds samples and hours)."),
 ) -> None:
     """Predict samples/s (with a 10–90% band) of a profiled model on COUNT × ACCELERATOR × NODES."""
     from cloudfit.errors import UsageError
@@ -37,7 +38,7 @@ def predict(
         _predict_llm(model=model, config=config, accelerator=accelerator, count=count, nodes=nodes,
                      precision="bf16" if precision == "fp16" else precision, batch_size=batch_size or 1,
                      seq_len=seq_len, layout=layout, finetune=finetune, lora_rank=lora_rank,
-                     machine_type=machine_type, network_gbps=network_gbps, as_json=as_json)
+                     machine_type=machine_type, network_gbps=network_gbps, tokens=tokens, as_json=as_json)
         return
     if profile is None:
         raise UsageError("give --profile (a profiled model) or --model NAME / --config config.json (an LLM)")
@@ -86,14 +87,19 @@ def predict(
 
 
 def _predict_llm(*, model, config, accelerator, count, nodes, precision, batch_size, seq_len, layout, finetune,
-                 lora_rank, machine_type, network_gbps, as_json) -> None:
+                 lora_rank, machine_type, network_gbps, tokens, as_json) -> None:
     """The large-model branch of ``cloudfit predict`` (``--model llama3-8b`` / ``--config``)."""
     from cloudfit.llm.predict import predict as llm_predict
+    from cloudfit.llm.predict import tokens_to_samples
+
+    samples = tokens_to_samples(tokens, seq_len) if tokens is not None else None
 
     p = llm_predict(model, accelerator, config=config, gpus_per_node=count, nodes=nodes, precision=precision,
                     seq_len=seq_len, batch_size=batch_size, layout=layout, finetune=finetune, lora_rank=lora_rank,
                     machine_type=machine_type, network_gbps=network_gbps)
     out = p.to_dict()
+    if samples is not None:
+        out.update(tokens=tokens, samples=samples, hours=tokens / p.tokens_per_second / 3600.0)
     if as_json:
         print_json(out)
         return
@@ -109,6 +115,8 @@ def _predict_llm(*, model, config, accelerator, count, nodes, precision, batch_s
             f"FSDP {b['exposed_fsdp_s']:,.3f} DP {b['exposed_dp_s']:,.3f} PP {b['exposed_pp_s']:,.3f} "
             f"CP {b['exposed_cp_s']:,.3f} + bubble {b['bubble_s']:,.3f} + other {b['optimizer_and_overhead_s']:,.3f}")
     m = p.memory
+    if samples is not None:
+        c.print(f"  {tokens:,.3g} tokens = {samples:,.0f} samples: {out['hours']:,.1f} h at the predicted rate")
     c.print(f"  memory {m.total_gib:,.1f} of {m.capacity_gib:,.0f} GiB per GPU: weights {m.weights_gib:,.1f}, "
             f"grads {m.gradients_gib:,.1f}, optimizer {m.optimizer_gib:,.1f}, activations {m.activations_gib:,.1f}, "
             f"logits {m.logits_gib:,.1f}, buffers {m.buffers_gib:,.1f}, overhead {m.overhead_gib:,.1f}")

@@ -42,12 +42,25 @@ def row_shape(r: dict) -> LLMShape:
 
 
 def row_layout(r: dict) -> Layout:
+    """The row's layout. Megatron-Bridge's tables do not say which recompute a recipe used: its rows carry
+    ``selective``, raised to ``full`` when the memory model says selective cannot fit (a stated assumption)."""
     dp, zero = int(r["dp"]), int(r["zero"])
     rep, shard = (dp, 1) if zero == 0 else (1, dp)
     vp = int(r["vp"])
-    return Layout(dp_replicate=rep, dp_shard=shard, zero=zero, tp=int(r["tp"]), pp=int(r["pp"]), cp=int(r["cp"]),
-                  vp=vp, micro_batch=int(r["micro_batch"]), grad_accum=int(r["grad_accum"]), ac=r["ac"],
-                  schedule="interleaved" if vp > 1 else "1f1b")
+    lay = Layout(dp_replicate=rep, dp_shard=shard, zero=zero, tp=int(r["tp"]), pp=int(r["pp"]), cp=int(r["cp"]),
+                 vp=vp, micro_batch=int(r["micro_batch"]), grad_accum=int(r["grad_accum"]), ac=r["ac"],
+                 schedule="interleaved" if vp > 1 else "1f1b")
+    if r["source"] == "megatron-bridge" and lay.ac == "selective":
+        from dataclasses import replace
+
+        from cloudfit.llm import memory as mem
+
+        st = token_stats(row_shape(r), int(r["seq_len"]))
+        e = mem.estimate(st, lay, capacity_gib=float(lhw.get(r["accelerator"]).memory_gib),
+                         precision=r["precision"], finetune=r["finetune"])
+        if not e.fits:
+            lay = replace(lay, ac="full")
+    return lay
 
 
 @dataclass
@@ -67,6 +80,7 @@ class Table:
     flops_per_token: np.ndarray
     gpus: np.ndarray
     peak: np.ndarray
+    attn_peak: np.ndarray
 
     def subset(self, mask) -> "Table":
         idx = np.flatnonzero(mask)
@@ -74,7 +88,7 @@ class Table:
         return Table([self.rows[i] for i in idx], pick(self.model_args), pick(self.layout_args), pick(self.hw_args),
                      [self.keys[i] for i in idx], self.bw_per_tflop[idx], [self.framework[i] for i in idx],
                      self.lora[idx], self.measured[idx], self.tokens_per_step[idx], self.flops_per_token[idx],
-                     self.gpus[idx], self.peak[idx])
+                     self.gpus[idx], self.peak[idx], self.attn_peak[idx])
 
     def column(self, name: str) -> np.ndarray:
         return np.array([r[name] for r in self.rows])
@@ -82,18 +96,19 @@ class Table:
 
 def table(rows: list[dict] | None = None) -> Table:
     rows = load_rows() if rows is None else rows
-    m: dict[str, list] = {k: [] for k in ("layers", "hidden", "kv_dim", "seq_len", "vocab", "layer_params",
+    m: dict[str, list] = {k: [] for k in ("layers", "hidden", "kv_dim", "seq_len", "vocab", "act_none", "heads",
+                                           "layer_params",
                                            "stage_extra_params", "params", "layer_matmul_flops",
                                            "layer_attention_flops", "head_flops")}
     lay: dict[str, list] = {k: [] for k in ("tp", "pp", "cp", "vp", "dp_replicate", "dp_shard", "zero",
                                              "micro_batch", "grad_accum", "ac_code")}
     hw: dict[str, list] = {k: [] for k in ("memory_gbs", "intra_gbs", "node_gbps", "gpus_per_node",
                                             "nvlink_domain")}
-    keys, bwpt, fws, lora, meas, tok, fpt, gpus, peak = [], [], [], [], [], [], [], [], []
+    keys, bwpt, fws, lora, meas, tok, fpt, gpus, peak, apeak = [], [], [], [], [], [], [], [], [], []
     for r in rows:
         st = token_stats(row_shape(r), int(r["seq_len"]))
         for k, v in (("layers", st.layers), ("hidden", st.hidden), ("kv_dim", st.kv_dim), ("seq_len", st.seq_len),
-                     ("vocab", st.vocab), ("layer_params", st.layer_parameters),
+                     ("vocab", st.vocab), ("act_none", st.act_bytes[0]), ("heads", st.heads), ("layer_params", st.layer_parameters),
                      ("stage_extra_params", max(st.embedding_parameters, st.head_parameters)),
                      ("params", st.parameters), ("layer_matmul_flops", st.layer_matmul_flops),
                      ("layer_attention_flops", st.layer_attention_flops), ("head_flops", st.head_flops)):
@@ -120,10 +135,11 @@ def table(rows: list[dict] | None = None) -> Table:
         fpt.append(st.flops_per_token)
         gpus.append(L.gpus)
         peak.append(pk)
+        apeak.append(lhw.peak_tflops(acc.name, "bf16"))
     arr = lambda d: {k: np.asarray(v, dtype=float) for k, v in d.items()}  # noqa: E731
     return Table(rows, arr(m), arr(lay), arr(hw), keys, np.asarray(bwpt), fws, np.asarray(lora),
                  np.asarray(meas), np.asarray(tok, dtype=float), np.asarray(fpt), np.asarray(gpus, dtype=float),
-                 np.asarray(peak))
+                 np.asarray(peak), np.asarray(apeak))
 
 
 def predict_table(t: Table, c: Constants) -> dict:
@@ -131,10 +147,13 @@ def predict_table(t: Table, c: Constants) -> dict:
     fw = t.framework
     eff = np.array([c.efficiency(k.split("/")[0], k.split("/")[1], b, f)
                     for k, b, f in zip(t.keys, t.bw_per_tflop, fw)])
-    out = step_time(**t.model_args, **t.layout_args, **t.hw_args, peak_tflops=t.peak, efficiency=eff,
+    out = step_time(**t.model_args, **t.layout_args, **t.hw_args, peak_tflops=t.peak, attn_peak_tflops=t.attn_peak,
+                    efficiency=eff,
                     tp_exposed=np.array([c.tp_exposed[f] for f in fw]),
                     dp_overlap=np.array([c.dp_overlap[f] for f in fw]),
                     fsdp_overlap=np.array([c.fsdp_overlap[f] for f in fw]),
-                    attn_eff=np.array([c.attn_eff[f] for f in fw]), c=c, lora=t.lora)
+                    attn_eff=np.array([c.attn_eff[f] for f in fw]),
+                    flash=np.array([0.0 if f in c.no_flash else 1.0 for f in fw]),
+                    grad_bytes=np.array([c.grad_bytes[f] for f in fw]), c=c, lora=t.lora)
     out["tokens_per_second"] = t.tokens_per_step / out["step_s"]
     return out

@@ -4,8 +4,8 @@
 constants, the GEMM-size saturations (t0, alpha, w0, beta_w), attention efficiency, recompute cost, NIC parallelism, per-layer launch time, per-step overhead, achieved network
 fraction, CP overlap and pipeline send exposure; each pulled weakly toward its physical prior (so a constant the
 training rows cannot see stays at its prior). Rows are weighted so that every source counts equally.
-Then the efficiency prior for accelerators the fit has not seen: a per-precision intercept and one slope in
-log(memory bandwidth ÷ peak), fitted on the per-accelerator efficiencies.
+Then the efficiency prior for accelerators the fit has not seen: a per-precision intercept over the fitted
+per-accelerator efficiencies, with a fixed slope of 0.5 in log(memory bandwidth ÷ peak) (``BW_SLOPE``).
 ``write(constants, band)`` stores ``cloudfit/llm/calibration.json`` (``scripts/fit_llm.py`` does both).
 """
 
@@ -44,15 +44,16 @@ def _spec(t: Table):
         prec = k.split("/")[1]
         spec.append((("eff", k), "exp", math.log(PRIOR.eff_prior.get(prec, 0.5))))
     for f in fws:
-        if f != "fsdp":
-            spec.append((("fw_eff", f), "exp", 0.0))
+        if f == "megatron-deepspeed":  # vTrain's 2022-era stack (fp16, fused softmax); Megatron-Core and FSDP
+            spec.append((("fw_eff", f), "exp", 0.0))  # share the per-accelerator efficiency (not separable:
+            # every Megatron-Bridge row is fp8, so a free multiplier would leak into bf16 predictions)
         spec.append((("tp_exposed", f), "sig", _logit(PRIOR.tp_exposed[f])))
         spec.append((("dp_overlap", f), "sig", _logit(PRIOR.dp_overlap[f])))
         spec.append((("fsdp_overlap", f), "sig", _logit(PRIOR.fsdp_overlap[f])))
         spec.append((("attn_eff", f), "exp", math.log(PRIOR.attn_eff[f])))
     for name, kind, val in (("t0", "exp", math.log(PRIOR.t0)), ("alpha", "exp", math.log(PRIOR.alpha)),
                             ("w0", "exp", math.log(PRIOR.w0)), ("beta_w", "exp", math.log(PRIOR.beta_w)),
-                            ("recompute", "sig", _logit(0.95)), ("nic_parallel", "sig", _logit(PRIOR.nic_parallel)),
+                            ("recompute", "sig", _logit(0.95)), ("mem_traffic", "exp", math.log(PRIOR.mem_traffic)), ("nic_parallel", "sig", _logit(PRIOR.nic_parallel)),
                             ("nvlink_eff", "exp", 0.0),
                             ("tau_s", "exp", math.log(PRIOR.tau_s)),
                             ("step_overhead_s", "exp", math.log(PRIOR.step_overhead_s)),
@@ -74,13 +75,18 @@ def _constants(theta, spec, base: Constants) -> Constants:
     return Constants.from_dict(d)
 
 
+#: Total weight of each source in the fit (its rows share it equally); others get 1.
+SOURCE_WEIGHT: dict[str, float] = {}
+
+
 def _weights(t: Table) -> np.ndarray:
+    """Row weights: every source counts as much as the others (1 / its row count), × ``SOURCE_WEIGHT``."""
     src = t.column("source")
     w = np.ones(len(src))
     for s in set(src):
         m = src == s
-        w[m] = 1.0 / m.sum()
-    return w * len(set(src)) / w.sum() * len(src) / len(set(src)) / len(src) * len(set(src))
+        w[m] = SOURCE_WEIGHT.get(str(s), 1.0) / m.sum()
+    return w
 
 
 def fit(t: Table, *, base: Constants | None = None) -> Constants:
@@ -104,28 +110,27 @@ def fit(t: Table, *, base: Constants | None = None) -> Constants:
     return _fit_eff_prior(c, t)
 
 
+#: Efficiency of an accelerator the fit has not seen scales as (memory GB/s per peak TFLOP)^0.5 relative to the
+#: seen ones: a fixed roofline-style prior (a workload mixing compute- and memory-bound kernels gains about the
+#: square root of the machine balance), not fitted — with 2–3 accelerators per precision a fitted slope is noise.
+BW_SLOPE = 0.5
+
+
 def _fit_eff_prior(c: Constants, t: Table) -> Constants:
-    """Per-precision intercept + one slope in log(bw/peak ÷ H100's) over the fitted per-accelerator efficiencies."""
+    """Per-precision intercept (geometric mean of the fitted efficiencies, normalised to H100's balance by the
+    fixed slope ``BW_SLOPE``) for accelerators without fitted efficiency."""
     bw = {k: b for k, b in zip(t.keys, t.bw_per_tflop)}
-    keys = sorted(c.eff)
-    if not keys:
-        return c
-    precs = sorted({k.split("/")[1] for k in keys})
-    X, y = [], []
-    for k in keys:
+    prior = dict(c.eff_prior)
+    by_prec: dict[str, list[float]] = {}
+    for k in sorted(c.eff):
         prec = k.split("/")[1]
         ref = 3350.0 / (1979.0 if prec == "fp8" else 989.0)
-        X.append([1.0 if prec == p else 0.0 for p in precs] + [math.log(bw[k] / ref)])
-        y.append(math.log(c.eff[k]))
-    X, y = np.array(X), np.array(y)
-    ridge = np.diag([1e-3] * len(precs) + [1.0])  # slope shrunk toward 0 (few accelerators)
-    beta = np.linalg.solve(X.T @ X + ridge, X.T @ y)
-    prior = dict(c.eff_prior)
-    for i, p in enumerate(precs):
-        prior[p] = float(math.exp(beta[i]))
+        by_prec.setdefault(prec, []).append(math.log(c.eff[k]) - BW_SLOPE * math.log(bw[k] / ref))
+    for prec, vals in by_prec.items():
+        prior[prec] = float(math.exp(sum(vals) / len(vals)))
     if "bf16" in prior:
         prior["fp16"] = prior["bf16"]
-    return replace(c, eff_prior=prior, eff_bw_slope=float(beta[-1]))
+    return replace(c, eff_prior=prior, eff_bw_slope=BW_SLOPE)
 
 
 def band_from_residuals(log_ratios: np.ndarray) -> tuple[float, float]:

@@ -5,8 +5,8 @@ Mixed-precision AdamW, bytes per parameter (DESIGN.md "Large models"): bf16 weig
 buffer), fp32 master weights 4, two fp32 moments 8. ZeRO stage s divides, over the shard group:
 optimizer states (s ≥ 1), gradients (s ≥ 2), weights (s = 3). TP divides a layer's weights; PP keeps
 ceil(layers / pp) layers per stage plus the embedding (first stage) or the LM head (last stage), whichever
-is larger. FP8 adds a 1-byte cast copy of the local weights (Transformer Engine keeps fp8 weights
-and their transposes between micro-batches).
+is larger. FP8 training keeps fp8 primary weights (1 byte: Transformer Engine / Megatron's fp8 parameter
+gather; the bf16 copy is not kept) and saves the inputs of its linear layers in fp8 (activations × 0.75).
 
 Fine-tuning: ``full`` = pre-training states; ``lora`` = frozen bf16 base (2 B/param, sharded like the
 weights), adapters of rank r on every linear of every layer (q, k, v, o, and the MLP matrices) holding
@@ -15,7 +15,8 @@ weights), adapters of rank r on every linear of every layer (q, k, v, o, and the
 Activations per micro-batch (see ``cloudfit.llm.stats`` for bytes per token per layer) are divided by
 tp (sequence parallelism) and cp; a pipeline's first stage holds ``min(ga, pp)`` micro-batches in flight
 under 1F1B (× (1 + (pp−1)/(pp·vp)) interleaved; all ``ga`` under GPipe). The last stage holds the logits of
-one micro-batch (bf16 + fp32 for the loss, 6 B per vocabulary entry, ÷ tp). FSDP (zero 3) keeps two
+one micro-batch (bf16 logits and their gradient, 4 B per vocabulary entry, ÷ tp; fused loss kernels keep
+no fp32 copy). FSDP (zero 3) keeps two
 layers unsharded (the current one and the prefetched one: weights and their gradients, bf16).
 Framework overhead: CUDA context, NCCL buffers and allocator fragmentation, 2.5 GiB + 5% of the rest
 (a measured-style allowance: PyTorch reserves typically 3–8% above allocated at peak).
@@ -99,14 +100,15 @@ def estimate(st: TokenStats, lay: Layout, *, capacity_gib: float, precision: str
     w_div = shard if lay.zero >= 3 else 1
     g_div = shard if lay.zero >= 2 else 1
     o_div = shard if lay.zero >= 1 else 1
-    fp8_copy = 1.0 if precision == "fp8" else 0.0
+    w_bytes = 1.0 if precision == "fp8" else 2.0
+    act_scale = 0.75 if precision == "fp8" else 1.0
     if finetune == "lora":
         adapters = lora_parameters(st, lora_rank) / lay.tp / lay.pp
-        weights = p_stage * (2.0 + fp8_copy) / w_div + adapters * 2.0
+        weights = p_stage * w_bytes / w_div + adapters * 2.0
         grads = adapters * grad_bytes / g_div
         opt = adapters * 12.0 / o_div
     else:
-        weights = p_stage * (2.0 + fp8_copy) / w_div
+        weights = p_stage * w_bytes / w_div
         grads = p_stage * grad_bytes / g_div
         opt = p_stage * 12.0 / o_div
     tokens_mb = lay.micro_batch * st.seq_len / lay.cp
@@ -117,7 +119,8 @@ def estimate(st: TokenStats, lay: Layout, *, capacity_gib: float, precision: str
     else:
         idx = 0 if lay.ac == "none" else 1
         act = tokens_mb * stage_layers * per_tok_layer[idx] * in_flight(lay) / lay.tp
-    logits = tokens_mb * st.vocab * 6.0 / lay.tp
+    act *= act_scale
+    logits = tokens_mb * st.vocab * 4.0 / lay.tp
     buffers = 2.0 * st.layer_parameters / lay.tp * 2.0 * 2.0 if (lay.zero >= 3 and shard > 1) else 0.0
     raw = weights + grads + opt + act + logits + buffers
     overhead = OVERHEAD_GIB * GIB + OVERHEAD_FRACTION * raw
@@ -126,3 +129,40 @@ def estimate(st: TokenStats, lay: Layout, *, capacity_gib: float, precision: str
     reason = "" if fits else f"does not fit: needs {total:,.1f} GiB of {capacity_gib:,.0f} GiB per {accelerator}"
     return MemoryEstimate(weights / GIB, grads / GIB, opt / GIB, act / GIB, logits / GIB, buffers / GIB,
                           overhead / GIB, total, capacity_gib, fits, reason)
+
+
+def total_gib_many(st: TokenStats, *, tp, pp, cp, vp, zero, dp_shard, micro_batch, grad_accum, ac_code, gpipe=0.0,
+                   precision: str = "bf16", finetune: str = "full", lora_rank: int = 16,
+                   grad_bytes: int = 2):
+    """``estimate(...).total_gib`` for many layouts at once (numpy arrays broadcast; same rules, no records).
+
+    ``ac_code``: 0 none, 1 selective, 2 full; ``gpipe``: 1 where the schedule is GPipe."""
+    import numpy as np
+
+    f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
+    tp, pp, cp, vp, zero, dps = f(tp), f(pp), f(cp), f(vp), f(zero), f(dp_shard)
+    mb, ga, ac, gp = f(micro_batch), f(grad_accum), f(ac_code), f(gpipe)
+    stage_layers = np.ceil(st.layers / pp)
+    p_stage = np.where(pp == 1, float(st.parameters),
+                       stage_layers * st.layer_parameters + max(st.embedding_parameters, st.head_parameters)) / tp
+    shard = np.where(zero > 0, dps, 1.0)
+    w_div = np.where(zero >= 3, shard, 1.0)
+    g_div = np.where(zero >= 2, shard, 1.0)
+    o_div = np.where(zero >= 1, shard, 1.0)
+    w_bytes = 1.0 if precision == "fp8" else 2.0
+    if finetune == "lora":
+        adapters = lora_parameters(st, lora_rank) / tp / pp
+        states = p_stage * w_bytes / w_div + adapters * 2.0 + adapters * grad_bytes / g_div + adapters * 12.0 / o_div
+    else:
+        states = p_stage * w_bytes / w_div + p_stage * grad_bytes / g_div + p_stage * 12.0 / o_div
+    flight = np.where(pp == 1, 1.0, np.where(gp > 0, ga, np.minimum(ga, pp) *
+                                             np.where(vp > 1, 1.0 + (pp - 1) / (pp * vp), 1.0)))
+    tokens_mb = mb * st.seq_len / cp
+    none, sel, full = st.act_bytes
+    kept = np.where(ac == 2, full, np.where(ac == 1, sel, none))
+    act = tokens_mb * (stage_layers * kept * flight + np.where(ac == 2, none, 0.0)) / tp
+    act = act * (0.75 if precision == "fp8" else 1.0)
+    logits = tokens_mb * st.vocab * 4.0 / tp
+    buffers = np.where((zero >= 3) & (shard > 1), 2.0 * st.layer_parameters / tp * 2.0 * 2.0, 0.0)
+    raw = states + act + logits + buffers
+    return (raw + OVERHEAD_GIB * GIB + OVERHEAD_FRACTION * raw) / GIB

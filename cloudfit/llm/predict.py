@@ -134,7 +134,7 @@ def _hw(accelerator: str, precision: str, gpus_per_node: int, machine_type: str 
     if network_gbps is not None and not (network_gbps > 0 and math.isfinite(network_gbps)):
         raise UsageError(f"--network-gbps must be positive, got {network_gbps!r}")
     gbps = float(network_gbps) if network_gbps is not None else lhw.node_gbps(acc.name, machine_type)
-    return {"peak_tflops": peak, "efficiency": eff, "memory_gbs": acc.memory_bandwidth_gbps,
+    return {"peak_tflops": peak, "attn_peak_tflops": lhw.peak_tflops(acc.name, "bf16"), "efficiency": eff, "memory_gbs": acc.memory_bandwidth_gbps,
             "intra_gbs": lhw.intra_gbps(acc.name), "node_gbps": gbps, "gpus_per_node": gpus_per_node,
             "nvlink_domain": lhw.nvlink_domain(acc.name, gpus_per_node), "capacity_gib": float(acc.memory_gib),
             "name": acc.name}
@@ -142,7 +142,7 @@ def _hw(accelerator: str, precision: str, gpus_per_node: int, machine_type: str 
 
 def _model_args(st: TokenStats) -> dict:
     return {"layers": st.layers, "hidden": st.hidden, "kv_dim": st.kv_dim, "seq_len": st.seq_len,
-            "vocab": st.vocab, "layer_params": st.layer_parameters,
+            "vocab": st.vocab, "act_none": st.act_bytes[0], "heads": st.heads, "layer_params": st.layer_parameters,
             "stage_extra_params": max(st.embedding_parameters, st.head_parameters), "params": st.parameters,
             "layer_matmul_flops": st.layer_matmul_flops, "layer_attention_flops": st.layer_attention_flops,
             "head_flops": st.head_flops}
@@ -156,7 +156,9 @@ def _layout_arrays(layouts: Sequence[Layout], fw: Sequence[str], c: Constants) -
             "tp_exposed": np.array([c.tp_exposed[f] for f in fw]),
             "dp_overlap": np.array([c.dp_overlap[f] for f in fw]),
             "fsdp_overlap": np.array([c.fsdp_overlap[f] for f in fw]),
-            "attn_eff": np.array([c.attn_eff[f] for f in fw])}
+            "attn_eff": np.array([c.attn_eff[f] for f in fw]),
+            "flash": np.array([0.0 if f in c.no_flash else 1.0 for f in fw]),
+            "grad_bytes": np.array([c.grad_bytes[f] for f in fw])}
 
 
 def predict_layouts(shape: LLMShape, accelerator: str, layouts: Sequence[Layout], *, seq_len: int,
@@ -164,25 +166,29 @@ def predict_layouts(shape: LLMShape, accelerator: str, layouts: Sequence[Layout]
                     machine_type: str | None = None, network_gbps: float | None = None,
                     framework: str | None = None, c: Constants | None = None) -> dict:
     """Vectorised prediction of many layouts of one model on one accelerator type. Returns numpy arrays:
-    ``tokens_per_second``, ``step_s``, ``mfu``, ``memory_gib``, ``fits`` and the breakdown keys."""
+    ``tokens_per_second``, ``step_s``, ``mfu``, ``memory_gib``, ``fits`` and the breakdown keys (``compute_s``,
+    ``tp_s``, ``cp_s``, ``fsdp_s``, ``dp_s``, ``pp_p2p_s``, ``bubble_s``, ``other_s``), plus ``capacity_gib`` and
+    ``framework`` (list)."""
     c = c or constants()
     _check_precision(accelerator, precision)
     st = token_stats(shape, seq_len)
     hwd = _hw(accelerator, precision, gpus_per_node, machine_type, network_gbps, c)
     fw = [_framework(l, framework) for l in layouts]
     arr = _layout_arrays(layouts, fw, c)
-    hw_keys = ("peak_tflops", "memory_gbs", "intra_gbs", "node_gbps", "gpus_per_node", "nvlink_domain")
+    hw_keys = ("peak_tflops", "attn_peak_tflops", "memory_gbs", "intra_gbs", "node_gbps", "gpus_per_node", "nvlink_domain")
     out = step_time(**_model_args(st), **arr, efficiency=np.array([hwd["efficiency"][f] for f in fw]),
                     **{k: hwd[k] for k in hw_keys}, c=c, lora=finetune == "lora")
     tokens = arr["micro_batch"] * arr["grad_accum"] * np.array([l.dp for l in layouts], dtype=float) * seq_len
     gpus = np.array([l.gpus for l in layouts], dtype=float)
     out["tokens_per_second"] = tokens / out["step_s"]
     out["mfu"] = out["tokens_per_second"] * st.flops_per_token / (gpus * hwd["peak_tflops"] * 1e12)
-    mems = [mem.estimate(st, l, capacity_gib=hwd["capacity_gib"], precision=precision, finetune=finetune,
-                         lora_rank=lora_rank, accelerator=hwd["name"]) for l in layouts]
-    out["memory_gib"] = np.array([m.total_gib for m in mems])
-    out["fits"] = np.array([m.fits for m in mems])
-    out["memory"] = mems
+    out["memory_gib"] = mem.total_gib_many(
+        st, tp=arr["tp"], pp=arr["pp"], cp=arr["cp"], vp=arr["vp"], zero=arr["zero"], dp_shard=arr["dp_shard"],
+        micro_batch=arr["micro_batch"], grad_accum=arr["grad_accum"], ac_code=arr["ac_code"],
+        gpipe=np.array([l.schedule == "gpipe" for l in layouts], dtype=float), precision=precision,
+        finetune=finetune, lora_rank=lora_rank)
+    out["capacity_gib"] = hwd["capacity_gib"]
+    out["fits"] = out["memory_gib"] <= hwd["capacity_gib"]
     out["framework"] = fw
     return out
 
@@ -241,7 +247,7 @@ def best_layout(shape: LLMShape, accelerator: str, gpus: int, *, seq_len: int, g
     if tps[i] < 0:
         j = int(np.argmin(r["memory_gib"]))
         raise LayoutError(f"no layout of {shape.name} fits {gpus} × {lhw.get(accelerator).name}: the smallest "
-                          f"needs {r['memory_gib'][j]:,.1f} GiB of {r['memory'][j].capacity_gib:,.0f} GiB per GPU "
+                          f"needs {r['memory_gib'][j]:,.1f} GiB of {r['capacity_gib']:,.0f} GiB per GPU "
                           f"({cands[j].describe()})")
     return cands[i]
 
@@ -300,5 +306,8 @@ def predict(model: str | LLMShape | None, accelerator: str, *, config: str | Pat
         model=shape.name, accelerator=acc.name, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
         precision=precision, seq_len=seq_len, finetune=finetune, layout=lay, tokens_per_second=tps,
         samples_per_second=tps / seq_len, step_time_s=step, mfu=float(r["mfu"][0]),
-        flops_per_token=st.flops_per_token, memory=r["memory"][0], breakdown=breakdown,
+        flops_per_token=st.flops_per_token,
+        memory=mem.estimate(st, lay, capacity_gib=float(acc.memory_gib), precision=precision, finetune=finetune,
+                            lora_rank=lora_rank, accelerator=acc.name),
+        breakdown=breakdown,
         low=tps * math.exp(lo), high=tps * math.exp(hi), node_gbps=gbps, framework=r["framework"][0])

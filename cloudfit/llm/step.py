@@ -51,6 +51,12 @@ class Constants:
     beta_w: float = 1.0
     attn_eff: dict = field(default_factory=lambda: {"megatron": 0.7, "megatron-deepspeed": 0.7, "fsdp": 0.7})
     recompute: float = 1.0  # share of one forward pass a full recompute costs in time
+    mem_traffic: float = 3.0  # memory-bound bytes moved (fwd + bwd) per byte of stored activations (norms, …)
+    #: frameworks whose attention is not a flash kernel: softmax over heads × seq scores per token is
+    #: memory-bound (Korthikanti's 5·a·s bytes per token and layer); vTrain's Megatron-DeepSpeed GPT
+    no_flash: tuple = ("megatron-deepspeed",)
+    #: bytes per gradient element the data-parallel reduction moves (2 = bf16/fp16; up to 4 = fp32 main grads)
+    grad_bytes: dict = field(default_factory=lambda: {"megatron": 2.0, "megatron-deepspeed": 2.0, "fsdp": 2.0})
     nic_parallel: float = 0.5  # cross-node bandwidth × (group ranks per node)^nic_parallel
     tau_s: float = 2.0e-4  # seconds per layer per micro-batch
     step_overhead_s: float = 0.05
@@ -99,11 +105,11 @@ def _pass(n, bytes_, bw_gbs):
     return 0.5 * _ring(n, bytes_, bw_gbs)
 
 
-def step_time(*, layers, hidden, kv_dim, seq_len, vocab, layer_params, stage_extra_params, params,
+def step_time(*, layers, hidden, kv_dim, seq_len, vocab, act_none, layer_params, heads=None, flash=True, stage_extra_params, params,
               layer_matmul_flops, layer_attention_flops, head_flops,
               tp, pp, cp, vp, dp_replicate, dp_shard, zero, micro_batch, grad_accum, ac_code,
-              peak_tflops, efficiency, memory_gbs, intra_gbs, node_gbps, gpus_per_node, nvlink_domain,
-              tp_exposed, dp_overlap, fsdp_overlap, attn_eff, c: Constants, lora=False) -> dict:
+              peak_tflops, efficiency, memory_gbs, attn_peak_tflops=None, intra_gbs, node_gbps, gpus_per_node, nvlink_domain,
+              tp_exposed, dp_overlap, fsdp_overlap, attn_eff, c: Constants, lora=False, grad_bytes=2.0) -> dict:
     """Vectorised step time of a layout (arrays broadcast). Returns a dict of arrays, seconds per step.
 
     Keys: ``step_s``, ``compute_s``, ``tp_s``, ``cp_s``, ``fsdp_s``, ``dp_s``, ``pp_p2p_s``, ``bubble_s``,
@@ -120,19 +126,23 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, layer_params, stage_ext
     # --- compute ----------------------------------------------------------------------------
     mm, att, head = _f(layer_matmul_flops), _f(layer_attention_flops), _f(head_flops)
     bwd_factor = np.where(lora, 2.0, 3.0)  # LoRA: no weight gradients of the frozen base
-    fwd_layer = mm + att
+    # Three rates: weight GEMMs at the run's precision; attention (flash kernels stay in bf16) at attn_eff of the
+    # bf16 GEMM rate; memory-bound element-wise work (norms, activations, residuals, casts) at memory bandwidth,
+    # mem_traffic bytes per byte of stored activations. Full recompute re-runs ``c.recompute`` of a forward.
     a_eff = _f(attn_eff)
-    # matmul-equivalent FLOPs: attention runs at attn_eff of the GEMM rate; full recompute re-runs
-    # ``c.recompute`` of a forward pass
-    layer_hw = (bwd_factor * mm + 3.0 * att / a_eff
-                + np.where(ac == 2, c.recompute * (mm + att / a_eff), 0.0))
-    head_hw = bwd_factor * head  # the LM head sits on the last stage (the slowest one)
-    stage_flops_per_token = stage_layers * layer_hw + head_hw
+    rec = np.where(ac == 2, c.recompute, 0.0)
     sat = (1.0 / (1.0 + (c.t0 / np.maximum(tokens_mb, 1.0)) ** c.alpha)
            / (1.0 + (c.w0 / np.maximum(h / tp, 1.0)) ** c.beta_w))
-    flops_rate = _f(peak_tflops) * 1e12 * _f(efficiency) * sat
-    t_mb = tokens_mb * stage_flops_per_token / (tp * flops_rate)
-    t_attn_layer = tokens_mb * 3.0 * att / a_eff / (tp * flops_rate)
+    gemm_rate = _f(peak_tflops) * 1e12 * _f(efficiency) * sat
+    attn_peak = _f(peak_tflops if attn_peak_tflops is None else attn_peak_tflops)
+    attn_rate = attn_peak * 1e12 * _f(efficiency) * a_eff * sat
+    mem_rate = _f(memory_gbs) * 1e9
+    scores = np.where(_f(flash) > 0, 0.0, 5.0 * _f(heads if heads is not None else 0.0) * S)
+    t_layer_tok = ((bwd_factor + rec) * mm / gemm_rate + (3.0 + rec) * att / attn_rate
+                   + (1.0 + rec / 3.0) * c.mem_traffic * (_f(act_none) + scores) / mem_rate)
+    head_tok = bwd_factor * head / gemm_rate  # the LM head sits on the last stage (the slowest one)
+    t_mb = tokens_mb * (stage_layers * t_layer_tok + head_tok) / tp
+    t_attn_layer = tokens_mb * 3.0 * att / (tp * attn_rate)
     t_launch = c.tau_s * stage_layers
     # --- bandwidths ---------------------------------------------------------------------------
     inter = _f(node_gbps) / 8.0 / gpn * c.net_eff  # GB/s: one GPU's share of its node's network
@@ -163,7 +173,7 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, layer_params, stage_ext
                                                               _f(params) - L * _f(layer_params))
     grad_params = np.where(lora, 0.02 * stage_params, stage_params) / tp
     w_bytes = stage_params / tp * 2.0
-    g_bytes = grad_params * 2.0
+    g_bytes = grad_params * _f(grad_bytes)
     shard = np.where(zero > 0, dps, 1.0)
     ag_pass = _pass(shard, w_bytes, bw_shard)
     rs_pass = _pass(shard, g_bytes, bw_shard)

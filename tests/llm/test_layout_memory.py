@@ -1,0 +1,121 @@
+"""Layout record and parser; memory model hand checks and monotonicity."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cloudfit.errors import UsageError
+from cloudfit.llm import memory, stats, zoo
+from cloudfit.llm.layout import Layout, LayoutError, parse
+
+GIB = 1024 ** 3
+
+
+def test_parse_defaults_and_round_trip():
+    lay = parse("fsdp=128,ac=selective", gpus=128, sequences_per_replica=2)
+    assert (lay.dp_shard, lay.zero, lay.tp, lay.pp, lay.micro_batch, lay.grad_accum) == (128, 3, 1, 1, 2, 1)
+    assert parse(lay.describe(), gpus=128) == lay
+    lay = parse("tp=8,pp=4", gpus=256, sequences_per_replica=8)
+    assert (lay.dp, lay.zero, lay.micro_batch, lay.grad_accum) == (8, 1, 1, 8)  # pipeline: ZeRO-1, mb 1
+    assert parse("dp=2,fsdp=4", gpus=8).dp_replicate == 2
+    assert parse("dp=8", gpus=8).zero == 0
+
+
+@pytest.mark.parametrize("text,gpus,msg", [
+    ("tp=3", 8, "does not divide"),
+    ("fsdp=3", 8, "does not divide"),
+    ("dp=2,fsdp=2", 8, "multiply to 4"),
+    ("tp=2,foo=1", 8, "unknown key"),
+    ("ac=sometimes", 8, "ac must be"),
+    ("tp=0", 8, "at least 1"),
+    ("vp=2", 8, "needs pipeline"),
+])
+def test_bad_layouts_raise_one_line(text, gpus, msg):
+    with pytest.raises(LayoutError, match=msg):
+        parse(text, gpus=gpus)
+
+
+def test_check_against_the_model():
+    s = zoo.get("llama3-3b")  # 24 heads, 28 layers
+    with pytest.raises(LayoutError, match="does not divide the model's 24 attention heads"):
+        parse("tp=16", gpus=16).check(heads=s.heads)
+    with pytest.raises(LayoutError, match="more pipeline stages than the model's 28 layers"):
+        parse("pp=32", gpus=32).check(layers=s.layers)
+
+
+def _mem(name, text, gpus, **kw):
+    st = stats.token_stats(zoo.get(name), kw.pop("seq", 8192))
+    return memory.estimate(st, parse(text, gpus=gpus, sequences_per_replica=kw.pop("batch", 1)), **kw)
+
+
+def test_llama3_8b_full_finetune_needs_128_gb_of_states_not_one_h100():
+    e = _mem("llama3-8b", "dp=1", 1, capacity_gib=80)
+    assert e.states_gib * GIB / 1e9 == pytest.approx(128.5, rel=0.01)  # 16 B per parameter
+    assert not e.fits and "does not fit: needs" in e.reason and "of 80 GiB" in e.reason
+
+
+def test_llama3_8b_fsdp_over_8_h100_fits():
+    e = _mem("llama3-8b", "fsdp=8,ac=selective", 8, capacity_gib=80)
+    assert e.fits and e.states_gib * GIB / 1e9 == pytest.approx(128.5 / 8, rel=0.01)
+
+
+def test_lora_keeps_the_base_frozen():
+    full = _mem("llama3-70b", "fsdp=8,ac=full", 8, capacity_gib=80)
+    lora = _mem("llama3-70b", "fsdp=8,ac=full", 8, capacity_gib=80, finetune="lora", lora_rank=16)
+    assert lora.states_gib < 0.2 * full.states_gib
+    with pytest.raises(UsageError, match="lora-rank"):
+        _mem("llama3-8b", "fsdp=8", 8, capacity_gib=80, finetune="lora", lora_rank=0)
+
+
+def test_more_tp_or_sharding_never_raises_state_memory():
+    st = stats.token_stats(zoo.get("llama3-70b"), 4096)
+    base = Layout(dp_replicate=1, dp_shard=1, zero=0, tp=1, pp=1)
+    prev = None
+    for tp in (1, 2, 4, 8):
+        e = memory.estimate(st, replace(base, tp=tp), capacity_gib=80).states_gib
+        assert prev is None or e <= prev
+        prev = e
+    def states(zero, shard):
+        return memory.estimate(st, replace(base, zero=zero, dp_shard=shard), capacity_gib=80).states_gib
+
+    for zero in (1, 2, 3):  # more shards never more memory
+        vals = [states(zero, n) for n in (1, 2, 8, 64)]
+        assert all(a >= b for a, b in zip(vals, vals[1:]))
+    for shard in (2, 8, 64):  # a higher ZeRO stage never more memory
+        vals = [states(z, shard) for z in (1, 2, 3)]
+        assert states(0, 1) >= vals[0] and all(a >= b for a, b in zip(vals, vals[1:]))
+    for pp in (1, 2, 4, 8):
+        e = memory.estimate(st, replace(base, pp=pp, grad_accum=8), capacity_gib=80)
+        assert pp == 1 or e.states_gib <= memory.estimate(st, replace(base, pp=pp // 2, grad_accum=8),
+                                                            capacity_gib=80).states_gib
+
+
+def test_more_checkpointing_never_raises_activation_memory():
+    st = stats.token_stats(zoo.get("llama3-8b"), 8192)
+    for lay in (Layout(dp_shard=8), Layout(dp_shard=2, zero=1, tp=2, pp=2, grad_accum=8)):
+        acts = [memory.estimate(st, replace(lay, ac=a), capacity_gib=80).activations_gib
+                for a in ("none", "selective", "full")]
+        assert acts[0] >= acts[1] >= acts[2]
+        assert memory.estimate(st, replace(lay, cp=2), capacity_gib=80).activations_gib < acts[1]
+
+
+def test_vectorised_memory_equals_the_record():
+    import numpy as np
+
+    from cloudfit.llm import predict as P
+    from cloudfit.llm.layout import AC_CODE
+
+    for name, gpus, prec, ft in (("llama3-70b", 64, "bf16", "full"), ("llama3-8b", 16, "fp8", "lora")):
+        shape = zoo.get(name)
+        st = stats.token_stats(shape, 4096)
+        lays = P.candidate_layouts(shape, gpus, global_batch=2 * gpus, seq_len=4096)
+        lays.append(Layout(dp_shard=gpus // 4, zero=1, pp=4, grad_accum=8, schedule="gpipe"))
+        g = lambda a: np.array([getattr(l, a) for l in lays], dtype=float)  # noqa: E731
+        many = memory.total_gib_many(st, tp=g("tp"), pp=g("pp"), cp=g("cp"), vp=g("vp"), zero=g("zero"),
+                                     dp_shard=g("dp_shard"), micro_batch=g("micro_batch"),
+                                     grad_accum=g("grad_accum"), ac_code=[AC_CODE[l.ac] for l in lays],
+                                     gpipe=[l.schedule == "gpipe" for l in lays], precision=prec, finetune=ft)
+        one = [memory.estimate(st, l, capacity_gib=80, precision=prec, finetune=ft).total_gib for l in lays]
+        assert np.allclose(many, one, rtol=1e-12)
