@@ -150,38 +150,11 @@ def layout_grid(gpus: int, *, nvlink_domain: int, heads: int, kv_heads: int, lay
 
 def memory_gib(st: TokenStats, g: Grid, *, precision: str = "bf16", finetune: str = "full", lora_rank: int = 16,
                grad_bytes: int = 2) -> np.ndarray:
-    """Peak GiB per GPU of every layout of ``g`` (the rule of ``cloudfit.llm.memory.estimate``)."""
-    tp, pp, cp, vp = (g.tp.astype(float), g.pp.astype(float), g.cp.astype(float), g.vp.astype(float))
-    zero, shard_deg = g.zero, g.dp_shard.astype(float)
-    mb, ga, ac = g.micro_batch.astype(float), g.grad_accum.astype(float), g.ac
-    stage_layers = np.ceil(st.layers / pp)
-    p_stage = np.where(pp == 1, float(st.parameters),
-                       stage_layers * st.layer_parameters + max(st.embedding_parameters, st.head_parameters)) / tp
-    shard = np.where(zero > 0, shard_deg, 1.0)
-    w_div = np.where(zero >= 3, shard, 1.0)
-    g_div = np.where(zero >= 2, shard, 1.0)
-    o_div = np.where(zero >= 1, shard, 1.0)
-    fp8 = 1.0 if precision == "fp8" else 0.0
-    if finetune == "lora":
-        adapters = mem.lora_parameters(st, lora_rank) / tp / pp
-        weights = p_stage * (2.0 + fp8) / w_div + adapters * 2.0
-        grads = adapters * grad_bytes / g_div
-        opt = adapters * 12.0 / o_div
-    else:
-        weights = p_stage * (2.0 + fp8) / w_div
-        grads = p_stage * grad_bytes / g_div
-        opt = p_stage * 12.0 / o_div
-    flight = np.minimum(ga, pp) * np.where(vp > 1, 1.0 + (pp - 1) / (pp * vp), 1.0)
-    flight = np.where(pp == 1, 1.0, flight)
-    tokens_mb = mb * st.seq_len / cp
-    a = st.act_bytes
-    per_layer = np.where(ac == 0, a[0], np.where(ac == 1, a[1], a[2]))
-    act = np.where(ac == 2, tokens_mb * (stage_layers * a[2] * flight + a[0]) / tp,
-                   tokens_mb * stage_layers * per_layer * flight / tp)
-    logits = tokens_mb * st.vocab * 6.0 / tp
-    buffers = np.where((zero >= 3) & (shard > 1), 2.0 * st.layer_parameters / tp * 2.0 * 2.0, 0.0)
-    raw = weights + grads + opt + act + logits + buffers
-    return (raw + mem.OVERHEAD_GIB * mem.GIB + mem.OVERHEAD_FRACTION * raw) / mem.GIB
+    """Peak GiB per GPU of every layout of ``g``: ``cloudfit.llm.memory.total_gib_many`` (the rule of
+    ``memory.estimate``, kept in one place)."""
+    return mem.total_gib_many(st, tp=g.tp, pp=g.pp, cp=g.cp, vp=g.vp, zero=g.zero, dp_shard=g.dp_shard,
+                              micro_batch=g.micro_batch, grad_accum=g.grad_accum, ac_code=g.ac,
+                              precision=precision, finetune=finetune, lora_rank=lora_rank, grad_bytes=grad_bytes)
 
 
 # --------------------------------------------------------------------------------------------

@@ -454,12 +454,14 @@ def layout_spec(space: LLMSpace, i: int, a, alternative_ids: list[int]) -> dict:
               finetune=job.finetune, lora_rank=job.lora_rank)
     pinned = parse_constraints(job.layout, job.shape, job.seq_len)
     ranking = lsp.rank_layouts(st, job.shape, hw, nodes, top=TOP_LAYOUTS, constraints=pinned, **kw)
-    runnable_best = lsp.rank_layouts(st, job.shape, hw, nodes, top=1, constraints={**pinned, "pp": 1, "cp": 1}, **kw)
+    runnable_pins = {**pinned, "vp": 1, **({"pp": 1} if job.shape.tied_embeddings else {})}
+    runnable_best = lsp.rank_layouts(st, job.shape, hw, nodes, top=1, constraints=runnable_pins, **kw)
     res = space.search
     steps = max(1, math.ceil(job.tokens / (lay.global_batch * job.seq_len)))
     interval_h = float(a.checkpoint_interval_h[i])
     args = trainer_args(job, lay, steps, interval_s=interval_h * 3600.0 if math.isfinite(interval_h) else None)
-    runnable = lay.pp == 1 and lay.cp == 1
+    why_not = runnable_gaps(job, lay)
+    runnable = not why_not
     torchrun = ("torchrun --nnodes=$NUM_NODES --nproc_per_node=" + str(hw.gpus_per_node) +
                 " --node_rank=$NODE_RANK --master_addr=$MASTER_ADDR --master_port=29500 -m cloudfit.train_llm " +
                 " ".join(args) + " --checkpoint-dir $CHECKPOINT_DIR")
@@ -493,12 +495,26 @@ def layout_spec(space: LLMSpace, i: int, a, alternative_ids: list[int]) -> dict:
         },
         "launch": {"trainer": "cloudfit.train_llm", "args": args, "torchrun": torchrun, "runnable": runnable,
                    "note": "" if runnable else (
-                       "cloudfit.train_llm runs pp=1, cp=1 only; nearest it runs: "
+                       f"cloudfit.train_llm does not run {why_not}; nearest it runs: "
                        + (f"{rt['layout']} ({1 - rt['tokens_per_second'] / float(res.tokens_per_second[h, nodes - 1]):.0%}"
                           " slower)" if rt else "none that fits")),
                    "nearest_runnable": rt, "runnable_args": runnable_args},
         "rehearsal": rehearsal(job, lay),
     }
+
+
+def runnable_gaps(job: LLMJob, lay) -> str:
+    """What of ``lay`` ``cloudfit.train_llm`` cannot run ('' when it runs it as is): it runs FSDP2/HSDP, TP,
+    1F1B pipelines and all-gather context parallelism, but no interleaved stages (vp > 1) and no pipeline
+    over tied embeddings."""
+    gaps = []
+    if lay.vp > 1:
+        gaps.append(f"interleaved pipeline stages (vp={lay.vp})")
+    if lay.pp > 1 and job.shape.tied_embeddings:
+        gaps.append("a pipeline over tied embeddings")
+    if lay.pp > 1 and lay.schedule != "1f1b":
+        gaps.append(f"the {lay.schedule} schedule")
+    return " or ".join(gaps)
 
 
 def _alt(space: LLMSpace, j: int) -> dict:
@@ -542,11 +558,13 @@ def rehearsal(job: LLMJob, lay, max_ranks: int = 4) -> dict:
 
     r, notes = rehearsal_layout(TrainerLayout(dp_replicate=lay.dp_replicate, dp_shard=lay.dp_shard, tp=lay.tp,
                                               pp=lay.pp, cp=lay.cp, ac=lay.ac, micro_batch=lay.micro_batch,
-                                              grad_accum=lay.grad_accum), max_ranks)
+                                              grad_accum=lay.grad_accum), max_ranks,
+                                tied_embeddings=bool(job.shape.tied_embeddings))
     shape = job.shape.name if job.shape.name in _trainer_shapes() else "llama3-8b"
     if shape != job.shape.name:
         notes.append(f"{job.shape.name} is rehearsed with the shrunk llama3-8b block types")
     args = ["--shape", shape, "--shrink", "--dp-replicate", str(r.dp_replicate), "--dp-shard", str(r.dp_shard),
-            "--tp", str(r.tp), "--ac", r.ac, "--micro-batch", str(min(r.micro_batch, 2)),
-            "--grad-accum", str(min(r.grad_accum, 2)), "--seq-len", "64"]
+            "--tp", str(r.tp), "--pp", str(r.pp), "--cp", str(r.cp), "--ac", r.ac,
+            "--micro-batch", str(min(r.micro_batch, 2)), "--grad-accum", str(max(r.pp, min(r.grad_accum, 2))),
+            "--seq-len", "64"]
     return {"nproc": r.world_size, "args": args, "note": "; ".join(notes)}

@@ -235,13 +235,23 @@ def test_trainer_and_rehearsal_arguments_parse(plan8b):
     assert b.shrink and 1 <= r["nproc"] <= 4
 
 
-def test_pipeline_plan_carries_a_runnable_fallback():
-    from cloudfit.plan import skypilot_task
+def test_a_1f1b_pipeline_plan_runs_as_planned():
     from cloudfit.train_llm import parse_args
 
     p = _plan(model="llama3-70b", tokens=2e10, deadline="30d", layout="pp=2")
     L = p.layout
-    assert L["degrees"]["pp"] == 2 and not L["launch"]["runnable"] and "pp=1" in L["launch"]["note"]
+    assert L["degrees"]["pp"] == 2 and L["launch"]["runnable"] and not L["launch"]["note"]
+    assert parse_args(L["launch"]["args"] + ["--checkpoint-dir", "c"], world_size=L["gpus"]).pp == 2
+    assert "--pp" in L["rehearsal"]["args"]
+
+
+def test_an_interleaved_pipeline_plan_carries_a_runnable_fallback():
+    from cloudfit.plan import skypilot_task
+    from cloudfit.train_llm import parse_args
+
+    p = _plan(model="llama3-70b", tokens=2e10, deadline="30d", layout="pp=2,vp=2")
+    L = p.layout
+    assert L["degrees"]["vp"] == 2 and not L["launch"]["runnable"] and "vp=2" in L["launch"]["note"]
     ra = L["launch"]["runnable_args"]
-    assert parse_args(ra + ["--checkpoint-dir", "c"], world_size=L["gpus"]).pp == 1
+    assert parse_args(ra + ["--checkpoint-dir", "c"], world_size=L["gpus"]).pp == 2  # 1F1B, not interleaved
     assert " ".join(ra) in skypilot_task(p)["run"]
