@@ -59,7 +59,12 @@ class ReplayExecutor:
     """An Executor whose runs are looked up, not launched: each probe lasts its spec's ``timeout_s``
     (``probe_seconds`` when the spec has none) and is charged the configuration's price for that long."""
 
-    name = "replay"
+    backend = "replay"
+    name = backend  # the attribute older callers read; ``backend`` is the protocol's
+
+    @classmethod
+    def billing_bounds(cls) -> tuple[float, float]:
+        return 0.0, 0.0
 
     def __init__(self, table: str | Path | dict[Key, float], *, probe_seconds: float = 600.0) -> None:
         self.table = table if isinstance(table, dict) else load_replay_table(table)
@@ -105,7 +110,7 @@ class ReplayExecutor:
     def _seconds(self, spec: RunSpec) -> float:
         return float(spec.timeout_s) if spec.timeout_s else self.probe_seconds
 
-    def down(self, name: str) -> DownResult:
+    def down(self, name: str, *, all_with_label: bool = False) -> DownResult:
         return DownResult(name=name, deleted=(), already_gone=())
 
     def live(self, name: str) -> list[str]:
