@@ -19,8 +19,8 @@ from tests.executors.conftest import PROJECT
 from tests.executors.plans import make_plan, offering, write_plan
 
 
-def t4(zone="us-central1-a", nodes=2, spot=True, price=0.9):
-    return ClusterConfig(offering(zone, price=price, spot=price / 3), nodes, spot)
+def t4(zone="us-central1-a", nodes=2, spot=True):
+    return ClusterConfig(offering(zone, price=None), nodes, spot)  # the catalog's row: launch re-prices plans
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_unknown_backend_exits_2(cli, plan):
 
 @pytest.mark.parametrize("backend", ["local", "gcp"])
 def test_budget_below_one_interval_exits_2_and_creates_nothing(cli, fake, plan, backend):
-    args = _gcp_args(fake, "--checkpoint-dir", "gs://b/x") if backend == "gcp" else []
+    args = _gcp_args(fake, "--checkpoint-dir", "gs://ckpt-bucket/x") if backend == "gcp" else []
     r = cli("launch", str(plan), "--budget", "0.0001", "--yes", *args)
     assert r.exit_code == 2 and "below one guard interval" in r.output
     _nothing_created()
@@ -70,7 +70,7 @@ def test_budget_below_one_interval_exits_2_and_creates_nothing(cli, fake, plan, 
 
 
 def test_gcp_launch_needs_confirmation_or_yes(cli, fake, plan):
-    r = cli("launch", str(plan), *_gcp_args(fake, "--checkpoint-dir", "gs://b/x"))
+    r = cli("launch", str(plan), *_gcp_args(fake, "--checkpoint-dir", "gs://ckpt-bucket/x"))
     assert r.exit_code == 2 and "pass --yes" in r.output
     _nothing_created()
     assert fake.requests == []
@@ -147,7 +147,7 @@ def test_budget_form_with_the_real_recommender_stays_within_the_budget(cli, fake
 
 def test_gcp_launch_status_down_round_trip(cli, fake, plan):
     r = cli("launch", str(plan), "--yes", "--name", "rt", "--steps", "40", "--check-interval", "0.1",
-            *_gcp_args(fake, "--checkpoint-dir", "gs://b/rt"))
+            *_gcp_args(fake, "--checkpoint-dir", "gs://ckpt-bucket/rt"))
     assert r.exit_code == 0, r.output
     assert "rt: completed" in r.output
     s = json.loads(cli("status", "rt", "--json").output)
@@ -164,7 +164,7 @@ def test_kill_9_mid_creation_then_down_from_a_new_process_leaves_no_vm(fake, pla
     p4 = write_plan(tmp_path / "p4.json", [t4(nodes=4)], budget_usd=30)
     env = {**os.environ}
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "cloudfit", "launch", str(p4), "--yes", "--name", "k9", "--checkpoint-dir", "gs://b/k9",
+        [sys.executable, "-m", "cloudfit", "launch", str(p4), "--yes", "--name", "k9", "--checkpoint-dir", "gs://ckpt-bucket/k9",
          *_gcp_args(fake)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while len(fake.vms("k9")) < 2 and time.monotonic() < deadline:
@@ -192,7 +192,7 @@ def test_no_secret_reaches_state_scripts_plans_or_output(cli, fake, plan, tmp_pa
     monkeypatch.setenv("GOOGLE_API_KEY", secrets[2])
     outputs = []
     for args in (("--dry-run", "--json"), ("--yes", "--check-interval", "0.1")):
-        r = cli("launch", str(plan), "--name", "sec", "--steps", "20", *args, *_gcp_args(fake, "--checkpoint-dir", "gs://b/s"))
+        r = cli("launch", str(plan), "--name", "sec", "--steps", "20", *args, *_gcp_args(fake, "--checkpoint-dir", "gs://ckpt-bucket/s"))
         assert r.exit_code == 0, r.output
         outputs.append(r.output)
     outputs.append(cli("status", "sec", "--json").output)

@@ -35,7 +35,7 @@ def backend(request, tmp_path):
                        JobSpec(model="mlp", steps=150, checkpoint_every=50, checkpoint_dir=str(tmp_path / "ckpt")))
     fake = request.getfixturevalue("fake")
     ex = request.getfixturevalue("gcp")()
-    b = Backend("gcp", ex, config, JobSpec(model="mlp", steps=150, checkpoint_every=50, checkpoint_dir="gs://b/ckpt"))
+    b = Backend("gcp", ex, config, JobSpec(model="mlp", steps=150, checkpoint_every=50, checkpoint_dir="gs://ckpt-bucket/ckpt"))
     b.fake = fake  # type: ignore[attr-defined]
     return b
 

@@ -122,7 +122,7 @@ class GcpExecutor:
         notes = []
         if not (spec.job.checkpoint_dir or "").startswith("gs://"):
             notes.append("launching needs --checkpoint-dir gs://BUCKET/PATH: checkpoints must outlive preempted VMs")
-        ckpt = spec.job.checkpoint_dir or "gs://BUCKET/PATH"
+        ckpt = spec.job.checkpoint_dir or "gs://your-bucket/path"  # a placeholder: launching needs one
         script = render_startup_script(spec, config, ckpt)
         notes.append(f"the VMs install {pip_spec()}")
         plans = tuple(dataclasses.replace(p, detail={**p.detail, "startup_script_bytes": len(script)})
