@@ -225,3 +225,67 @@ def test_sigterm_to_the_launcher_tears_the_local_cluster_down(tmp_path):
     for r in status["resources"]:  # the torchrun process group is gone
         with pytest.raises(ProcessLookupError):
             os.kill(r["pid"], 0)
+
+
+# ------------------------------------------------------------------------------ issue 14
+
+def test_launch_skips_a_zone_that_answers_503_stockout_within_seconds(cli, fake, plan):
+    """Before: HTTP 503 ZONE_RESOURCE_POOL_EXHAUSTED was retried 7× for ~55 s, then exit 1."""
+    fake.stockout("us-central1-a", sync=True)
+    t0 = time.monotonic()
+    r = cli("launch", str(plan), "--yes", "--name", "so", "--steps", "20", "--check-interval", "0.1",
+            *_gcp_args(fake, "--checkpoint-dir", "gs://ckpt-bucket/so"))
+    assert r.exit_code == 0, r.output
+    assert time.monotonic() - t0 < 15
+    assert "so: completed" in r.output and "stockout in us-central1-a" in r.output
+    assert {b["name"] for b in fake.inserted} == {"so-0", "so-1"}
+    assert fake.count("POST", r"/zones/us-central1-a/instances$") == 1
+    assert fake.count("POST", r"/zones/us-central1-b/instances$") == 2 and fake.vms() == []
+
+
+def test_status_and_down_survive_a_corrupt_state_store(fake, tmp_path):
+    """Before: one bad page gave a traceback for `status` and `down`, and `down` could not delete by label."""
+    import sqlite3
+
+    from tests.executors.test_state import _corrupt_one_page
+
+    fake.simulate_job_s = 1e6
+    p2 = write_plan(tmp_path / "p2.json", [t4(nodes=2)], budget_usd=30)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "cloudfit", "launch", str(p2), "--yes", "--name", "cor", "--check-interval", "0.2",
+         *_gcp_args(fake, "--checkpoint-dir", "gs://ckpt-bucket/c")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while fake.vms("cor", statuses=("RUNNING",)) != ["cor-0", "cor-1"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    launcher.send_signal(signal.SIGKILL)  # the launcher is gone; its VMs run on
+    launcher.wait()
+    store = StateStore()
+    for i in range(300):  # enough pages to lose one in the middle
+        store.event("filler", "x", "y" * 200)
+    with sqlite3.connect(store.path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    _corrupt_one_page(store.path, page=2)
+    s = run_cloudfit("status")
+    assert s.returncode == 0 and "Traceback" not in s.stderr, s.stderr
+    assert len([x for x in s.stderr.splitlines() if "was corrupt" in x]) == 1
+    d = run_cloudfit("down", "cor", "--yes", "--backend", "gcp", "--project", PROJECT, "--compute-endpoint", fake.endpoint)
+    assert d.returncode == 2 and "--all-with-label" in d.stderr and "Traceback" not in d.stderr
+    assert fake.vms("cor") == ["cor-0", "cor-1"]
+    d = run_cloudfit("down", "cor", "--yes", "--backend", "gcp", "--all-with-label", "--project", PROJECT,
+                     "--compute-endpoint", fake.endpoint)
+    assert d.returncode == 0, d.stderr
+    assert fake.vms() == []
+
+
+def test_a_token_in_the_pip_spec_reaches_neither_metadata_nor_json(cli, fake, plan, monkeypatch):
+    token = "ghp_SECRETTOKEN123"
+    monkeypatch.setenv("CLOUDFIT_PIP_SPEC", f"git+https://user:{token}@github.com/org/cloudfit.git@v1")
+    r = cli("launch", str(plan), "--dry-run", "--json", "--name", "tok", *_gcp_args(fake))
+    assert r.exit_code == 0 and token not in r.output and "github.com/org/cloudfit.git" in r.output
+    r = cli("launch", str(plan), "--yes", "--name", "tok", "--steps", "20", "--check-interval", "0.1",
+            *_gcp_args(fake, "--checkpoint-dir", "gs://ckpt-bucket/t"))
+    assert r.exit_code == 0, r.output
+    assert token not in json.dumps(fake.inserted) and "startup-script" in json.dumps(fake.inserted)
+    assert token not in r.output
+    state_bytes = b"".join(p.read_bytes() for p in StateStore().path.parent.glob("state.db*"))
+    assert token.encode() not in state_bytes

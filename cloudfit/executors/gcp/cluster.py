@@ -551,9 +551,13 @@ class _GcpCluster:
     def teardown(self) -> None:
         """Delete every VM this cluster created (and any other VM with its label in its zones)."""
         targets = {name: n.spec.zone for name, n in self.nodes.items()}
-        for r in self.ex.store.resources(self.spec.name, live_only=True):
-            if r.kind == "vm":
-                targets.setdefault(r.name, r.zone)
+        store_ok = True
+        try:
+            for r in self.ex.store.resources(self.spec.name, live_only=True):
+                if r.kind == "vm":
+                    targets.setdefault(r.name, r.zone)
+        except LaunchError:  # the state store broke under us: still delete what this process knows it created
+            store_ok = False
         if not targets:
             return
         deleted, gone = _Deleter(self.ex).delete_all(targets)
@@ -561,9 +565,10 @@ class _GcpCluster:
         for name in targets:
             if self.guard.is_live(name):
                 self.guard.end(name, now)
-        for r in self.ex.store.resources(self.spec.name, live_only=True):
-            if r.name in targets:
-                self.ex.store.deleted(r.id, why="deleted")
+        if store_ok:
+            for r in self.ex.store.resources(self.spec.name, live_only=True):
+                if r.name in targets:
+                    self.ex.store.deleted(r.id, why="deleted")
         self.nodes.clear()
         if deleted:
             self.emit(Event("deleted", f"deleted {', '.join(sorted(deleted))}"))
