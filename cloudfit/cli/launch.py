@@ -267,6 +267,8 @@ def _render_preview(pv, plan, from_model: bool, stderr: bool = False) -> None:
     if pv.backend == "gcp":
         con.print(f"  image {d.get('image')}, boot disk {d.get('boot_disk')}, on_host_maintenance "
                   f"{d.get('on_host_maintenance')}, startup script {d.get('startup_script_bytes')} bytes")
+        if pv.install:
+            con.print(f"  install: {pv.install}")
     else:
         con.print(f"  command: {' '.join(d.get('command', []))}")
     con.print(f"Budget {money(pv.budget_usd)}; cost cap {money(pv.cost_cap_usd)} (every node to its max_run_duration "

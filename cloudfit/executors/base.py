@@ -167,6 +167,7 @@ class Preview:
     fallbacks: int  # alternatives available after this config
     notes: tuple[str, ...] = ()
     startup_script: str = ""  # gcp: the script every VM runs (identical on all nodes)
+    install: str = ""  # gcp: what the VMs install and from where
 
 
 @dataclass(frozen=True)

@@ -105,13 +105,14 @@ def test_gcp_dry_run_prints_the_exact_instances_and_creates_nothing(cli, fake, p
     out = " ".join(r.output.split())
     for piece in ("dry-0:", "dry-1:", "zone us-central1-a", "machine type n1-highmem-8", "nvidia-tesla-t4", "SPOT",
                   "max_run_duration", "then DELETE", "labels cloudfit-cluster=dry, cloudfit-node=0",
-                  "deeplearning-platform-release", "cost cap $30.00", "2 fallback config(s)"):
+                  "deeplearning-platform-release", "cost cap $30.00", "2 fallback config(s)",
+                  "install: the VMs install cloudfit", "from a wheel of this install", "cloudfit-launch=new-uuid-at-launch"):
         assert piece in out, piece
     assert fake.requests == [] and not (Path(os.environ["CLOUDFIT_HOME"]) / "state.db").exists()
     j = cli("launch", str(plan), "--dry-run", "--json", "--name", "dry", *_gcp_args(fake))
     pv = json.loads(j.output)["preview"]
     assert [n["name"] for n in pv["nodes"]] == ["dry-0", "dry-1"] and pv["cost_cap_usd"] <= 30
-    assert "torch.distributed.run" in pv["startup_script"]
+    assert "torch.distributed.run" in pv["startup_script"] and "instance metadata" in pv["install"]
 
 
 def test_budget_form_recommends_with_objective_time(cli, monkeypatch, fake):

@@ -335,3 +335,43 @@ def test_down_without_a_record_needs_all_with_label(fake, gcp):
         ex.down("lost")
     assert fake.vms() == ["lost-0"]
     assert ex.down("lost", all_with_label=True).untracked == ("lost-0",) and fake.vms() == []
+
+
+# ------------------------------------------------------------------------------ issue 14: what the VMs install
+
+def test_the_vms_get_this_very_cloudfit_as_a_wheel_in_metadata(fake, gcp, tmp_path, monkeypatch):
+    """Before: the startup script ran `pip install cloudfit==0.1.0`, a package the index does not have."""
+    import base64
+    import hashlib
+    import sys
+
+    from cloudfit import __version__
+
+    monkeypatch.delenv("CLOUDFIT_PIP_SPEC", raising=False)
+    r = gcp().run(spec("whl", t4(nodes=1)))
+    assert r.reason == "completed"
+    [body] = fake.inserted
+    chunks = sorted((k, v) for k, v in ((i["key"], i["value"]) for i in body["metadata"]["items"])
+                    if k.startswith("cloudfit-wheel-"))
+    assert chunks and all(len(v) <= 256 * 1024 for _, v in chunks)
+    data = base64.b64decode("".join(v for _, v in sorted(chunks, key=lambda kv: int(kv[0].rsplit("-", 1)[1]))))
+    script = _meta(body, "startup-script")
+    assert f"WHEEL_SHA={hashlib.sha256(data).hexdigest()}" in script and "cloudfit==" not in script.split("PIP_SPEC=")[1][:40]
+    wheel = tmp_path / f"cloudfit-{__version__}-py3-none-any.whl"
+    wheel.write_bytes(data)
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
+                    str(target), str(wheel)], check=True, capture_output=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", "import cloudfit, cloudfit.train, cloudfit.executors.checkpointing as c; "
+                          "print(cloudfit.__version__, cloudfit.__file__)"],
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(target)}, capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    version, where = out.stdout.split()
+    assert version == __version__ and where.startswith(str(target))
+
+
+def test_the_runtime_wheel_is_reproducible():
+    from cloudfit.executors.gcp.wheel import runtime_wheel
+
+    assert runtime_wheel() == runtime_wheel()

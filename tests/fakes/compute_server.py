@@ -348,6 +348,13 @@ class FakeCompute:
         if key in self.instances:
             return 409, _error(409, f"The resource 'projects/{project}/zones/{zone}/instances/{name}' already exists",
                                "alreadyExists")
+        items = (body.get("metadata") or {}).get("items") or []
+        if any(len(i.get("value", "")) > 256 * 1024 for i in items) or sum(
+                len(i.get("key", "")) + len(i.get("value", "")) for i in items) > 512 * 1024:
+            return 400, _error(400, "Metadata exceeds the size limit (256 KB per value, 512 KB in total)", "invalid")
+        for k, v in (body.get("labels") or {}).items():
+            if not (re.match(r"^[a-z][a-z0-9_-]{0,62}$", k) and re.match(r"^[a-z0-9_-]{0,63}$", v)):
+                return 400, _error(400, f"Invalid value for field 'resource.labels': '{k}={v}'", "invalid")
         mt = body.get("machineType", "").rsplit("/", 1)[-1]
         sched = body.get("scheduling", {})
         mrd = sched.get("maxRunDuration")

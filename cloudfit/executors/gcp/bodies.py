@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cloudfit import __version__
@@ -74,8 +74,10 @@ def split_bucket(checkpoint_dir: str) -> tuple[str, str]:
     return bucket, f"/mnt/cloudfit/{bucket}" + (f"/{path}" if path else "")
 
 
-def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: str, *, install: str | None = None) -> str:
-    """The startup script every node of ``config`` runs (identical on all nodes)."""
+def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: str, *, install=None,
+                          version: str = __version__) -> str:
+    """The startup script every node of ``config`` runs (identical on all nodes). ``install``: an
+    ``Install`` (``cloudfit.executors.gcp.wheel``); None installs ``pip_spec()``."""
     if checkpoint_dir.startswith("gs://"):
         bucket, local = split_bucket(checkpoint_dir)
     else:
@@ -85,8 +87,12 @@ def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: 
     else:
         args = spec.job.trainer_args(local)  # stop and progress files come from the script's environment
         entry = "-m cloudfit.train " + " ".join(shlex.quote(a) for a in args)
+    wheel = install.wheel_name if install is not None and install.chunks else ""
     values = {"CLUSTER": spec.name, "NNODES": str(config.nodes), "NPROC": str(config.offering.accelerators_per_node),
-              "BUCKET": bucket, "CKPT": local, "PIP_SPEC": install or pip_spec(), "ENTRY": entry}
+              "BUCKET": bucket, "CKPT": local, "PIP_SPEC": "" if wheel else pip_spec() if install is None else install.spec,
+              "WHEEL_NAME": wheel, "WHEEL_SHA": install.sha256 if wheel else "",
+              "WHEEL_EXTRA": "[hf]" if wheel and install.spec.endswith("[hf]") else "", "VERSION": version,
+              "ENTRY": entry}
     text = (Path(__file__).with_name("startup.sh")).read_text()
     for k, v in values.items():
         text = text.replace("{{%s}}" % k, v if k == "ENTRY" else shlex.quote(v))
@@ -105,6 +111,7 @@ class NodeSpec:
     labels: dict[str, str]
     metadata: dict[str, str]  # without the startup script
     image: str
+    attachments: dict[str, str] = field(default_factory=dict, repr=False)  # large metadata (the wheel), not shown
 
     @property
     def price_per_hour(self) -> float:
@@ -125,7 +132,7 @@ class NodeSpec:
         if network_ip:
             nic.network_i_p = network_ip
         items = [compute_v1.Items(key="startup-script", value=startup_script)]
-        items += [compute_v1.Items(key=k, value=v) for k, v in sorted(self.metadata.items())]
+        items += [compute_v1.Items(key=k, value=v) for k, v in sorted({**self.attachments, **self.metadata}.items())]
         inst = compute_v1.Instance(
             name=self.name,
             machine_type=f"zones/{self.zone}/machineTypes/{mt}",

@@ -36,8 +36,9 @@ from cloudfit.executors.base import (
 )
 from cloudfit.executors.budget import Guard, PriceSchedule
 from cloudfit.executors.gcp.bodies import (
-    DEFAULT_IMAGE, LAUNCH_LABEL, NodeSpec, node_name, pip_spec, render_startup_script, split_bucket,
+    DEFAULT_IMAGE, LAUNCH_LABEL, NodeSpec, node_name, render_startup_script, split_bucket,
 )
+from cloudfit.executors.gcp.wheel import install_source
 from cloudfit.executors.gcp.clients import (
     ENV_ENDPOINT, Clients, NotOfferedError, Retry, capacity_error, capacity_exception, classify, make_clients,
     one_line, op_error, wait,
@@ -100,7 +101,7 @@ class GcpExecutor:
         return [PriceSchedule.constant(config.price_per_hour / config.nodes)] * config.nodes
 
     def node_specs(self, spec: RunSpec, config: ClusterConfig, cap_s: float, *, stop_at: float | None,
-                   master_ip: str | None, launch_id: str) -> list[NodeSpec]:
+                   master_ip: str | None, launch_id: str, install=None) -> list[NodeSpec]:
         labels = {LABEL: spec.name, **{k: v for k, v in spec.labels.items()}}
         out = []
         for i in range(config.nodes):
@@ -110,7 +111,8 @@ class GcpExecutor:
             if stop_at is not None:
                 md["cloudfit-stop-at"] = f"{stop_at:.0f}"
             out.append(NodeSpec(node_name(spec.name, i), config.offering.zone, i, config, int(cap_s),
-                                {**labels, "cloudfit-node": str(i), LAUNCH_LABEL: launch_id}, md, self.image))
+                                {**labels, "cloudfit-node": str(i), LAUNCH_LABEL: launch_id}, md, self.image,
+                                attachments=dict(install.chunks) if install is not None else {}))
         return out
 
     def preview(self, spec: RunSpec) -> Preview:
@@ -123,12 +125,13 @@ class GcpExecutor:
         if not (spec.job.checkpoint_dir or "").startswith("gs://"):
             notes.append("launching needs --checkpoint-dir gs://BUCKET/PATH: checkpoints must outlive preempted VMs")
         ckpt = spec.job.checkpoint_dir or "gs://your-bucket/path"  # a placeholder: launching needs one
-        script = render_startup_script(spec, config, ckpt)
-        notes.append(f"the VMs install {pip_spec()}")
+        install = install_source(spec.job.model)
+        script = render_startup_script(spec, config, ckpt, install=install)
         plans = tuple(dataclasses.replace(p, detail={**p.detail, "startup_script_bytes": len(script)})
                       for p in (n.plan() for n in nodes))
         return Preview("gcp", spec.name, config, plans, spec.budget_usd, guard.committed(0.0),
-                       self.timing.interval_s, self.timing.teardown_s, len(spec.configs) - 1, tuple(notes), script)
+                       self.timing.interval_s, self.timing.teardown_s, len(spec.configs) - 1, tuple(notes), script,
+                       install=install.describe)
 
     # ---------------------------------------------------------------- run
 
@@ -142,13 +145,14 @@ class GcpExecutor:
                              "preempted VMs; the VMs mount the bucket)")
         split_bucket(ckpt)
         clients = self.clients  # credentials problems surface before anything is recorded
+        install = install_source(spec.job.model)  # a wheel too large for metadata is refused before anything exists
         launch_id = uuid.uuid4().hex
         self.store.create_cluster(spec.name, "gcp", spec.budget_usd, {
             **spec.record, "project": clients.project, "endpoint": clients.endpoint, "checkpoint_dir": ckpt,
             "job": {"model": spec.job.model, "steps": spec.job.steps, "command": list(spec.job.command)},
-            "configs": [c.label() for c in spec.configs], "launch_id": launch_id,
+            "configs": [c.label() for c in spec.configs], "launch_id": launch_id, "install": install.describe,
         }, launcher_pid=os.getpid(), launcher_started=_proc_start())
-        cluster = _GcpCluster(self, spec, guard, emit, launch_id=launch_id)
+        cluster = _GcpCluster(self, spec, guard, emit, launch_id=launch_id, install=install)
         started = self.clock()
         reason, last = "failed", Poll()
         try:
@@ -295,6 +299,7 @@ class _GcpCluster:
     guard: Guard
     emit: EventSink
     launch_id: str = ""
+    install: Any = None  # cloudfit.executors.gcp.wheel.Install
     config_index: int = 0
     nodes: dict[str, _Node] = field(default_factory=dict)
     preemptions: int = 0
@@ -321,7 +326,7 @@ class _GcpCluster:
                 self.emit(Event("fallback", f"skipping {cfg.label()}: {e}"))
                 continue
             self.stop_at = time.time() + cap - self.ex.timing.grace_s
-            self.script = render_startup_script(self.spec, cfg, self.spec.job.checkpoint_dir or "")
+            self.script = render_startup_script(self.spec, cfg, self.spec.job.checkpoint_dir or "", install=self.install)
             self.emit(Event("creating", f"creating {cfg.label()} (max_run_duration {cap:.0f} s)"))
             try:
                 self._create_all(cap)
@@ -335,7 +340,7 @@ class _GcpCluster:
 
     def _create_all(self, cap: float) -> None:
         specs = self.ex.node_specs(self.spec, self.config, cap, stop_at=self.stop_at, master_ip=None,
-                                   launch_id=self.launch_id)
+                                   launch_id=self.launch_id, install=self.install)
         keys = [s.name for s in specs]
         try:
             # Node 0 first: its internal IP is every node's rendezvous address.
@@ -365,7 +370,7 @@ class _GcpCluster:
         md = dict(node.metadata)
         if master_ip and node.index != 0:
             md["cloudfit-master-addr"] = master_ip
-        node = NodeSpec(node.name, node.zone, node.index, node.config, node.cap_s, node.labels, md, node.image)
+        node = dataclasses.replace(node, metadata=md)
         rid = self.ex.store.intend(self.spec.name, "vm", node.name, zone=node.zone, price_per_hour=node.price_per_hour,
                                    cap_s=node.cap_s, info={"machine_type": node.config.offering.machine_type,
                                                            "spot": node.config.spot, "index": node.index,
@@ -512,7 +517,7 @@ class _GcpCluster:
             head_ip = self.nodes[node_name(self.spec.name, 0)].ip if node_name(self.spec.name, 0) in self.nodes else None
             old_ip = None
             spec = self.ex.node_specs(self.spec, self.config, cap, stop_at=self.stop_at, master_ip=None,
-                                      launch_id=self.launch_id)[index]
+                                      launch_id=self.launch_id, install=self.install)[index]
             if index == 0:
                 old_ip = self._old_ip(name)  # keep node 0's address: it is everyone's rendezvous point
             try:

@@ -22,6 +22,9 @@ NPROC={{NPROC}}
 BUCKET={{BUCKET}}
 CKPT={{CKPT}}
 PIP_SPEC={{PIP_SPEC}}
+WHEEL_NAME={{WHEEL_NAME}}
+WHEEL_SHA={{WHEEL_SHA}}
+WHEEL_EXTRA={{WHEEL_EXTRA}}
 NODE_RANK=$(md cloudfit-node-rank)
 MASTER=$(md cloudfit-master-addr)
 if [ "$NODE_RANK" = 0 ]; then  # node 0 hosts the rendezvous at its own internal address
@@ -55,7 +58,14 @@ PY=python3
 [ -x /opt/conda/bin/python ] && PY=/opt/conda/bin/python
 WANT_VERSION={{VERSION}}
 if [ "$("$PY" -c 'import cloudfit; print(cloudfit.__version__)' 2>/dev/null)" != "$WANT_VERSION" ]; then
-  {{INSTALL}}
+  if [ -n "$WHEEL_NAME" ]; then  # the launcher's own cloudfit, as a wheel in instance metadata
+    : > "$WORK/wheel.b64"
+    i=0
+    while chunk=$(md "cloudfit-wheel-$i") && [ -n "$chunk" ]; do printf '%s' "$chunk" >> "$WORK/wheel.b64"; i=$((i + 1)); done
+    base64 -d "$WORK/wheel.b64" > "$WORK/$WHEEL_NAME" || fail "cannot decode the cloudfit wheel from instance metadata"
+    echo "$WHEEL_SHA  $WORK/$WHEEL_NAME" | sha256sum -c --status || fail "the cloudfit wheel in instance metadata is corrupt"
+    PIP_SPEC="$WORK/$WHEEL_NAME$WHEEL_EXTRA"
+  fi
   "$PY" -m pip install --quiet "$PIP_SPEC" || "$PY" -m pip install --quiet --break-system-packages "$PIP_SPEC" \
     || fail "pip install $PIP_SPEC failed"
 fi
