@@ -373,6 +373,8 @@ class _GcpCluster:
         node = dataclasses.replace(node, metadata=md)
         rid = self.ex.store.intend(self.spec.name, "vm", node.name, zone=node.zone, price_per_hour=node.price_per_hour,
                                    cap_s=node.cap_s, info={"machine_type": node.config.offering.machine_type,
+                                                           "accelerator": node.config.offering.accelerator,
+                                                           "accelerators": node.config.offering.accelerators_per_node,
                                                            "spot": node.config.spot, "index": node.index,
                                                            "launch_id": self.launch_id})
         body = node.instance(self.script, network_ip=network_ip)
