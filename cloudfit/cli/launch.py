@@ -432,7 +432,11 @@ def down(
     all_with_label: bool = typer.Option(False, "--all-with-label", help="Delete every VM labelled with NAME, also ones of launches this state store did not record (another machine's)."),
     as_json: bool = typer.Option(False, "--json", help="Print what was deleted as JSON to stdout."),
 ) -> None:
-    """Delete every VM (or local process) of a cluster's recorded launches — also ones the state store missed."""
+    """Delete every VM (or local process) of a cluster — also ones the state store missed.
+
+    Only VMs of launches recorded in this state store are deleted; --all-with-label deletes every VM
+    carrying the cluster label (another machine's launch of the same name too).
+    """
     from cloudfit.errors import UsageError
     from cloudfit.executors import check_backend, get_executor
 

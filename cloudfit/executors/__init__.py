@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-BACKENDS = ("local", "gcp", "replay")
+BACKENDS = ("replay", "local", "gcp")
 
 
 def _cls(backend: str):
