@@ -1,4 +1,8 @@
-"""``cloudfit launch``, ``cloudfit status``, ``cloudfit down``: run a plan on a cluster and clean up after it."""
+"""``cloudfit launch``, ``cloudfit status``, ``cloudfit down``: run a plan on a cluster and clean up after it.
+
+Exit codes of ``launch`` beyond the usual ones (``cloudfit.errors``): 4 when the budget guard stopped
+the run (checkpoint saved), 5 when the ``--timeout`` (the deadline rule) stopped it.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,9 @@ from cloudfit.cli.render import console, money, print_json
 
 #: With no --budget and no budget in the plan: the plan's P90 cost times this margin.
 BUDGET_MARGIN = 1.25
+#: ``launch`` exit codes for runs the guard stopped (the README's table).
+EXIT_BUDGET, EXIT_TIMEOUT = 4, 5
+LAUNCH_BACKENDS = ("local", "gcp")
 
 ProjectOpt = typer.Option(None, "--project", help="Google Cloud project (default: from application-default credentials).")
 EndpointOpt = typer.Option(None, "--compute-endpoint", envvar="CLOUDFIT_COMPUTE_ENDPOINT",
@@ -72,7 +79,8 @@ def launch(
     project: Optional[str] = ProjectOpt,
     endpoint: Optional[str] = EndpointOpt,
     checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint-dir", help="Checkpoint folder (local) or gs://BUCKET/PATH (gcp; required there)."),
-    checkpoint_every: int = typer.Option(50, "--checkpoint-every", help="Checkpoint every K steps."),
+    checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", help="Checkpoint every K steps (default: by time, at the Young/Daly interval the plan priced)."),
+    trust_plan_prices: bool = typer.Option(False, "--trust-plan-prices", help="Launch a plan whose prices differ from the shipped catalog's (recorded in state; the guard never charges less than the catalog)."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Train this many steps instead of the plan's samples."),
     timeout: Optional[str] = typer.Option(None, "--timeout", help="Stop (with a checkpoint) after this long, e.g. 30m, 2h."),
     image: Optional[str] = typer.Option(None, "--image", help="Boot image for gcp VMs (default: a Deep Learning VM PyTorch image)."),
@@ -91,9 +99,10 @@ def launch(
     from cloudfit.errors import UsageError
     from cloudfit.units import parse_hours, parse_usd
 
+    from cloudfit.executors import check_backend
+
     command = tuple(ctx.meta.get("cloudfit.command", ()))
-    if backend not in ("local", "gcp"):
-        raise UsageError(f"unknown backend {backend!r} (expected local or gcp)")
+    check_backend(backend, LAUNCH_BACKENDS)
     budget_usd = None if budget is None else parse_usd(budget)
     from_model = plan_path is None
     if plan_path is not None and model is not None:
@@ -101,12 +110,26 @@ def launch(
     if plan_path is None and model is None:
         raise UsageError("give a plan file (from `cloudfit recommend --out plan.json`) or --model with --budget")
     plan = _plan(plan_path, model, samples, epochs, dataset_size, budget_usd)
+    price_notes: list[str] = []
+    if plan_path is not None:  # a file is input like any other: re-priced from the catalog the guard trusts
+        from cloudfit.plan.io import reprice
+
+        plan, price_notes = reprice(plan, trust_prices=trust_plan_prices, source=str(plan_path))
     if budget_usd is None:
-        budget_usd = plan.workload.budget_usd or round(plan.chosen.cost_p90_usd * BUDGET_MARGIN, 2)
+        # the plan's P90 hours at the catalog's price (not the file's cost figure, which may lie)
+        c = plan.chosen
+        budget_usd = plan.workload.budget_usd or round(c.hours_p90 * c.config.price_per_hour * BUDGET_MARGIN, 2)
+    record = {"trust_plan_prices": True, "price_notes": price_notes[:10]} if trust_plan_prices else {}
+    store = None if dry_run else _open_store()
     spec, executor = _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoint, checkpoint_dir,
                                         checkpoint_every, steps, None if timeout is None else parse_hours(timeout, "timeout") * 3600,
-                                        image, check_interval)
+                                        image, check_interval, record=record, store=store)
     preview = executor.preview(spec)  # budget too small → UsageError here, before anything exists
+    if price_notes:
+        import dataclasses
+
+        preview = dataclasses.replace(preview, notes=tuple(preview.notes) + tuple(f"--trust-plan-prices: {n}"
+                                                                                  for n in price_notes[:5]))
     if dry_run:
         if as_json:
             print_json({"dry_run": True, "preview": preview, "budget_usd": budget_usd})
@@ -130,6 +153,20 @@ def launch(
         _render_result(result)
     if result.reason == "failed":
         raise typer.Exit(1)
+    if result.reason == "budget":  # a script must not mistake a budget stop for a finished training
+        raise typer.Exit(EXIT_BUDGET)
+    if result.reason == "timeout":
+        raise typer.Exit(EXIT_TIMEOUT)
+
+
+def _open_store():
+    """The state store, with its one-line notice on stderr if a corrupt one was moved aside."""
+    from cloudfit.executors.state import StateStore
+
+    store = StateStore()
+    if store.recovered:
+        console(stderr=True).print(f"[yellow]warning:[/yellow] {store.recovered}", soft_wrap=True)
+    return store
 
 
 def _plan(plan_path, model, samples, epochs, dataset_size, budget_usd):
@@ -150,9 +187,11 @@ def _plan(plan_path, model, samples, epochs, dataset_size, budget_usd):
 
 
 def _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoint, checkpoint_dir, checkpoint_every,
-                       steps, timeout_s, image, check_interval):
+                       steps, timeout_s, image, check_interval, *, record=None, store=None):
     from cloudfit.errors import UsageError
+    from cloudfit.executors import get_executor
     from cloudfit.executors.base import JobSpec, RunSpec, check_name, default_name, plan_configs
+    from cloudfit.executors.checkpointing import planned_interval
 
     w = plan.workload
     if not command:
@@ -165,25 +204,26 @@ def _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoi
     configs = plan_configs(plan)
     if check_interval is not None and not check_interval > 0:
         raise UsageError(f"--check-interval must be positive, got {check_interval:g}")
-    timing = {} if check_interval is None else {"interval_s": check_interval}
     if backend == "local":
-        from cloudfit.executors.local import LocalExecutor
-
-        executor: Any = LocalExecutor(**timing)
+        executor: Any = get_executor("local", interval_s=check_interval, store=store)
         ranks = max(1, min(configs[0].accelerators, executor.max_ranks))
         batch = w.batch_size_per_device or (None if command else info["cpu_batch_size"])
     else:
-        from cloudfit.executors.gcp import DEFAULT_IMAGE, GcpExecutor
-
-        executor = GcpExecutor(project=project, endpoint=endpoint, image=image or DEFAULT_IMAGE, **timing)
+        executor = get_executor("gcp", project=project, endpoint=endpoint, image=image, interval_s=check_interval,
+                                store=store)
         ranks = configs[0].accelerators
         batch = w.batch_size_per_device or (None if command else info["default_batch_size"])
     if steps is None:
         steps = max(1, math.ceil(w.samples / ((batch or 1) * ranks)))
+    if steps > 10**12:
+        raise UsageError(f"the plan asks for {steps:.3g} steps; that is not a training run (check workload.samples)")
+    interval_s, hazard, _ = planned_interval(configs[0], w.model)
     job = JobSpec(model=w.model, steps=steps, batch_size_per_device=batch, checkpoint_dir=checkpoint_dir,
-                  checkpoint_every=checkpoint_every, precision=w.precision, command=command)
+                  checkpoint_every=checkpoint_every, precision=w.precision, command=command,
+                  checkpoint_interval_s=interval_s, hazard_per_hour=hazard)
     name = check_name(name) if name else default_name(w.model)
-    return RunSpec(name=name, configs=configs, job=job, budget_usd=budget_usd, timeout_s=timeout_s), executor
+    return RunSpec(name=name, configs=configs, job=job, budget_usd=budget_usd, timeout_s=timeout_s,
+                   record=record or {}), executor
 
 
 class _EventPrinter:
@@ -227,6 +267,8 @@ def _render_preview(pv, plan, from_model: bool, stderr: bool = False) -> None:
     if pv.backend == "gcp":
         con.print(f"  image {d.get('image')}, boot disk {d.get('boot_disk')}, on_host_maintenance "
                   f"{d.get('on_host_maintenance')}, startup script {d.get('startup_script_bytes')} bytes")
+        if pv.install:
+            con.print(f"  install: {pv.install}")
     else:
         con.print(f"  command: {' '.join(d.get('command', []))}")
     con.print(f"Budget {money(pv.budget_usd)}; cost cap {money(pv.cost_cap_usd)} (every node to its max_run_duration "
@@ -266,9 +308,7 @@ def status(
     endpoint: Optional[str] = EndpointOpt,
 ) -> None:
     """Show clusters: state, spend against the budget, why they ended; with NAME, its nodes and events."""
-    from cloudfit.executors.state import StateStore
-
-    store = StateStore()
+    store = _open_store()
     if name is None:
         rows = [_cluster_row(store, c) for c in store.clusters() if "@" not in c.name]
         if as_json:
@@ -332,6 +372,7 @@ def _launcher_alive(rec) -> bool:
 
 
 def _cluster_row(store, rec) -> dict[str, Any]:
+    from cloudfit.executors import billing_bounds
     from cloudfit.executors.state import estimate_spend
 
     cfg = rec.info.get("config")
@@ -347,8 +388,9 @@ def _cluster_row(store, rec) -> dict[str, Any]:
         alive = _launcher_alive(rec)
         row["launcher_alive"] = alive
         if not alive:
-            row["spend_usd"] = estimate_spend(store.resources(rec.name), min_billed_s=60.0 if rec.backend == "gcp" else 0.0,
-                                              teardown_s=780.0 if rec.backend == "gcp" else 5.0)
+            min_billed_s, teardown_s = billing_bounds(rec.backend)  # the executor's own timing, not a copy of it
+            row["spend_usd"] = estimate_spend(store.resources(rec.name), min_billed_s=min_billed_s,
+                                              teardown_s=teardown_s)
             row["spend_estimated"] = True
             row["warning"] = (f"the launcher is gone; its VMs stop at their max_run_duration — run `cloudfit down {rec.name}` "
                               "to delete them now" if rec.backend == "gcp" else
@@ -370,10 +412,10 @@ def _live_progress(rec) -> dict[str, Any]:
 
 def _live_vms(name, rec, project, endpoint):
     from cloudfit.errors import CloudfitError
-    from cloudfit.executors.gcp import GcpExecutor
+    from cloudfit.executors import get_executor
 
     try:
-        ex = GcpExecutor(project=project or rec.info.get("project"), endpoint=endpoint or rec.info.get("endpoint"))
+        ex = get_executor("gcp", project=project or rec.info.get("project"), endpoint=endpoint or rec.info.get("endpoint"))
         return ex.live(name)
     except CloudfitError as e:
         return f"unknown ({e})"
@@ -387,33 +429,34 @@ def down(
     project: Optional[str] = ProjectOpt,
     endpoint: Optional[str] = EndpointOpt,
     backend: Optional[str] = typer.Option(None, "--backend", help="local or gcp (default: from the state store; gcp if --project is given)."),
+    all_with_label: bool = typer.Option(False, "--all-with-label", help="Delete every VM labelled with NAME, also ones of launches this state store did not record (another machine's)."),
     as_json: bool = typer.Option(False, "--json", help="Print what was deleted as JSON to stdout."),
 ) -> None:
-    """Delete every VM (or local process) of a cluster — also ones the state store missed."""
-    from cloudfit.errors import UsageError
-    from cloudfit.executors.state import StateStore
+    """Delete every VM (or local process) of a cluster — also ones the state store missed.
 
-    store = StateStore()
+    Only VMs of launches recorded in this state store are deleted; --all-with-label deletes every VM
+    carrying the cluster label (another machine's launch of the same name too).
+    """
+    from cloudfit.errors import UsageError
+    from cloudfit.executors import check_backend, get_executor
+
+    store = _open_store()
     rec = store.find_cluster(name)
     if backend is None:
         backend = rec.backend if rec is not None else ("gcp" if project or endpoint else "local")
-    if backend not in ("local", "gcp"):
-        raise UsageError(f"unknown backend {backend!r} (expected local or gcp)")
+    check_backend(backend, LAUNCH_BACKENDS)
     if not yes:
         if as_json or not sys.stdin.isatty():
             raise UsageError(f"refusing to delete {name} without confirmation: pass --yes (stdin is not a terminal)")
         if not typer.confirm(f"Delete every {'VM' if backend == 'gcp' else 'process'} of {name}?", default=False, err=True):
             raise typer.Exit(1)
+    info = rec.info if rec is not None else {}
     if backend == "gcp":
-        from cloudfit.executors.gcp import GcpExecutor
-
-        info = rec.info if rec is not None else {}
-        ex: Any = GcpExecutor(project=project or info.get("project"), endpoint=endpoint or info.get("endpoint"), store=store)
+        ex: Any = get_executor("gcp", project=project or info.get("project"), endpoint=endpoint or info.get("endpoint"),
+                               store=store)
     else:
-        from cloudfit.executors.local import LocalExecutor
-
-        ex = LocalExecutor(store=store)
-    res = ex.down(name)
+        ex = get_executor("local", store=store)
+    res = ex.down(name, all_with_label=all_with_label)
     if as_json:
         print_json(res)
         return
@@ -422,4 +465,6 @@ def down(
     con.print(f"{name}: deleted {len(res.deleted) + len(res.untracked)} {what}"
               + (f" ({', '.join(res.deleted + res.untracked)})" if res.deleted or res.untracked else "")
               + (f"; {len(res.already_gone)} already gone" if res.already_gone else "")
-              + (f"; {len(res.untracked)} found by label but missing from the state store" if res.untracked else ""))
+              + (f"; {len(res.untracked)} found by label but missing from the state store" if res.untracked else "")
+              + (f"; left {len(res.foreign)} VM(s) of another launch of {name} alone ({', '.join(res.foreign)}; "
+                 "--all-with-label deletes them)" if res.foreign else ""))

@@ -62,29 +62,23 @@ def search(
         raise UsageError(f"--probe-steps must be at least 1, got {probe_steps}")
     if check_interval is not None and not check_interval > 0:
         raise UsageError(f"--check-interval must be positive, got {check_interval:g}")
-    timing = {} if check_interval is None else {"interval_s": check_interval}
+    from cloudfit.executors import check_backend, get_executor
+
     restrict = None
     use_measurements = True
+    check_backend(backend)
     if backend == "replay":
         if replay_data is None:
             raise UsageError("--backend replay needs --replay-data FILE.csv")
-        from cloudfit.executors.replay import ReplayExecutor
-
-        executor = ReplayExecutor(replay_data, probe_seconds=probe_minutes * 60)
+        executor = get_executor("replay", table=replay_data, probe_seconds=probe_minutes * 60)
         restrict = {k[:3] for k in executor.table}  # a replay world is its table
     elif backend == "local":
-        from cloudfit.executors.local import LocalExecutor
-
-        executor = LocalExecutor(**timing)
+        executor = get_executor("local", interval_s=check_interval)
         use_measurements = False  # a CPU rehearsal of the probes says nothing about GPU throughput
-    elif backend == "gcp":
+    else:
         if not (checkpoint_dir or "").startswith("gs://"):
             raise UsageError("--backend gcp needs --checkpoint-dir gs://BUCKET/PATH (the probe VMs write there)")
-        from cloudfit.executors.gcp import GcpExecutor
-
-        executor = GcpExecutor(project=project, endpoint=compute_endpoint, **timing)
-    else:
-        raise UsageError(f"--backend must be replay, local or gcp, not {backend!r}")
+        executor = get_executor("gcp", project=project, endpoint=compute_endpoint, interval_s=check_interval)
 
     from cloudfit.active import active_search
 

@@ -14,9 +14,10 @@ Contract (checked by ``tests/executors/test_contract.py`` against every backend)
   when the budget cannot pay one guard interval.
 * When ``run`` returns (or raises), nothing it created is left running; the cluster row holds the
   spend (never above the budget) and the reason the run ended.
-* ``down(name)`` deletes everything the cluster owns — found through the state store *and* the
-  backend's own listing (labels / process environment) — from any process; already gone is success;
-  calling it twice is harmless.
+* ``down(name)`` deletes everything the cluster's recorded launches own — found through the state
+  store *and* the backend's own listing (labels / process environment) — from any process; already
+  gone is success; calling it twice is harmless. A resource carrying the cluster's label but another
+  launch's identity is left alone (``DownResult.foreign``) unless ``all_with_label=True``.
 * ``live(name)`` lists what exists at the backend right now (the ground truth tests count).
 """
 
@@ -66,24 +67,38 @@ class JobSpec:
     steps: int = 100  # total optimizer steps (global, across restarts)
     batch_size_per_device: int | None = None  # None = the model's default
     checkpoint_dir: str | None = None  # None = the backend's default
-    checkpoint_every: int = 50
+    checkpoint_every: int | None = None  # steps between checkpoints; None = by time (Young/Daly, below)
     precision: str = "fp32"
     model_options: Mapping[str, Any] = field(default_factory=dict)
     command: tuple[str, ...] = ()  # non-empty: run this under torchrun instead of the trainer
+    checkpoint_interval_s: float = 600.0  # the interval the plan priced (re-estimated after the first write)
+    hazard_per_hour: float = 0.0  # the cluster's revocation rate, for that re-estimate
+    progress_every_s: float = 30.0  # the trainer writes its progress file at most this often
 
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise UsageError(f"--steps must be at least 1, got {self.steps}")
-        if self.checkpoint_every < 1:
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
             raise UsageError(f"--checkpoint-every must be at least 1, got {self.checkpoint_every}")
+        if not (self.checkpoint_interval_s > 0 and math.isfinite(self.checkpoint_interval_s)):
+            raise UsageError(f"the checkpoint interval must be positive, got {self.checkpoint_interval_s}")
+        if not (self.hazard_per_hour >= 0 and math.isfinite(self.hazard_per_hour)) or not self.progress_every_s >= 0:
+            raise UsageError("the hazard and the progress interval must be non-negative")
         if self.batch_size_per_device is not None and self.batch_size_per_device < 1:
             raise UsageError(f"the batch size must be at least 1, got {self.batch_size_per_device}")
 
     def trainer_args(self, checkpoint_dir: str, *, stop_file: str | None = None, stop_at: float | None = None,
-                     progress_file: str | None = None) -> list[str]:
+                     progress_file: str | None = None, progress_every_s: float | None = None) -> list[str]:
         """Arguments of ``python -m cloudfit.train`` for this job."""
         args = ["--model", self.model, "--steps", str(self.steps), "--checkpoint-dir", checkpoint_dir,
-                "--checkpoint-every", str(self.checkpoint_every), "--precision", _trainer_precision(self.precision)]
+                "--precision", _trainer_precision(self.precision)]
+        if self.checkpoint_every:
+            args += ["--checkpoint-every", str(self.checkpoint_every)]
+        else:
+            args += ["--checkpoint-interval-s", f"{self.checkpoint_interval_s:g}",
+                     "--hazard-per-hour", f"{self.hazard_per_hour:.6g}"]
+        every = self.progress_every_s if progress_every_s is None else progress_every_s
+        args += ["--progress-every-s", f"{every:g}"]
         if self.batch_size_per_device:
             args += ["--batch-size", str(self.batch_size_per_device)]
         for k, v in sorted(self.model_options.items()):
@@ -111,6 +126,7 @@ class RunSpec:
     budget_usd: float
     timeout_s: float | None = None
     labels: Mapping[str, str] = field(default_factory=dict)  # extra labels, e.g. {"cloudfit-purpose": "probe"}
+    record: Mapping[str, Any] = field(default_factory=dict)  # extra facts for the state store (e.g. trusted prices)
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -151,6 +167,7 @@ class Preview:
     fallbacks: int  # alternatives available after this config
     notes: tuple[str, ...] = ()
     startup_script: str = ""  # gcp: the script every VM runs (identical on all nodes)
+    install: str = ""  # gcp: what the VMs install and from where
 
 
 @dataclass(frozen=True)
@@ -188,6 +205,7 @@ class DownResult:
     deleted: tuple[str, ...]  # resources deleted now
     already_gone: tuple[str, ...]
     untracked: tuple[str, ...] = ()  # found by label/environment but missing from the state store
+    foreign: tuple[str, ...] = ()  # carry the cluster label but belong to a launch this store did not record: left alone
 
 
 class Executor(Protocol):
@@ -197,7 +215,7 @@ class Executor(Protocol):
 
     def run(self, spec: RunSpec, on_event: EventSink | None = None) -> RunResult: ...
 
-    def down(self, name: str) -> DownResult: ...
+    def down(self, name: str, *, all_with_label: bool = False) -> DownResult: ...
 
     def live(self, name: str) -> list[str]: ...
 

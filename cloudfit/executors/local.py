@@ -61,9 +61,15 @@ class LocalExecutor:
     """See the module docstring. ``interval_s``/``grace_s``/``teardown_s`` are the guard's timing."""
 
     backend = "local"
+    INTERVAL_S, GRACE_S, TEARDOWN_S = 1.0, 3.5, 5.0
+
+    @classmethod
+    def billing_bounds(cls) -> tuple[float, float]:
+        """(min billed seconds, longest billed time after the cap): no minimum here, teardown only."""
+        return 0.0, cls.TEARDOWN_S
 
     def __init__(self, *, store: st.StateStore | None = None, max_ranks: int | None = None,
-                 interval_s: float = 1.0, grace_s: float = 3.5, teardown_s: float = 5.0,
+                 interval_s: float = INTERVAL_S, grace_s: float = GRACE_S, teardown_s: float = TEARDOWN_S,
                  max_restarts: int = 3) -> None:
         self._store = store  # opened on first use: a dry run writes nothing, not even state.db
         self.max_ranks = max_ranks or max_local_ranks()
@@ -103,7 +109,8 @@ class LocalExecutor:
         if spec.job.command:
             return launcher + ["--no-python", *spec.job.command]
         return launcher + ["-m", "cloudfit.train", *spec.job.trainer_args(
-            str(paths["checkpoints"]), stop_file=str(paths["stop"]), stop_at=stop_at, progress_file=str(paths["progress"]))]
+            str(paths["checkpoints"]), stop_file=str(paths["stop"]), stop_at=stop_at, progress_file=str(paths["progress"]),
+            progress_every_s=min(spec.job.progress_every_s, 1.0))]  # local disk: cheap, and the guard polls it
 
     def preview(self, spec: RunSpec) -> Preview:
         guard, schedules = self._guard(spec)
@@ -184,7 +191,7 @@ class LocalExecutor:
     def live(self, name: str) -> list[str]:
         return [str(p.pid) for p in _labelled(name)]
 
-    def down(self, name: str) -> DownResult:
+    def down(self, name: str, *, all_with_label: bool = False) -> DownResult:
         rec = self.store.find_cluster(name)
         deleted, gone = [], []
         tracked_pids = set()

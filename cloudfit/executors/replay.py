@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from cloudfit.errors import UsageError
-from cloudfit.executors.base import DownResult, NodePlan, Preview, RunResult, RunSpec
+from cloudfit.executors.base import LABEL, DownResult, Event, NodePlan, Preview, RunResult, RunSpec
 
 _ALIASES = {"count": "accelerators_per_node", "batch_per_device": "batch_size_per_device"}
 _COLUMNS = ("accelerator", "accelerators_per_node", "nodes", "batch_size_per_device", "precision", "samples_per_second")
@@ -59,7 +59,12 @@ class ReplayExecutor:
     """An Executor whose runs are looked up, not launched: each probe lasts its spec's ``timeout_s``
     (``probe_seconds`` when the spec has none) and is charged the configuration's price for that long."""
 
-    name = "replay"
+    backend = "replay"
+    name = backend  # the attribute older callers read; ``backend`` is the protocol's
+
+    @classmethod
+    def billing_bounds(cls) -> tuple[float, float]:
+        return 0.0, 0.0
 
     def __init__(self, table: str | Path | dict[Key, float], *, probe_seconds: float = 600.0) -> None:
         self.table = table if isinstance(table, dict) else load_replay_table(table)
@@ -81,13 +86,14 @@ class ReplayExecutor:
         o = c.offering
         node = NodePlan(name=f"{spec.name}-0", zone=o.zone, machine_type=o.machine_type, accelerator=o.accelerator,
                         accelerators=o.accelerators_per_node, provisioning="replay", price_per_hour=c.price_per_hour,
-                        max_run_duration_s=int(self._seconds(spec)), labels=dict(spec.labels))
+                        max_run_duration_s=int(self._seconds(spec)), labels={LABEL: spec.name, **spec.labels})
         cost = c.price_per_hour * self._seconds(spec) / 3600
         return Preview(backend="replay", name=spec.name, config=c, nodes=(node,), budget_usd=spec.budget_usd,
                        cost_cap_usd=min(cost, spec.budget_usd), interval_s=0.0, teardown_s=0.0,
                        fallbacks=len(spec.configs) - 1)
 
     def run(self, spec: RunSpec, on_event=None) -> RunResult:
+        emit = on_event or (lambda e: None)
         self.runs.append(spec)
         c = spec.configs[0]
         sps = self.lookup(spec)
@@ -99,13 +105,17 @@ class ReplayExecutor:
         if cost > spec.budget_usd + 1e-9:
             return RunResult(name=spec.name, backend="replay", reason="budget", spend_usd=0.0, elapsed_s=0.0, config=c,
                              detail=f"a {seconds:.0f} s probe costs ${cost:.4f}, above its ${spec.budget_usd:.4f}")
+        emit(Event("created", f"replaying {c.label()} from the table"))
+        emit(Event("progress", f"step {spec.job.steps}/{spec.job.steps} · {sps:,.0f} samples/s",
+                   {"step": spec.job.steps, "total_steps": spec.job.steps, "samples_per_second": sps, "spend_usd": cost}))
         return RunResult(name=spec.name, backend="replay", reason="completed", spend_usd=cost,
-                         elapsed_s=seconds, config=c, samples_per_second=sps)
+                         elapsed_s=seconds, config=c, steps=spec.job.steps, total_steps=spec.job.steps,
+                         samples_per_second=sps)
 
     def _seconds(self, spec: RunSpec) -> float:
         return float(spec.timeout_s) if spec.timeout_s else self.probe_seconds
 
-    def down(self, name: str) -> DownResult:
+    def down(self, name: str, *, all_with_label: bool = False) -> DownResult:
         return DownResult(name=name, deleted=(), already_gone=())
 
     def live(self, name: str) -> list[str]:

@@ -8,11 +8,17 @@ prices, caps and process ids.
 
 One file (``state.db``) in WAL mode; every write is its own short transaction, so several
 processes (a launcher, ``status``, ``down``) can use it at once.
+
+A corrupt database (a bad page, a truncated or foreign file) is detected when the store is opened
+(``PRAGMA quick_check``), moved aside with its WAL files (``state.db.corrupt-<time>``), and replaced
+by an empty store; ``StateStore.recovered`` holds the one line the CLI shows. Clusters it held are
+then found by label (``cloudfit down NAME --backend gcp --all-with-label``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -123,30 +129,67 @@ class StateStore:
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = self._connect()
+        self.recovered: str | None = None  # one line when a corrupt store was moved aside on opening
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise LaunchError(f"cannot create the state folder {self.path.parent} ({e.strerror or e})") from None
+        try:
+            self._open()
+        except sqlite3.DatabaseError as e:
+            if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+                raise LaunchError(f"{self.path}: the state store is locked by another process ({e})") from None
+            moved = self._move_aside()
+            self.recovered = (f"the state store {self.path} was corrupt ({e}); moved it to {moved.name} and started "
+                              "an empty one (clusters it held: `cloudfit down NAME --backend gcp --all-with-label`)")
+            try:
+                self._open()
+            except sqlite3.DatabaseError as e2:
+                raise LaunchError(f"{self.path}: cannot create a new state store ({e2})") from None
+
+    def _move_aside(self) -> Path:
+        target = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+        for suffix in ("", "-wal", "-shm"):  # the WAL belongs to the old file: never replay it into a new one
+            src = Path(str(self.path) + suffix)
+            if src.exists():
+                os.replace(src, Path(str(target) + suffix))
+        return target
+
+    def _open(self) -> None:
+        db = self._raw_connect()
         try:
             db.executescript(_SCHEMA)  # executescript commits on its own: keep it out of _tx
-        finally:
-            db.close()
-        with self._tx() as db:
+            bad = [r[0] for r in db.execute("PRAGMA quick_check").fetchall() if r[0] != "ok"]
+            if bad:
+                raise sqlite3.DatabaseError(f"integrity check failed: {bad[0]}")
             row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None:
                 db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            elif not str(row[0]).isdigit():
+                raise sqlite3.DatabaseError(f"schema_version {row[0]!r} is not a number")
             elif int(row[0]) > SCHEMA_VERSION:
                 raise UsageError(
                     f"{self.path}: state schema_version {row[0]} is newer than this cloudfit reads "
                     f"({SCHEMA_VERSION}); upgrade cloudfit"
                 )
+        finally:
+            db.close()
+
+    def _raw_connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")  # an intent row must survive a kill -9 right after
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     def _connect(self) -> sqlite3.Connection:
         try:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")  # an intent row must survive a kill -9 right after
+            return self._raw_connect()
         except sqlite3.Error as e:
             raise LaunchError(f"{self.path}: cannot open the state store ({e})") from None
-        return db
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -155,6 +198,14 @@ class StateStore:
             db.execute("BEGIN IMMEDIATE")
             yield db
             db.execute("COMMIT")
+        except sqlite3.DatabaseError as e:  # corrupted under us (after the check on opening): one line, no traceback
+            if db.in_transaction:
+                try:
+                    db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            raise LaunchError(f"{self.path}: the state store failed ({e}); if it is corrupt, the next cloudfit "
+                              "command moves it aside") from None
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
@@ -202,6 +253,22 @@ class StateStore:
         with self._tx() as db:
             row = db.execute(f"SELECT {_CLUSTER_COLS} FROM clusters WHERE name=?", (name,)).fetchone()
         return None if row is None else _cluster(row)
+
+    def launch_ids(self, name: str) -> set[str]:
+        """Launch identities recorded for clusters named ``name`` (this one and earlier ones archived
+        as ``name@time``): what ``down NAME`` may delete."""
+        with self._tx() as db:
+            rows = db.execute("SELECT info FROM clusters WHERE name=? OR name LIKE ?",
+                              (name, name + "@%")).fetchall()
+        out = set()
+        for (info,) in rows:
+            try:
+                lid = json.loads(info).get("launch_id")
+            except ValueError:
+                continue
+            if isinstance(lid, str) and lid:
+                out.add(lid)
+        return out
 
     def clusters(self) -> list[ClusterRecord]:
         with self._tx() as db:

@@ -1,44 +1,119 @@
-"""Export a plan as a SkyPilot task (a dict ready for YAML)."""
+"""Export a plan as a SkyPilot task (a dict ready for YAML).
+
+The task runs cloudfit's own trainer under ``torchrun`` on every node, with arguments the trainer
+accepts (``--steps`` from the workload's samples, the batch per GPU and the cluster's GPUs; the
+Young/Daly checkpoint interval the plan priced), checkpoints in a bucket mounted at
+``CHECKPOINT_MOUNT`` (so a recovered spot cluster resumes from them), ``setup`` installing exactly
+the cloudfit version that planned the task, and the plan's chosen config followed by its
+alternatives as ``resources: ordered:`` (SkyPilot tries them in order). Shapes SkyPilot cannot
+attach (e.g. ``a3-edgegpu-8g``) are never emitted; alternatives with another node count or GPUs
+per node are left out too (one task has one ``num_nodes`` and one ``--steps``).
+"""
 
 from __future__ import annotations
 
+import math
+import re
+import shlex
 from typing import Any
 
-from cloudfit.types import Plan
+from cloudfit.errors import UsageError
+from cloudfit.types import ClusterConfig, Plan
+
+CHECKPOINT_MOUNT = "/cloudfit-ckpt"
+#: (machine-type prefix, cloudfit accelerator) → SkyPilot's accelerator name, for the GCP shapes
+#: SkyPilot's catalog attaches; anything else (a3-edgegpu-8g, …) is not emitted.
+SKYPILOT_SHAPES: tuple[tuple[str, str, str], ...] = (
+    ("n1-", "T4", "T4"), ("n1-", "V100", "V100"), ("n1-", "P100", "P100"), ("n1-", "P4", "P4"),
+    ("n1-", "K80", "K80"), ("a2-highgpu-", "A100", "A100"), ("a2-megagpu-", "A100", "A100"),
+    ("a2-ultragpu-", "A100-80GB", "A100-80GB"), ("g2-standard-", "L4", "L4"), ("a3-highgpu-", "H100", "H100"),
+    ("a3-megagpu-8g", "H100-MEGA", "H100-MEGA"), ("a3-ultragpu-8g", "H200", "H200"), ("a4-highgpu-8g", "B200", "B200"),
+)
 
 
+def skypilot_accelerator(config: ClusterConfig) -> str | None:
+    """SkyPilot's name for the config's GPU on its machine type, or None if SkyPilot cannot attach it."""
+    o = config.offering
+    for prefix, acc, sky in SKYPILOT_SHAPES:
+        if o.machine_type.startswith(prefix) and o.accelerator == acc:
+            return sky
+    return None
 
-def skypilot_task(plan: Plan, *, steps_command: str | None = None) -> dict[str, Any]:
-    """A SkyPilot task (as a dict, for YAML) that runs cloudfit's trainer on the chosen config."""
-    c = plan.chosen.config
-    o = c.offering
+
+def _bucket_name(model: str) -> str:
+    stem = re.sub(r"[^a-z0-9-]+", "-", model.lower()).strip("-")[:40] or "job"
+    return f"cloudfit-{stem}-ckpt"
+
+
+def skypilot_task(plan: Plan, *, bucket: str | None = None, steps_command: str | None = None,
+                  batch_size_per_device: int | None = None) -> dict[str, Any]:
+    """A SkyPilot task (as a dict, for YAML) that runs cloudfit's trainer on the plan's configs."""
+    from cloudfit.executors.checkpointing import planned_interval
+    from cloudfit.executors.gcp.bodies import pip_spec
+
     w = plan.workload
+    configs: list[ClusterConfig] = []
+    for e in plan.candidates():
+        if skypilot_accelerator(e.config) and e.config not in configs:
+            configs.append(e.config)
+    if not configs:
+        raise UsageError("SkyPilot cannot attach any of the plan's shapes (e.g. a3-edgegpu-8g); "
+                         "re-run recommend with other --accelerators")
+    first = configs[0]
+    configs = [c for c in configs if c.nodes == first.nodes
+               and c.offering.accelerators_per_node == first.offering.accelerators_per_node]
+    batch = batch_size_per_device or w.batch_size_per_device or _default_batch(w.model)
+    gpus = first.nodes * first.offering.accelerators_per_node
+    steps = max(1, math.ceil(w.samples / (batch * gpus)))
+    interval_s, hazard, _ = planned_interval(first, w.model)
+    trainer = ["--model", w.model, "--steps", str(steps), "--batch-size", str(batch),
+               "--precision", w.precision if w.precision in ("fp32", "tf32", "fp16", "bf16") else "bf16",
+               "--checkpoint-dir", CHECKPOINT_MOUNT, "--checkpoint-interval-s", f"{interval_s:.0f}",
+               "--hazard-per-hour", f"{hazard:.6g}", "--local-checkpoint-dir", "/tmp/cloudfit-ckpt-local",
+               "--progress-file", "/tmp/cloudfit-progress.json"]
     if steps_command is None and plan.layout:  # a large-model plan: torchrun runs the plan's layout
         launch = plan.layout["launch"]  # (or the nearest layout cloudfit.train_llm runs: no pp/cp there)
         args = launch["args"] if launch.get("runnable", True) or not launch.get("runnable_args") else launch["runnable_args"]
         steps_command = (
+            "set -e\n"
             'MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)\n'
-            "torchrun --nnodes=$SKYPILOT_NUM_NODES --nproc_per_node=$SKYPILOT_NUM_GPUS_PER_NODE "
-            "--node_rank=$SKYPILOT_NODE_RANK --master_addr=$MASTER_ADDR --master_port=29500 "
-            "-m cloudfit.train_llm " + " ".join(args) + " --checkpoint-dir ~/cloudfit-ckpt\n")
+            "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n"
+            'python -m torch.distributed.run --nnodes="$SKYPILOT_NUM_NODES" '
+            '--nproc-per-node="$SKYPILOT_NUM_GPUS_PER_NODE" --node-rank="$SKYPILOT_NODE_RANK" '
+            '--master-addr="$MASTER_ADDR" --master-port=29500 '
+            "-m cloudfit.train_llm " + " ".join(shlex.quote(str(a)) for a in args)
+            + f" --checkpoint-dir {CHECKPOINT_MOUNT} --progress-file /tmp/cloudfit-progress.json\n")
     run = steps_command or (
+        "set -e\n"
         'MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)\n'
-        "torchrun --nnodes=$SKYPILOT_NUM_NODES --nproc_per_node=$SKYPILOT_NUM_GPUS_PER_NODE "
-        "--node_rank=$SKYPILOT_NODE_RANK --master_addr=$MASTER_ADDR --master_port=29500 "
-        f"-m cloudfit.train --model {w.model} --samples {int(w.samples)} --precision {w.precision} "
-        "--checkpoint-dir ~/cloudfit-ckpt\n"
+        "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n"
+        'python -m torch.distributed.run --nnodes="$SKYPILOT_NUM_NODES" '
+        '--nproc-per-node="$SKYPILOT_NUM_GPUS_PER_NODE" --node-rank="$SKYPILOT_NODE_RANK" '
+        '--master-addr="$MASTER_ADDR" --master-port=29500 '
+        "-m cloudfit.train " + " ".join(shlex.quote(a) for a in trainer) + "\n"
     )
+    ordered = [{
+        "cloud": "gcp",
+        "region": c.offering.region,
+        "zone": c.offering.zone,
+        "instance_type": c.offering.machine_type,
+        "accelerators": f"{skypilot_accelerator(c)}:{c.offering.accelerators_per_node}",
+        "use_spot": bool(c.spot),
+    } for c in configs]
     return {
-        "name": f"cloudfit-{w.model}",
-        "resources": {
-            "cloud": "gcp",
-            "region": o.region,
-            "zone": o.zone,
-            "instance_type": o.machine_type,
-            "accelerators": f"{o.accelerator}:{o.accelerators_per_node}",
-            "use_spot": bool(c.spot),
-        },
-        "num_nodes": int(c.nodes),
-        "setup": "pip install cloudfit\n",
+        "name": f"cloudfit-{re.sub(r'[^a-z0-9-]+', '-', w.model.lower()).strip('-') or 'job'}",
+        "resources": {"ordered": ordered},
+        "num_nodes": int(first.nodes),
+        "file_mounts": {CHECKPOINT_MOUNT: {"name": bucket or _bucket_name(w.model), "mode": "MOUNT"}},
+        "setup": f"python -m pip install --quiet {shlex.quote(pip_spec())}\n",
         "run": run,
     }
+
+
+def _default_batch(model: str) -> int:
+    try:
+        from cloudfit.profiling import zoo
+
+        return int(zoo.info(model)["default_batch_size"])
+    except Exception:  # a user model: the trainer's own default applies per rank; count one sample
+        return 1

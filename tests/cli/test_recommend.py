@@ -37,9 +37,10 @@ def test_table_outputs_and_files(cli, tmp_path):
     p = load_plan(plan)
     task = yaml.safe_load(sky.read_text())
     o = p.chosen.config.offering
-    assert task["resources"]["instance_type"] == o.machine_type
-    assert task["resources"]["accelerators"] == f"{o.accelerator}:{o.accelerators_per_node}"
-    assert task["num_nodes"] == p.chosen.config.nodes and task["resources"]["use_spot"] == p.chosen.config.spot
+    first = task["resources"]["ordered"][0]  # the chosen config, then the alternatives SkyPilot can attach
+    assert first["instance_type"] == o.machine_type
+    assert first["accelerators"] == f"{o.accelerator}:{o.accelerators_per_node}"
+    assert task["num_nodes"] == p.chosen.config.nodes and first["use_spot"] == p.chosen.config.spot
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -8,8 +8,26 @@ from cloudfit.plan.io import save_plan
 from cloudfit.types import ClusterConfig, Estimate, Offering, Plan, Workload
 
 
+_UNSET = object()
+
+
+def catalog_offering(zone: str = "us-central1-a", machine_type: str = "n1-highmem-8", accelerator: str = "T4",
+                     per_node: int = 1) -> Offering:
+    """The shipped catalog's row (plans that `launch` reads must match it: it re-prices them)."""
+    from cloudfit import catalog
+
+    for o in catalog.load().offerings:
+        if (o.zone, o.machine_type, o.accelerator, o.accelerators_per_node) == (zone, machine_type, accelerator, per_node):
+            return o
+    raise LookupError(f"{machine_type} {per_node}x{accelerator} is not in the catalog in {zone}")
+
+
 def offering(zone: str = "us-central1-a", machine_type: str = "n1-highmem-8", accelerator: str = "T4",
-             per_node: int = 1, price: float = 0.9, spot: float | None = 0.3) -> Offering:
+             per_node: int = 1, price: float | None = 0.9, spot=_UNSET) -> Offering:
+    """An offering with test prices (executor-level tests); ``price=None``: the catalog's row."""
+    if price is None:
+        return catalog_offering(zone, machine_type, accelerator, per_node)
+    spot = price / 3 if spot is _UNSET else spot
     return Offering(machine_type, accelerator, per_node, 8, 52, zone.rsplit("-", 1)[0], zone, price, spot)
 
 

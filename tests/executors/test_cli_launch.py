@@ -19,8 +19,8 @@ from tests.executors.conftest import PROJECT
 from tests.executors.plans import make_plan, offering, write_plan
 
 
-def t4(zone="us-central1-a", nodes=2, spot=True, price=0.9):
-    return ClusterConfig(offering(zone, price=price, spot=price / 3), nodes, spot)
+def t4(zone="us-central1-a", nodes=2, spot=True):
+    return ClusterConfig(offering(zone, price=None), nodes, spot)  # the catalog's row: launch re-prices plans
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_unknown_backend_exits_2(cli, plan):
 
 @pytest.mark.parametrize("backend", ["local", "gcp"])
 def test_budget_below_one_interval_exits_2_and_creates_nothing(cli, fake, plan, backend):
-    args = _gcp_args(fake, "--checkpoint-dir", "gs://b/x") if backend == "gcp" else []
+    args = _gcp_args(fake, "--checkpoint-dir", "gs://ckpt-bucket/x") if backend == "gcp" else []
     r = cli("launch", str(plan), "--budget", "0.0001", "--yes", *args)
     assert r.exit_code == 2 and "below one guard interval" in r.output
     _nothing_created()
@@ -70,7 +70,7 @@ def test_budget_below_one_interval_exits_2_and_creates_nothing(cli, fake, plan, 
 
 
 def test_gcp_launch_needs_confirmation_or_yes(cli, fake, plan):
-    r = cli("launch", str(plan), *_gcp_args(fake, "--checkpoint-dir", "gs://b/x"))
+    r = cli("launch", str(plan), *_gcp_args(fake, "--checkpoint-dir", "gs://ckpt-bucket/x"))
     assert r.exit_code == 2 and "pass --yes" in r.output
     _nothing_created()
     assert fake.requests == []
@@ -105,13 +105,14 @@ def test_gcp_dry_run_prints_the_exact_instances_and_creates_nothing(cli, fake, p
     out = " ".join(r.output.split())
     for piece in ("dry-0:", "dry-1:", "zone us-central1-a", "machine type n1-highmem-8", "nvidia-tesla-t4", "SPOT",
                   "max_run_duration", "then DELETE", "labels cloudfit-cluster=dry, cloudfit-node=0",
-                  "deeplearning-platform-release", "cost cap $30.00", "2 fallback config(s)"):
+                  "deeplearning-platform-release", "cost cap $30.00", "2 fallback config(s)",
+                  "install: the VMs install cloudfit", "from a wheel of this install", "cloudfit-launch=new-uuid-at-launch"):
         assert piece in out, piece
     assert fake.requests == [] and not (Path(os.environ["CLOUDFIT_HOME"]) / "state.db").exists()
     j = cli("launch", str(plan), "--dry-run", "--json", "--name", "dry", *_gcp_args(fake))
     pv = json.loads(j.output)["preview"]
     assert [n["name"] for n in pv["nodes"]] == ["dry-0", "dry-1"] and pv["cost_cap_usd"] <= 30
-    assert "torch.distributed.run" in pv["startup_script"]
+    assert "torch.distributed.run" in pv["startup_script"] and "instance metadata" in pv["install"]
 
 
 def test_budget_form_recommends_with_objective_time(cli, monkeypatch, fake):
@@ -147,7 +148,7 @@ def test_budget_form_with_the_real_recommender_stays_within_the_budget(cli, fake
 
 def test_gcp_launch_status_down_round_trip(cli, fake, plan):
     r = cli("launch", str(plan), "--yes", "--name", "rt", "--steps", "40", "--check-interval", "0.1",
-            *_gcp_args(fake, "--checkpoint-dir", "gs://b/rt"))
+            *_gcp_args(fake, "--checkpoint-dir", "gs://ckpt-bucket/rt"))
     assert r.exit_code == 0, r.output
     assert "rt: completed" in r.output
     s = json.loads(cli("status", "rt", "--json").output)
@@ -164,7 +165,7 @@ def test_kill_9_mid_creation_then_down_from_a_new_process_leaves_no_vm(fake, pla
     p4 = write_plan(tmp_path / "p4.json", [t4(nodes=4)], budget_usd=30)
     env = {**os.environ}
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "cloudfit", "launch", str(p4), "--yes", "--name", "k9", "--checkpoint-dir", "gs://b/k9",
+        [sys.executable, "-m", "cloudfit", "launch", str(p4), "--yes", "--name", "k9", "--checkpoint-dir", "gs://ckpt-bucket/k9",
          *_gcp_args(fake)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while len(fake.vms("k9")) < 2 and time.monotonic() < deadline:
@@ -192,7 +193,7 @@ def test_no_secret_reaches_state_scripts_plans_or_output(cli, fake, plan, tmp_pa
     monkeypatch.setenv("GOOGLE_API_KEY", secrets[2])
     outputs = []
     for args in (("--dry-run", "--json"), ("--yes", "--check-interval", "0.1")):
-        r = cli("launch", str(plan), "--name", "sec", "--steps", "20", *args, *_gcp_args(fake, "--checkpoint-dir", "gs://b/s"))
+        r = cli("launch", str(plan), "--name", "sec", "--steps", "20", *args, *_gcp_args(fake, "--checkpoint-dir", "gs://ckpt-bucket/s"))
         assert r.exit_code == 0, r.output
         outputs.append(r.output)
     outputs.append(cli("status", "sec", "--json").output)
@@ -225,3 +226,67 @@ def test_sigterm_to_the_launcher_tears_the_local_cluster_down(tmp_path):
     for r in status["resources"]:  # the torchrun process group is gone
         with pytest.raises(ProcessLookupError):
             os.kill(r["pid"], 0)
+
+
+# ------------------------------------------------------------------------------ issue 14
+
+def test_launch_skips_a_zone_that_answers_503_stockout_within_seconds(cli, fake, plan):
+    """Before: HTTP 503 ZONE_RESOURCE_POOL_EXHAUSTED was retried 7× for ~55 s, then exit 1."""
+    fake.stockout("us-central1-a", sync=True)
+    t0 = time.monotonic()
+    r = cli("launch", str(plan), "--yes", "--name", "so", "--steps", "20", "--check-interval", "0.1",
+            *_gcp_args(fake, "--checkpoint-dir", "gs://ckpt-bucket/so"))
+    assert r.exit_code == 0, r.output
+    assert time.monotonic() - t0 < 15
+    assert "so: completed" in r.output and "stockout in us-central1-a" in r.output
+    assert {b["name"] for b in fake.inserted} == {"so-0", "so-1"}
+    assert fake.count("POST", r"/zones/us-central1-a/instances$") == 1
+    assert fake.count("POST", r"/zones/us-central1-b/instances$") == 2 and fake.vms() == []
+
+
+def test_status_and_down_survive_a_corrupt_state_store(fake, tmp_path):
+    """Before: one bad page gave a traceback for `status` and `down`, and `down` could not delete by label."""
+    import sqlite3
+
+    from tests.executors.test_state import _corrupt_one_page
+
+    fake.simulate_job_s = 1e6
+    p2 = write_plan(tmp_path / "p2.json", [t4(nodes=2)], budget_usd=30)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "cloudfit", "launch", str(p2), "--yes", "--name", "cor", "--check-interval", "0.2",
+         *_gcp_args(fake, "--checkpoint-dir", "gs://ckpt-bucket/c")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while fake.vms("cor", statuses=("RUNNING",)) != ["cor-0", "cor-1"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    launcher.send_signal(signal.SIGKILL)  # the launcher is gone; its VMs run on
+    launcher.wait()
+    store = StateStore()
+    for i in range(300):  # enough pages to lose one in the middle
+        store.event("filler", "x", "y" * 200)
+    with sqlite3.connect(store.path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    _corrupt_one_page(store.path, page=2)
+    s = run_cloudfit("status")
+    assert s.returncode == 0 and "Traceback" not in s.stderr, s.stderr
+    assert len([x for x in s.stderr.splitlines() if "was corrupt" in x]) == 1
+    d = run_cloudfit("down", "cor", "--yes", "--backend", "gcp", "--project", PROJECT, "--compute-endpoint", fake.endpoint)
+    assert d.returncode == 2 and "--all-with-label" in d.stderr and "Traceback" not in d.stderr
+    assert fake.vms("cor") == ["cor-0", "cor-1"]
+    d = run_cloudfit("down", "cor", "--yes", "--backend", "gcp", "--all-with-label", "--project", PROJECT,
+                     "--compute-endpoint", fake.endpoint)
+    assert d.returncode == 0, d.stderr
+    assert fake.vms() == []
+
+
+def test_a_token_in_the_pip_spec_reaches_neither_metadata_nor_json(cli, fake, plan, monkeypatch):
+    token = "ghp_SECRETTOKEN123"
+    monkeypatch.setenv("CLOUDFIT_PIP_SPEC", f"git+https://user:{token}@github.com/org/cloudfit.git@v1")
+    r = cli("launch", str(plan), "--dry-run", "--json", "--name", "tok", *_gcp_args(fake))
+    assert r.exit_code == 0 and token not in r.output and "github.com/org/cloudfit.git" in r.output
+    r = cli("launch", str(plan), "--yes", "--name", "tok", "--steps", "20", "--check-interval", "0.1",
+            *_gcp_args(fake, "--checkpoint-dir", "gs://ckpt-bucket/t"))
+    assert r.exit_code == 0, r.output
+    assert token not in json.dumps(fake.inserted) and "startup-script" in json.dumps(fake.inserted)
+    assert token not in r.output
+    state_bytes = b"".join(p.read_bytes() for p in StateStore().path.parent.glob("state.db*"))
+    assert token.encode() not in state_bytes

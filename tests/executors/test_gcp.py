@@ -11,7 +11,7 @@ import pytest
 from cloudfit.errors import LaunchError, UsageError
 from cloudfit.executors import state as st
 from cloudfit.executors.base import JobSpec, RunSpec
-from cloudfit.executors.gcp import make_clients
+from cloudfit.executors.gcp import Retry, make_clients
 from cloudfit.types import ClusterConfig
 from tests.executors.conftest import PROJECT, FastClock
 from tests.executors.plans import offering
@@ -55,7 +55,9 @@ def test_vms_carry_the_plan(fake, gcp):
     sch = n0["scheduling"]
     assert sch["provisioningModel"] == "SPOT" and sch["onHostMaintenance"] == "TERMINATE"
     assert sch["instanceTerminationAction"] == "DELETE" and int(sch["maxRunDuration"]["seconds"]) > 3600
-    assert n0["labels"] == {"cloudfit-cluster": "shape", "cloudfit-node": "0"}
+    launch = ex.store.cluster("shape").info["launch_id"]
+    assert len(launch) == 32 and n1["labels"]["cloudfit-launch"] == launch
+    assert n0["labels"] == {"cloudfit-cluster": "shape", "cloudfit-node": "0", "cloudfit-launch": launch}
     assert "deeplearning-platform-release" in n0["disks"][0]["initializeParams"]["sourceImage"]
     # node 1 rendezvouses at node 0's internal IP; node 0 hosts it
     ip0 = next(r.info["internal_ip"] for r in ex.store.resources("shape") if r.name == "shape-0")
@@ -123,8 +125,6 @@ def test_429_and_503_are_retried_with_backoff(fake, gcp):
 
 
 def test_persistent_503_gives_up_with_a_clear_error(fake, gcp):
-    from cloudfit.executors.gcp import Retry
-
     fake.http_errors(503, 100, method="POST")
     ex = gcp(retry=Retry(attempts=3, base_s=0.001))
     with pytest.raises(LaunchError, match="gave up after 3 attempts"):
@@ -181,18 +181,21 @@ def test_down_deletes_labelled_vms_missing_from_state_and_ignores_gone_ones(fake
     from google.cloud import compute_v1
 
     ex = gcp()
-    ex.store.create_cluster("orph", "gcp", 5.0, {"project": PROJECT})
+    ex.store.create_cluster("orph", "gcp", 5.0, {"project": PROJECT, "launch_id": "l1"})
     ex.store.intend("orph", "vm", "orph-0", zone="us-central1-a", price_per_hour=1.0)  # never created
     c = ex.clients
-    body = compute_v1.Instance(name="orph-9", machine_type="zones/us-central1-b/machineTypes/n1-highmem-8",
-                               labels={"cloudfit-cluster": "orph"})
-    c.instances.insert(project=PROJECT, zone="us-central1-b", instance_resource=body)
-    _when(lambda: fake.vms("orph", statuses=("RUNNING",)) == ["orph-9"])
+    for name, launch in (("orph-9", "l1"), ("orph-8", "someone-else")):
+        body = compute_v1.Instance(name=name, machine_type="zones/us-central1-b/machineTypes/n1-highmem-8",
+                                   labels={"cloudfit-cluster": "orph", "cloudfit-launch": launch})
+        c.instances.insert(project=PROJECT, zone="us-central1-b", instance_resource=body)
+    _when(lambda: fake.vms("orph", statuses=("RUNNING",)) == ["orph-8", "orph-9"])
     res = ex.down("orph")
-    assert res.untracked == ("orph-9",) and res.already_gone == ("orph-0",)
-    assert fake.vms() == [] and ex.store.cluster("orph").reason == "down"
-    again = ex.down("orph")  # idempotent
-    assert again.deleted == () and again.untracked == ()
+    assert res.untracked == ("orph-9",) and res.already_gone == ("orph-0",) and res.foreign == ("orph-8",)
+    assert fake.vms() == ["orph-8"] and ex.store.cluster("orph").reason == "down"
+    again = ex.down("orph")  # idempotent; another launch's VM is still left alone
+    assert again.deleted == () and again.untracked == () and fake.vms() == ["orph-8"]
+    forced = ex.down("orph", all_with_label=True)
+    assert forced.untracked == ("orph-8",) and fake.vms() == []
 
 
 def test_credentials_anonymous_only_for_loopback_http(fake):
@@ -256,3 +259,119 @@ def test_node_0_preempted_before_its_address_is_known_is_replaced_during_creatio
     v1 = next(b for b in fake.inserted if b["name"] == "v-1")
     assert len(v0) == 2 and _meta(v1, "cloudfit-master-addr").startswith("10.")
     assert fake.vms() == []
+
+
+# ------------------------------------------------------------------------------ issue 14: capacity errors
+
+@pytest.mark.parametrize("fault", ["stockout-503", "stockout-in-operation", "quota-403", "accelerator-not-found"])
+def test_capacity_errors_fall_back_to_the_next_alternative_at_once(fake, gcp, fault):
+    """Before: a synchronous HTTP 503 stockout was retried 7 times (~55 s) and then aborted the launch."""
+    zone = "us-central1-a"
+    {"stockout-503": lambda: fake.stockout(zone, sync=True), "stockout-in-operation": lambda: fake.stockout(zone),
+     "quota-403": lambda: fake.quota(zone, sync=True), "accelerator-not-found": lambda: fake.not_offered(zone)}[fault]()
+    ex = gcp(retry=Retry(base_s=1.0, cap_s=8.0))  # real backoff: a retried capacity error would take seconds
+    t0 = time.monotonic()
+    r = ex.run(spec("cap", t4(zone, 2), t4("us-central1-b", 2)))
+    assert r.reason == "completed" and r.config.offering.zone == "us-central1-b", r
+    assert ex.retry.retried == 0 and time.monotonic() - t0 < 8
+    assert fake.count("POST", rf"/zones/{zone}/instances$") == 1  # asked once, not retried
+    assert len(r.fallbacks) == 1 and fake.vms() == []
+    [refused] = [x for x in ex.store.resources("cap") if x.zone == zone]
+    assert refused.state == st.FAILED
+
+
+def test_a_plain_503_is_still_retried_as_transient(fake, gcp):
+    fake.http_errors(503, 2, method="POST", path_re=r"/instances$")
+    ex = gcp()
+    r = ex.run(spec("tr", t4(nodes=1), t4("us-central1-b", 1)))
+    assert r.reason == "completed" and r.config.offering.zone == "us-central1-a" and ex.retry.retried == 2
+
+
+def test_capacity_error_classification_reads_reasons_and_messages():
+    from cloudfit.executors.gcp.clients import capacity_error
+
+    assert capacity_error(["ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"], "") == "stockout"
+    assert capacity_error([], "The zone 'z' does not have enough resources available") == "stockout"
+    assert capacity_error(["QUOTA_EXCEEDED"], "") == "quota"
+    assert capacity_error(["notFound"], "The resource 'projects/p/zones/z/acceleratorTypes/nvidia-h100' was not found",
+                          status=404) == "not-offered"
+    assert capacity_error(["backendError"], "injected HTTP 503", status=503) is None
+    assert capacity_error(["notFound"], "The resource 'projects/p/zones/z/instances/x' was not found") is None
+
+
+# ------------------------------------------------------------------------------ issue 14: launch identity
+
+def test_a_second_launch_of_the_same_name_from_another_state_folder_never_adopts_or_deletes_the_first(
+        fake, gcp, tmp_path):
+    """Before: the second launch got a 409, saw the cloudfit-cluster label, adopted the first's VM and deleted it."""
+    fake.simulate_job_s = 1e6
+    first = gcp(store=st.StateStore(tmp_path / "laptop-a" / "state.db"))
+    second = gcp(store=st.StateStore(tmp_path / "laptop-b" / "state.db"))
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("r", first.run(spec("twin", t4(nodes=1)))))
+    t.start()
+    _when(lambda: fake.vms("twin", statuses=("RUNNING",)) == ["twin-0"])
+    with pytest.raises(LaunchError, match="already exists.*not this launch"):
+        second.run(spec("twin", t4(nodes=1)))
+    assert fake.vms("twin", statuses=("RUNNING",)) == ["twin-0"]  # untouched by the failed launch
+    assert fake.count("DELETE", r"/instances/twin-0$") == 0
+    res = second.down("twin")  # the second laptop's `down` leaves the first's VM alone
+    assert res.foreign == ("twin-0",) and res.deleted == res.untracked == ()
+    assert fake.vms("twin") == ["twin-0"] and fake.count("DELETE", r"/instances/twin-0$") == 0
+    first_down = gcp(store=first.store).down("twin")  # the owner's `down` (another process, same folder) works
+    t.join(timeout=30)
+    assert box["r"].reason == "down" and first_down.deleted == ("twin-0",) and fake.vms() == []
+
+
+def test_down_without_a_record_needs_all_with_label(fake, gcp):
+    from google.cloud import compute_v1
+
+    ex = gcp()
+    body = compute_v1.Instance(name="lost-0", machine_type="zones/us-central1-b/machineTypes/n1-highmem-8",
+                               labels={"cloudfit-cluster": "lost", "cloudfit-launch": "x"})
+    ex.clients.instances.insert(project=PROJECT, zone="us-central1-b", instance_resource=body)
+    _when(lambda: fake.vms("lost", statuses=("RUNNING",)) == ["lost-0"])
+    with pytest.raises(UsageError, match="--all-with-label"):
+        ex.down("lost")
+    assert fake.vms() == ["lost-0"]
+    assert ex.down("lost", all_with_label=True).untracked == ("lost-0",) and fake.vms() == []
+
+
+# ------------------------------------------------------------------------------ issue 14: what the VMs install
+
+def test_the_vms_get_this_very_cloudfit_as_a_wheel_in_metadata(fake, gcp, tmp_path, monkeypatch):
+    """Before: the startup script ran `pip install cloudfit==0.1.0`, a package the index does not have."""
+    import base64
+    import hashlib
+    import sys
+
+    from cloudfit import __version__
+
+    monkeypatch.delenv("CLOUDFIT_PIP_SPEC", raising=False)
+    r = gcp().run(spec("whl", t4(nodes=1)))
+    assert r.reason == "completed"
+    [body] = fake.inserted
+    chunks = sorted((k, v) for k, v in ((i["key"], i["value"]) for i in body["metadata"]["items"])
+                    if k.startswith("cloudfit-wheel-"))
+    assert chunks and all(len(v) <= 256 * 1024 for _, v in chunks)
+    data = base64.b64decode("".join(v for _, v in sorted(chunks, key=lambda kv: int(kv[0].rsplit("-", 1)[1]))))
+    script = _meta(body, "startup-script")
+    assert f"WHEEL_SHA={hashlib.sha256(data).hexdigest()}" in script and "cloudfit==" not in script.split("PIP_SPEC=")[1][:40]
+    wheel = tmp_path / f"cloudfit-{__version__}-py3-none-any.whl"
+    wheel.write_bytes(data)
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
+                    str(target), str(wheel)], check=True, capture_output=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", "import cloudfit, cloudfit.train, cloudfit.executors.checkpointing as c; "
+                          "print(cloudfit.__version__, cloudfit.__file__)"],
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(target)}, capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    version, where = out.stdout.split()
+    assert version == __version__ and where.startswith(str(target))
+
+
+def test_the_runtime_wheel_is_reproducible():
+    from cloudfit.executors.gcp.wheel import runtime_wheel
+
+    assert runtime_wheel() == runtime_wheel()

@@ -56,22 +56,25 @@ def test_a_killed_rank_restarts_from_the_checkpoint_and_finishes(tmp_path):
 
 
 def test_launch_stops_cleanly_at_the_budget(tmp_path):
-    # $9/h of plan: $0.05 lasts 20 s, minus one interval and the teardown reserve (~5 s of it start-up)
-    plan = write_plan(tmp_path / "plan.json", [ClusterConfig(offering(price=4.5, spot=1.5), 2, False)], samples=1e9)
-    p = run_cloudfit("launch", str(plan), "--budget", "0.05", "--name", "rehearsal", "--checkpoint-every", "100000",
+    # 2× a2-highgpu-1g on demand, $7.35/h at the catalog's price: $0.12 lasts ~59 s, minus one interval and
+    # the teardown reserve (~15 s of it start-up on a busy 2-core box)
+    a100 = offering("us-central1-a", "a2-highgpu-1g", "A100", 1, price=None)
+    plan = write_plan(tmp_path / "plan.json", [ClusterConfig(a100, 2, False)], samples=1e9)
+    p = run_cloudfit("launch", str(plan), "--budget", "0.12", "--name", "rehearsal", "--checkpoint-every", "100000",
                      env={"COLUMNS": "200"})
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 4, p.stderr  # a budget stop is not a finished training (it exited 0 before)
     assert "stopped at the budget (checkpoint saved)" in p.stdout
     s = run_cloudfit("status", "rehearsal", "--json")
     row = json.loads(s.stdout)
-    assert row["reason"] == "budget" and 0 < row["spend_usd"] <= 0.05
-    assert row["progress"]["state"] == "stopped" and row["progress"]["step"] > 0
+    assert row["reason"] == "budget" and 0 < row["spend_usd"] <= 0.12
+    log = (Path(os.environ["CLOUDFIT_HOME"]) / "clusters" / "rehearsal" / "train.log").read_text()[-2000:]
+    assert row["progress"].get("state") == "stopped" and row["progress"]["step"] > 0, (row["progress"], log)
     [(step, _)] = checkpoints(Path(os.environ["CLOUDFIT_HOME"]) / "clusters" / "rehearsal" / "checkpoints")
     assert step == row["progress"]["step"]  # the stop wrote a checkpoint although K was never reached
 
 
 def test_down_from_a_new_process_after_kill_9_of_the_launcher(tmp_path):
-    plan = write_plan(tmp_path / "plan.json", [ClusterConfig(offering(), 2, False)], samples=1e9)
+    plan = write_plan(tmp_path / "plan.json", [ClusterConfig(offering(price=None), 2, False)], samples=1e9)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     launcher = subprocess.Popen([sys.executable, "-m", "cloudfit", "launch", str(plan), "--name", "orphan"],
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -56,3 +56,25 @@ def test_startup_script_turns_the_stop_key_into_a_checkpointed_stop(tmp_path):
     assert md.guest["cloudfit/state"] == "stopped"
     step = json.loads(md.guest["cloudfit/progress"])["step"]
     assert step < 100000 and checkpoints(ckpt)[0][0] == step
+
+
+def test_a_vm_whose_install_fails_reports_it_and_powers_off(tmp_path, monkeypatch):
+    """Before: a failed install left the VM idle (and billed) until its max_run_duration."""
+    monkeypatch.setenv("CLOUDFIT_PIP_SPEC", str(tmp_path / "no-such-cloudfit.whl"))
+    spec = RunSpec("boot", (ClusterConfig(offering(), 1, True),),
+                   JobSpec(model="mlp", steps=5, checkpoint_dir=str(tmp_path / "ckpt")), 1.0)
+    script = render_startup_script(spec, spec.configs[0], str(tmp_path / "ckpt"), version="0.0.0-other")
+    md = FakeMetadata({"cloudfit-node-rank": "0", "cloudfit-nnodes": "1", "cloudfit-master-addr": "self"})
+    shutdown = tmp_path / "bin"
+    shutdown.mkdir()
+    (shutdown / "shutdown").write_text(f"#!/bin/sh\ntouch {tmp_path}/powered-off\n")
+    (shutdown / "shutdown").chmod(0o755)
+    env = {**os.environ, "CLOUDFIT_METADATA_URL": md.url, "CLOUDFIT_WORK_DIR": str(tmp_path / "work"),
+           "CLOUDFIT_LINGER_S": "0", "PATH": f"{shutdown}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    try:
+        p = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        md.close()
+    assert p.returncode == 1
+    assert md.guest["cloudfit/state"] == "failed" and "pip install" in md.guest["cloudfit/error"]
+    assert (tmp_path / "powered-off").exists()  # not left running until its cap

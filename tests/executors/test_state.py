@@ -61,3 +61,40 @@ def test_spend_estimate_without_a_launcher_is_capped(tmp_path):
     # still live a day later: billed at most to its cap (+ teardown), never to "now"
     assert st.estimate_spend([r], now=r.intent_at + 86400, teardown_s=20) == pytest.approx(1.2, abs=0.01)
     assert st.estimate_spend([r], now=r.intent_at + 10) == pytest.approx(0.6, abs=0.01)  # 60 s minimum
+
+
+def _corrupt_one_page(path, page: int = 3) -> None:
+    """Overwrite one page of the database file with garbage (a bad sector, a torn copy)."""
+    data = bytearray(path.read_bytes())
+    size = int.from_bytes(data[16:18], "big") or 65536
+    assert len(data) > (page + 1) * size, "the database is too small to corrupt page %d" % page
+    data[page * size:(page + 1) * size] = b"\xde\xad\xbe\xef" * (size // 4)
+    path.write_bytes(bytes(data))
+
+
+def _populated(tmp_path):
+    path = tmp_path / "state.db"
+    s = st.StateStore(path)
+    s.create_cluster("c1", "gcp", 10.0, {"project": "p", "launch_id": "abc"})
+    for i in range(300):
+        s.event("c1", "progress", "x" * 200)
+    with sqlite3.connect(path) as db:  # fold the WAL into the file, as a quiet store would be
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path
+
+
+@pytest.mark.parametrize("damage", ["bad-page", "not-a-database"])
+def test_a_corrupt_store_is_moved_aside_and_reported_in_one_line(tmp_path, damage):
+    path = _populated(tmp_path)
+    if damage == "bad-page":
+        _corrupt_one_page(path)
+    else:
+        path.write_bytes(b"this is not sqlite" * 100)
+    s = st.StateStore(path)
+    assert s.recovered and "was corrupt" in s.recovered and "\n" not in s.recovered
+    assert s.clusters() == []  # a fresh, working store
+    s.create_cluster("c2", "local", 1.0, {})
+    assert [c.name for c in st.StateStore(path).clusters()] == ["c2"]
+    assert st.StateStore(path).recovered is None  # reported once
+    [aside] = [p for p in tmp_path.iterdir() if ".corrupt-" in p.name and not p.name.endswith(("-wal", "-shm"))]
+    assert aside.stat().st_size > 0  # kept for inspection, not deleted

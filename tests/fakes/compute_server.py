@@ -12,8 +12,10 @@ error format, spot preemption (the VM goes TERMINATED — or is deleted when its
 is DELETE — and a ``compute.instances.preempted`` zone operation appears), and ``max_run_duration``
 enforcement.
 
-Faults are injected from the test: ``stockout(zone)``, ``quota(zone)``, ``http_errors(429, 2)``,
-``preempt(name)``. ``simulate_job_s`` makes the fake play the VMs' startup script too: node 0
+Faults are injected from the test: ``stockout(zone)`` (inside the operation, or ``sync=True``: the
+insert call itself answers HTTP 503 with reason ``ZONE_RESOURCE_POOL_EXHAUSTED``, as Compute Engine
+does for GPU VMs), ``quota(zone)`` (operation or HTTP 403), ``not_offered(zone)`` (HTTP 404
+``RESOURCE_NOT_FOUND`` for the accelerator type), ``http_errors(429, 2)``, ``preempt(name)``. ``simulate_job_s`` makes the fake play the VMs' startup script too: node 0
 reports ``cloudfit/state = completed`` (guest attribute) that long after it starts RUNNING, and
 ``stopped`` soon after the ``cloudfit-stop`` metadata key is set. ``vms()`` counts what exists.
 
@@ -37,14 +39,14 @@ _BASE = "https://www.googleapis.com/compute/v1"
 
 @dataclass
 class _Fault:
-    kind: str  # stockout | quota | http
+    kind: str  # stockout | quota | not-offered | http
     zone: str | None = None
     machine_type: str | None = None
     remaining: int | None = None  # None = forever
     status: int = 0
     method: str | None = None
     path_re: str | None = None
-    sync: bool = False  # quota: refuse the insert call itself (HTTP 403) instead of failing the operation
+    sync: bool = False  # refuse the insert call itself (HTTP 503 / 403) instead of failing the operation
     after: int = 0  # let this many matching inserts through first (a stockout hitting node 3 of 4)
 
 
@@ -110,10 +112,16 @@ class FakeCompute:
 
     # ------------------------------------------------------------------ faults and inspection
 
-    def stockout(self, zone: str, machine_type: str | None = None, count: int | None = None, after: int = 0) -> None:
-        """Inserts into ``zone`` fail inside their operation with ZONE_RESOURCE_POOL_EXHAUSTED
-        (after letting ``after`` through)."""
-        self.faults.append(_Fault("stockout", zone=zone, machine_type=machine_type, remaining=count, after=after))
+    def stockout(self, zone: str, machine_type: str | None = None, count: int | None = None, after: int = 0,
+                 *, sync: bool = False) -> None:
+        """Inserts into ``zone`` fail with ZONE_RESOURCE_POOL_EXHAUSTED (after letting ``after``
+        through): inside their operation, or (``sync``) as the insert call's HTTP 503."""
+        self.faults.append(_Fault("stockout", zone=zone, machine_type=machine_type, remaining=count, after=after,
+                                  sync=sync))
+
+    def not_offered(self, zone: str, count: int | None = None) -> None:
+        """Inserts into ``zone`` name an accelerator type the zone does not have: HTTP 404 RESOURCE_NOT_FOUND."""
+        self.faults.append(_Fault("not-offered", zone=zone, remaining=count, sync=True))
 
     def quota(self, zone: str, *, sync: bool = False, count: int | None = None) -> None:
         """Inserts into ``zone`` exceed quota: inside the operation, or (``sync``) as HTTP 403."""
@@ -250,7 +258,7 @@ class FakeCompute:
 
     def _insert_fault(self, zone: str, machine_type: str) -> _Fault | None:
         for f in self.faults:
-            if f.kind in ("stockout", "quota") and f.zone == zone and f.remaining != 0:
+            if f.kind in ("stockout", "quota", "not-offered") and f.zone == zone and f.remaining != 0:
                 if f.machine_type and f.machine_type != machine_type:
                     continue
                 if f.after > 0:
@@ -340,6 +348,13 @@ class FakeCompute:
         if key in self.instances:
             return 409, _error(409, f"The resource 'projects/{project}/zones/{zone}/instances/{name}' already exists",
                                "alreadyExists")
+        items = (body.get("metadata") or {}).get("items") or []
+        if any(len(i.get("value", "")) > 256 * 1024 for i in items) or sum(
+                len(i.get("key", "")) + len(i.get("value", "")) for i in items) > 512 * 1024:
+            return 400, _error(400, "Metadata exceeds the size limit (256 KB per value, 512 KB in total)", "invalid")
+        for k, v in (body.get("labels") or {}).items():
+            if not (re.match(r"^[a-z][a-z0-9_-]{0,62}$", k) and re.match(r"^[a-z0-9_-]{0,63}$", v)):
+                return 400, _error(400, f"Invalid value for field 'resource.labels': '{k}={v}'", "invalid")
         mt = body.get("machineType", "").rsplit("/", 1)[-1]
         sched = body.get("scheduling", {})
         mrd = sched.get("maxRunDuration")
@@ -349,6 +364,15 @@ class FakeCompute:
         if fault is not None and fault.kind == "quota" and fault.sync:
             return 403, _error(403, "Quota 'NVIDIA_T4_GPUS' exceeded.  Limit: 0.0 in region "
                                     f"{zone.rsplit('-', 1)[0]}.", "quotaExceeded")
+        if fault is not None and fault.kind == "stockout" and fault.sync:
+            # What Compute Engine answers for a GPU VM it cannot place: the call itself fails with 503.
+            return 503, _error(503, f"The zone 'projects/{project}/zones/{zone}' does not have enough resources "
+                                    "available to fulfill the request.  '(resource type:compute)'.",
+                               "ZONE_RESOURCE_POOL_EXHAUSTED")
+        if fault is not None and fault.kind == "not-offered":
+            acc = ((body.get("guestAccelerators") or [{}])[0].get("acceleratorType")
+                   or f"zones/{zone}/acceleratorTypes/nvidia-h100-80gb")
+            return 404, _error(404, f"The resource 'projects/{project}/{acc}' was not found", "notFound")
         if fault is not None:
             code = "ZONE_RESOURCE_POOL_EXHAUSTED" if fault.kind == "stockout" else "QUOTA_EXCEEDED"
             msg = (f"The zone 'projects/{project}/zones/{zone}' does not have enough resources available to fulfill "

@@ -2,272 +2,71 @@
 
 Each VM gets the plan's machine type (N1 shapes get ``guest_accelerators``; A2/A3/A4/G2 have their
 GPUs built in), ``SPOT`` or ``STANDARD`` provisioning, ``on_host_maintenance=TERMINATE``, a Deep
-Learning VM image, the label ``cloudfit-cluster=<name>``, and ``max_run_duration`` (the guard's
-cap) with ``instance_termination_action=DELETE``: the cloud deletes the VM when its share of the
-budget is used up, even if the launcher is gone. The startup script (``startup.sh``) mounts the
-checkpoint bucket, installs cloudfit and runs ``torchrun`` with c10d rendezvous at node 0's
-internal IP.
+Learning VM image, the labels ``cloudfit-cluster=<name>`` and ``cloudfit-launch=<uuid>`` (this
+launch's identity), and ``max_run_duration`` (the guard's cap) with
+``instance_termination_action=DELETE``: the cloud deletes the VM when its share of the budget is
+used up, even if the launcher is gone. The startup script (``startup.sh``) mounts the checkpoint
+bucket, installs cloudfit and runs ``torchrun`` with c10d rendezvous at node 0's internal IP.
 
-Failures: a stockout (``ZONE_RESOURCE_POOL_EXHAUSTED``) or quota error moves the whole cluster to
-the plan's next alternative (partial nodes are deleted first); HTTP 429/5xx are retried with
-exponential backoff; operations are waited with our own ``ZoneOperationsClient.wait`` (the client's
-``op.result()`` polls through a hidden client that ignores a custom endpoint). A preempted node
-(TERMINATED, or 404 plus a ``compute.instances.preempted`` zone operation) is recreated — node 0
-with its old internal IP, so the others' rendezvous address still holds — and the job resumes
-from its checkpoint. Credentials: google-auth application-default credentials, except for a
-plain-http loopback endpoint (a test server), which gets anonymous credentials.
+Failures: a capacity error — a stockout (``ZONE_RESOURCE_POOL_EXHAUSTED``), a quota, or a shape the
+zone does not offer — moves the whole cluster to the plan's next alternative at once (partial nodes
+are deleted first), whether it arrives as the insert call's HTTP error (Compute Engine answers
+503 synchronously) or inside the operation; only transient errors (429, other 5xx, dropped
+connections) are retried. A VM name that already exists is adopted only when it carries this
+launch's UUID (a retried insert whose first try went through), never another launch's VM of the
+same cluster name. A preempted node (TERMINATED, or 404 plus a ``compute.instances.preempted``
+zone operation) is recreated — node 0 with its old internal IP — and the job resumes from its
+checkpoint. ``down NAME`` deletes the VMs of NAME's recorded launches (``all_with_label=True``:
+every VM carrying the cluster label).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import random
-import shlex
 import time
+import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Sequence
-from urllib.parse import urlparse
 
-from cloudfit import __version__
-from cloudfit.endpoints import is_loopback_http
-from cloudfit.errors import BudgetExceeded, LaunchError, QuotaError, StockoutError, UsageError
+from cloudfit.errors import BudgetExceeded, LaunchError, UsageError
 from cloudfit.executors import state as st
 from cloudfit.executors.base import (
-    LABEL, NO_CAPACITY, DownResult, Event, EventSink, NodePlan, Poll, Preview, RunResult, RunSpec, Timing,
-    supervise, taken_over,
+    LABEL, NO_CAPACITY, DownResult, Event, EventSink, Poll, Preview, RunResult, RunSpec, Timing, supervise, taken_over,
 )
 from cloudfit.executors.budget import Guard, PriceSchedule
+from cloudfit.executors.gcp.bodies import (
+    DEFAULT_IMAGE, LAUNCH_LABEL, NodeSpec, node_name, render_startup_script, split_bucket,
+)
+from cloudfit.executors.gcp.wheel import install_source
+from cloudfit.executors.gcp.clients import (
+    ENV_ENDPOINT, Clients, NotOfferedError, Retry, capacity_error, capacity_exception, classify, make_clients,
+    one_line, op_error, wait,
+)
+from cloudfit.errors import QuotaError, StockoutError
 from cloudfit.types import ClusterConfig
 
-#: Deep Learning VM image family with PyTorch, CUDA 12.9 and the NVIDIA 580 driver preinstalled.
-DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/pytorch-2-9-cu129-ubuntu-2404-nvidia-580"
-ENV_ENDPOINT = "CLOUDFIT_COMPUTE_ENDPOINT"
-ENV_PIP_SPEC = "CLOUDFIT_PIP_SPEC"  # what the VMs pip-install (default: this cloudfit version from PyPI)
-BOOT_DISK_GB = 200
-RDZV_PORT = 29400
-#: N1 shapes take GPUs as guest accelerators; these are their Compute Engine type names.
-N1_ACCELERATOR_TYPES = {"T4": "nvidia-tesla-t4", "V100": "nvidia-tesla-v100", "P100": "nvidia-tesla-p100",
-                        "P4": "nvidia-tesla-p4", "K80": "nvidia-tesla-k80"}
-_STOCKOUT_CODES = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
-                   "RESOURCE_POOL_EXHAUSTED", "RESOURCE_NOT_AVAILABLE")
-_QUOTA_CODES = ("QUOTA_EXCEEDED", "QUOTA_LIMIT")
+CAPACITY_ERRORS = (StockoutError, QuotaError, NotOfferedError)
+PREVIEW_LAUNCH_ID = "new-uuid-at-launch"  # what --dry-run shows for the label every launch draws afresh
 
-
-def pip_spec() -> str:
-    return os.environ.get(ENV_PIP_SPEC) or f"cloudfit=={__version__}"
-
-
-@dataclass
-class Clients:
-    project: str
-    instances: Any
-    zone_operations: Any
-    endpoint: str | None
-
-
-def make_clients(project: str | None, endpoint: str | None) -> Clients:
-    """Instances + ZoneOperations clients on the REST transport, sharing one endpoint and credentials."""
-    from google.api_core.client_options import ClientOptions
-    from google.cloud import compute_v1
-
-    endpoint = endpoint or os.environ.get(ENV_ENDPOINT) or None
-    if endpoint and (urlparse(endpoint).username or urlparse(endpoint).password):
-        raise UsageError("the compute endpoint must not embed credentials (it is recorded in the state store)")
-    opts = ClientOptions(api_endpoint=endpoint) if endpoint else None
-    if endpoint and is_loopback_http(endpoint):
-        from google.auth.credentials import AnonymousCredentials
-
-        creds = AnonymousCredentials()
-        project = project or "cloudfit-test"
-    else:
-        if endpoint and urlparse(endpoint).scheme == "http":
-            raise UsageError(f"refusing to send credentials over plain http to {endpoint}; use https")
-        import google.auth
-        from google.auth.exceptions import DefaultCredentialsError
-
-        try:
-            creds, default_project = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
-        except DefaultCredentialsError:
-            raise LaunchError("no Google Cloud credentials: run `gcloud auth application-default login` "
-                              "or set GOOGLE_APPLICATION_CREDENTIALS") from None
-        project = project or default_project or os.environ.get("GOOGLE_CLOUD_PROJECT")
-    if not project:
-        raise UsageError("no Google Cloud project: pass --project or set GOOGLE_CLOUD_PROJECT")
-    kw = {"transport": "rest", "client_options": opts, "credentials": creds}
-    return Clients(project, compute_v1.InstancesClient(**kw), compute_v1.ZoneOperationsClient(**kw), endpoint)
-
-
-# ------------------------------------------------------------------------------ retries
-
-def _retryable() -> tuple[type[BaseException], ...]:
-    from google.api_core import exceptions as ex
-    import requests
-
-    return (ex.TooManyRequests, ex.ServiceUnavailable, ex.InternalServerError, ex.BadGateway, ex.GatewayTimeout,
-            ex.DeadlineExceeded, requests.ConnectionError, requests.Timeout)
-
-
-@dataclass
-class Retry:
-    """Exponential backoff with jitter for 429/5xx and dropped connections."""
-
-    attempts: int = 7
-    base_s: float = 1.0
-    cap_s: float = 32.0
-    sleep: Callable[[float], None] = time.sleep
-    retried: int = 0
-
-    def call(self, what: str, fn: Callable, *args, **kw):
-        errors = _retryable()
-        delay = self.base_s
-        for attempt in range(1, self.attempts + 1):
-            try:
-                return fn(*args, retry=None, timeout=120, **kw)
-            except errors as e:
-                if attempt == self.attempts:
-                    raise LaunchError(f"{what}: {_one_line(e)} (gave up after {attempt} attempts)") from None
-                self.retried += 1
-                self.sleep(min(self.cap_s, delay) * random.uniform(0.5, 1.0))
-                delay *= 2
-
-
-# ------------------------------------------------------------------------------ instance bodies
-
-def accelerator_type(machine_type: str, accelerator: str) -> str | None:
-    """Compute Engine accelerator type to attach, or None when the machine type has its GPUs built in."""
-    if not machine_type.startswith("n1-"):
-        return None
-    try:
-        return N1_ACCELERATOR_TYPES[accelerator]
-    except KeyError:
-        raise UsageError(f"cloudfit does not know how to attach {accelerator} to {machine_type}") from None
-
-
-def _disk_type(machine_type: str) -> str:
-    # A3 Ultra and A4 boot only from Hyperdisk; the rest take Persistent Disk.
-    return "hyperdisk-balanced" if machine_type.startswith(("a3-ultragpu", "a4-")) else "pd-balanced"
-
-
-def node_name(cluster: str, i: int) -> str:
-    return f"{cluster}-{i}"
-
-
-def split_bucket(checkpoint_dir: str) -> tuple[str, str]:
-    """``gs://bucket/a/b`` → ``("bucket", "/mnt/cloudfit/bucket/a/b")`` (where the VM mounts it)."""
-    rest = checkpoint_dir[len("gs://"):].strip("/")
-    bucket, _, path = rest.partition("/")
-    if not bucket:
-        raise UsageError(f"--checkpoint-dir {checkpoint_dir!r} names no bucket (expected gs://BUCKET/PATH)")
-    return bucket, f"/mnt/cloudfit/{bucket}" + (f"/{path}" if path else "")
-
-
-def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: str) -> str:
-    """The startup script every node of ``config`` runs (identical on all nodes)."""
-    if checkpoint_dir.startswith("gs://"):
-        bucket, local = split_bucket(checkpoint_dir)
-    else:
-        bucket, local = "", checkpoint_dir
-    if spec.job.command:
-        entry = "--no-python " + " ".join(shlex.quote(a) for a in spec.job.command)
-    else:
-        args = spec.job.trainer_args(local)  # stop and progress files come from the script's environment
-        entry = "-m cloudfit.train " + " ".join(shlex.quote(a) for a in args)
-    values = {"CLUSTER": spec.name, "NNODES": str(config.nodes), "NPROC": str(config.offering.accelerators_per_node),
-              "BUCKET": bucket, "CKPT": local, "PIP_SPEC": pip_spec(), "ENTRY": entry}
-    text = (Path(__file__).with_name("startup.sh")).read_text()
-    for k, v in values.items():
-        text = text.replace("{{%s}}" % k, v if k == "ENTRY" else shlex.quote(v))
-    return text
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    """Everything that goes into one insert call (also what ``--dry-run`` prints)."""
-
-    name: str
-    zone: str
-    index: int
-    config: ClusterConfig
-    cap_s: int
-    labels: dict[str, str]
-    metadata: dict[str, str]  # without the startup script
-    image: str
-
-    @property
-    def price_per_hour(self) -> float:
-        return self.config.price_per_hour / self.config.nodes
-
-    def instance(self, startup_script: str, network_ip: str | None = None):
-        from google.cloud import compute_v1
-
-        o = self.config.offering
-        mt = o.machine_type
-        acc = accelerator_type(mt, o.accelerator)
-        nic = compute_v1.NetworkInterface(
-            network="global/networks/default",
-            access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")],
-        )
-        if mt.startswith(("a3-", "a4-")):
-            nic.nic_type = "GVNIC"
-        if network_ip:
-            nic.network_i_p = network_ip
-        items = [compute_v1.Items(key="startup-script", value=startup_script)]
-        items += [compute_v1.Items(key=k, value=v) for k, v in sorted(self.metadata.items())]
-        inst = compute_v1.Instance(
-            name=self.name,
-            machine_type=f"zones/{self.zone}/machineTypes/{mt}",
-            labels=self.labels,
-            disks=[compute_v1.AttachedDisk(
-                boot=True, auto_delete=True,
-                initialize_params=compute_v1.AttachedDiskInitializeParams(
-                    source_image=self.image, disk_size_gb=BOOT_DISK_GB,
-                    disk_type=f"zones/{self.zone}/diskTypes/{_disk_type(mt)}"),
-            )],
-            network_interfaces=[nic],
-            metadata=compute_v1.Metadata(items=items),
-            scheduling=compute_v1.Scheduling(
-                provisioning_model="SPOT" if self.config.spot else "STANDARD",
-                on_host_maintenance="TERMINATE",
-                automatic_restart=False,
-                instance_termination_action="DELETE",
-                max_run_duration=compute_v1.Duration(seconds=int(self.cap_s)),
-            ),
-            service_accounts=[compute_v1.ServiceAccount(
-                email="default",
-                scopes=["https://www.googleapis.com/auth/devstorage.read_write",
-                        "https://www.googleapis.com/auth/logging.write"],
-            )],
-        )
-        if acc:
-            inst.guest_accelerators = [compute_v1.AcceleratorConfig(
-                accelerator_type=f"zones/{self.zone}/acceleratorTypes/{acc}",
-                accelerator_count=o.accelerators_per_node)]
-        return inst
-
-    def plan(self) -> NodePlan:
-        o = self.config.offering
-        return NodePlan(
-            name=self.name, zone=self.zone, machine_type=o.machine_type, accelerator=o.accelerator,
-            accelerators=o.accelerators_per_node, provisioning="SPOT" if self.config.spot else "STANDARD",
-            price_per_hour=self.price_per_hour, max_run_duration_s=int(self.cap_s), labels=dict(self.labels),
-            detail={"image": self.image, "instance_termination_action": "DELETE", "on_host_maintenance": "TERMINATE",
-                    "guest_accelerator": accelerator_type(o.machine_type, o.accelerator) or "built in",
-                    "boot_disk": f"{BOOT_DISK_GB} GB {_disk_type(o.machine_type)}", "metadata": dict(self.metadata)},
-        )
-
-
-# ------------------------------------------------------------------------------ executor
 
 class GcpExecutor:
     """See the module docstring. Timing defaults suit real VMs; tests shrink them."""
 
     backend = "gcp"
 
+    #: Default timing of real VMs (tests shrink it): guard interval, stop grace, stop → gone, insert → RUNNING.
+    INTERVAL_S, GRACE_S, TEARDOWN_S, PROVISION_SLACK_S, MIN_BILLED_S = 30.0, 60.0, 180.0, 600.0, 60.0
+
+    @classmethod
+    def billing_bounds(cls) -> tuple[float, float]:
+        """(min billed seconds per VM, longest billed time after a VM's cap) at the default timing."""
+        return cls.MIN_BILLED_S, cls.TEARDOWN_S + cls.PROVISION_SLACK_S
+
     def __init__(self, *, project: str | None = None, endpoint: str | None = None, store: st.StateStore | None = None,
-                 image: str = DEFAULT_IMAGE, interval_s: float = 30.0, grace_s: float = 60.0, teardown_s: float = 180.0,
-                 provision_slack_s: float = 600.0, min_billed_s: float = 60.0, retry: Retry | None = None,
+                 image: str = DEFAULT_IMAGE, interval_s: float = INTERVAL_S, grace_s: float = GRACE_S,
+                 teardown_s: float = TEARDOWN_S, provision_slack_s: float = PROVISION_SLACK_S,
+                 min_billed_s: float = MIN_BILLED_S, retry: Retry | None = None,
                  clients: Clients | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self._project, self._endpoint = project, endpoint or os.environ.get(ENV_ENDPOINT) or None
@@ -302,7 +101,7 @@ class GcpExecutor:
         return [PriceSchedule.constant(config.price_per_hour / config.nodes)] * config.nodes
 
     def node_specs(self, spec: RunSpec, config: ClusterConfig, cap_s: float, *, stop_at: float | None,
-                   master_ip: str | None) -> list[NodeSpec]:
+                   master_ip: str | None, launch_id: str, install=None) -> list[NodeSpec]:
         labels = {LABEL: spec.name, **{k: v for k, v in spec.labels.items()}}
         out = []
         for i in range(config.nodes):
@@ -312,7 +111,8 @@ class GcpExecutor:
             if stop_at is not None:
                 md["cloudfit-stop-at"] = f"{stop_at:.0f}"
             out.append(NodeSpec(node_name(spec.name, i), config.offering.zone, i, config, int(cap_s),
-                                {**labels, "cloudfit-node": str(i)}, md, self.image))
+                                {**labels, "cloudfit-node": str(i), LAUNCH_LABEL: launch_id}, md, self.image,
+                                attachments=dict(install.chunks) if install is not None else {}))
         return out
 
     def preview(self, spec: RunSpec) -> Preview:
@@ -320,16 +120,18 @@ class GcpExecutor:
         config = spec.configs[0]
         guard.check_launchable(self._schedules(config))
         cap = guard.reserve([f"n{i}" for i in range(config.nodes)], self._schedules(config), 0.0)
-        nodes = self.node_specs(spec, config, cap, stop_at=None, master_ip=None)
+        nodes = self.node_specs(spec, config, cap, stop_at=None, master_ip=None, launch_id=PREVIEW_LAUNCH_ID)
         notes = []
         if not (spec.job.checkpoint_dir or "").startswith("gs://"):
             notes.append("launching needs --checkpoint-dir gs://BUCKET/PATH: checkpoints must outlive preempted VMs")
-        ckpt = spec.job.checkpoint_dir or "gs://BUCKET/PATH"
-        script = render_startup_script(spec, config, ckpt)
+        ckpt = spec.job.checkpoint_dir or "gs://your-bucket/path"  # a placeholder: launching needs one
+        install = install_source(spec.job.model)
+        script = render_startup_script(spec, config, ckpt, install=install)
         plans = tuple(dataclasses.replace(p, detail={**p.detail, "startup_script_bytes": len(script)})
                       for p in (n.plan() for n in nodes))
         return Preview("gcp", spec.name, config, plans, spec.budget_usd, guard.committed(0.0),
-                       self.timing.interval_s, self.timing.teardown_s, len(spec.configs) - 1, tuple(notes), script)
+                       self.timing.interval_s, self.timing.teardown_s, len(spec.configs) - 1, tuple(notes), script,
+                       install=install.describe)
 
     # ---------------------------------------------------------------- run
 
@@ -343,12 +145,14 @@ class GcpExecutor:
                              "preempted VMs; the VMs mount the bucket)")
         split_bucket(ckpt)
         clients = self.clients  # credentials problems surface before anything is recorded
+        install = install_source(spec.job.model)  # a wheel too large for metadata is refused before anything exists
+        launch_id = uuid.uuid4().hex
         self.store.create_cluster(spec.name, "gcp", spec.budget_usd, {
-            "project": clients.project, "endpoint": clients.endpoint, "checkpoint_dir": ckpt,
+            **spec.record, "project": clients.project, "endpoint": clients.endpoint, "checkpoint_dir": ckpt,
             "job": {"model": spec.job.model, "steps": spec.job.steps, "command": list(spec.job.command)},
-            "configs": [c.label() for c in spec.configs],
+            "configs": [c.label() for c in spec.configs], "launch_id": launch_id, "install": install.describe,
         }, launcher_pid=os.getpid(), launcher_started=_proc_start())
-        cluster = _GcpCluster(self, spec, guard, emit)
+        cluster = _GcpCluster(self, spec, guard, emit, launch_id=launch_id, install=install)
         started = self.clock()
         reason, last = "failed", Poll()
         try:
@@ -384,8 +188,9 @@ class GcpExecutor:
 
     # ---------------------------------------------------------------- down / live
 
-    def labelled(self, name: str) -> dict[str, tuple[str, str]]:
-        """``{vm name: (zone, status)}`` for every VM carrying ``cloudfit-cluster=name`` in the project."""
+    def labelled(self, name: str) -> dict[str, tuple[str, str, str]]:
+        """``{vm name: (zone, status, launch id)}`` for every VM labelled ``cloudfit-cluster=name`` in the project
+        (launch id ``""`` when the VM carries none)."""
         from google.cloud import compute_v1
 
         c = self.clients
@@ -395,27 +200,35 @@ class GcpExecutor:
         for scope, scoped in pages:
             for inst in scoped.instances:
                 if inst.labels.get(LABEL) == name:  # trust, but verify the server-side filter
-                    out[inst.name] = (scope.rsplit("/", 1)[-1], inst.status)
+                    out[inst.name] = (scope.rsplit("/", 1)[-1], inst.status, inst.labels.get(LAUNCH_LABEL, ""))
         return out
 
     def live(self, name: str) -> list[str]:
         return sorted(self.labelled(name))
 
-    def down(self, name: str) -> DownResult:
+    def down(self, name: str, *, all_with_label: bool = False) -> DownResult:
+        """Delete the VMs of ``name``'s recorded launches (every launch of that name in this state
+        store); VMs that carry the cluster label but belong to another launch (another state folder,
+        another laptop) are left alone and reported, unless ``all_with_label``."""
         rec = self.store.find_cluster(name)
-        if rec is not None and not rec.ended:
-            self.store.update_cluster(name, status=st.STOPPING, reason="down")
-        tracked = {r.name: r for r in self.store.resources(name, live_only=True)} if rec else {}
+        launches = self.store.launch_ids(name)
         found = self.labelled(name)
-        targets: dict[str, str] = {vm: zone for vm, (zone, _) in found.items()}
-        for r in tracked.values():
-            targets.setdefault(r.name, r.zone)
-        if rec is None and not targets:
+        mine = {vm: zone for vm, (zone, _, lid) in found.items() if all_with_label or (lid and lid in launches)}
+        foreign = tuple(sorted(vm for vm in found if vm not in mine))
+        if rec is None and not mine:
+            if foreign:
+                raise UsageError(
+                    f"no recorded launch of {name!r} in {self.store.path}; {len(foreign)} VM(s) carry the label "
+                    f"{LABEL}={name} ({', '.join(foreign)}): pass --all-with-label to delete them")
             raise UsageError(f"no cluster named {name!r} in {self.store.path} and no VM labelled {LABEL}={name} "
                              f"in project {self.clients.project}")
+        if rec is not None and not rec.ended:
+            self.store.update_cluster(name, status=st.STOPPING, reason="down")
         known = {r.name for r in self.store.resources(name)} if rec else set()
-        deleted, gone = _Deleter(self).delete_all(targets)
+        deleted, gone = _Deleter(self).delete_all(mine)
         for r in self.store.resources(name, live_only=True):
+            if r.name not in mine:
+                gone.append(r.name)  # recorded, but no VM of this launch carries its name: never created, or gone
             self.store.deleted(r.id, why="down")
         if rec is not None and not rec.ended:
             spend = st.estimate_spend(self.store.resources(name), teardown_s=self.timing.teardown_s + self.provision_slack_s)
@@ -423,7 +236,7 @@ class GcpExecutor:
             self.store.event(name, "down", f"deleted by `cloudfit down`: {len(deleted)} VM(s)")
         untracked = tuple(sorted(v for v in deleted if v not in known))
         deleted = [v for v in deleted if v in known]
-        return DownResult(name, tuple(sorted(deleted)), tuple(sorted(gone)), untracked)
+        return DownResult(name, tuple(sorted(deleted)), tuple(sorted(set(gone))), untracked, foreign)
 
 
 class _NoCapacity(Exception):
@@ -437,18 +250,6 @@ def _proc_start() -> float | None:
         return psutil.Process().create_time()
     except Exception:  # pragma: no cover
         return None
-
-
-def _one_line(e: BaseException) -> str:
-    msg = getattr(e, "message", None) or str(e)
-    return " ".join(str(msg).split())[:300]
-
-
-def _op_error(op) -> tuple[str, str] | None:
-    errs = list(op.error.errors) if op.error else []
-    if not errs:
-        return None
-    return errs[0].code, errs[0].message
 
 
 class _Deleter:
@@ -474,25 +275,11 @@ class _Deleter:
             except gex.NotFound:
                 gone.append(vm)
                 continue
-            err = _op_error(done)
+            err = op_error(done)
             if err and err[0] not in ("RESOURCE_NOT_FOUND",):
                 raise LaunchError(f"deleting {vm} failed: {err[0]}: {err[1]}")
             deleted.append(vm)
         return deleted, gone
-
-
-def _wait(ex: GcpExecutor, zone: str, op_name: str, what: str, timeout_s: float = 1800.0):
-    """Wait for a zone operation with our own ZoneOperationsClient (same endpoint and credentials)."""
-    from google.cloud import compute_v1
-
-    c = ex.clients
-    deadline = time.monotonic() + timeout_s
-    while True:
-        op = ex.retry.call(what, c.zone_operations.wait, project=c.project, zone=zone, operation=op_name)
-        if op.status == compute_v1.Operation.Status.DONE:
-            return op
-        if time.monotonic() > deadline:
-            raise LaunchError(f"{what}: operation {op_name} still not done after {timeout_s:.0f} s")
 
 
 @dataclass
@@ -511,6 +298,8 @@ class _GcpCluster:
     spec: RunSpec
     guard: Guard
     emit: EventSink
+    launch_id: str = ""
+    install: Any = None  # cloudfit.executors.gcp.wheel.Install
     config_index: int = 0
     nodes: dict[str, _Node] = field(default_factory=dict)
     preemptions: int = 0
@@ -537,20 +326,21 @@ class _GcpCluster:
                 self.emit(Event("fallback", f"skipping {cfg.label()}: {e}"))
                 continue
             self.stop_at = time.time() + cap - self.ex.timing.grace_s
-            self.script = render_startup_script(self.spec, cfg, self.spec.job.checkpoint_dir or "")
+            self.script = render_startup_script(self.spec, cfg, self.spec.job.checkpoint_dir or "", install=self.install)
             self.emit(Event("creating", f"creating {cfg.label()} (max_run_duration {cap:.0f} s)"))
             try:
                 self._create_all(cap)
                 self.emit(Event("created", f"{cfg.nodes} VM(s) running in {cfg.offering.zone}"))
                 return
-            except (StockoutError, QuotaError) as e:
+            except CAPACITY_ERRORS as e:
                 self.fallbacks.append(f"{cfg.label()}: {e}")
                 self.emit(Event("fallback", f"{cfg.label()}: {e}; deleting partial nodes and trying the next alternative"))
                 self.teardown()
         raise _NoCapacity("no alternative in the plan could be created: " + " | ".join(self.fallbacks[-3:]))
 
     def _create_all(self, cap: float) -> None:
-        specs = self.ex.node_specs(self.spec, self.config, cap, stop_at=self.stop_at, master_ip=None)
+        specs = self.ex.node_specs(self.spec, self.config, cap, stop_at=self.stop_at, master_ip=None,
+                                   launch_id=self.launch_id, install=self.install)
         keys = [s.name for s in specs]
         try:
             # Node 0 first: its internal IP is every node's rendezvous address.
@@ -580,34 +370,42 @@ class _GcpCluster:
         md = dict(node.metadata)
         if master_ip and node.index != 0:
             md["cloudfit-master-addr"] = master_ip
-        node = NodeSpec(node.name, node.zone, node.index, node.config, node.cap_s, node.labels, md, node.image)
+        node = dataclasses.replace(node, metadata=md)
         rid = self.ex.store.intend(self.spec.name, "vm", node.name, zone=node.zone, price_per_hour=node.price_per_hour,
                                    cap_s=node.cap_s, info={"machine_type": node.config.offering.machine_type,
-                                                           "spot": node.config.spot, "index": node.index})
+                                                           "accelerator": node.config.offering.accelerator,
+                                                           "accelerators": node.config.offering.accelerators_per_node,
+                                                           "spot": node.config.spot, "index": node.index,
+                                                           "launch_id": self.launch_id})
         body = node.instance(self.script, network_ip=network_ip)
         n = _Node(node, rid)
         try:
             op = self.ex.retry.call(f"creating {node.name}", c.instances.insert, project=c.project, zone=node.zone,
                                     instance_resource=body)
         except gex.Conflict:
-            # Our own earlier attempt (a retried call whose first try went through) — or a name clash.
-            inst = self.ex.retry.call(f"reading {node.name}", c.instances.get, project=c.project, zone=node.zone,
-                                      instance=node.name)
-            if inst.labels.get(LABEL) != self.spec.name:
-                self._refused(n, "a VM of that name exists outside this cluster")
-                raise LaunchError(f"a VM named {node.name} already exists in {node.zone} and is not part of this "
-                                  "cluster; pick another --name") from None
+            # Our own earlier attempt (a retried call whose first try went through) — or a name clash:
+            # adopt the VM only when it carries this launch's identity, never another launch's VM.
+            try:
+                inst = self.ex.retry.call(f"reading {node.name}", c.instances.get, project=c.project, zone=node.zone,
+                                          instance=node.name)
+                theirs = (inst.labels.get(LABEL, ""), inst.labels.get(LAUNCH_LABEL, ""))
+            except gex.NotFound:  # deleted between the two calls: not ours to adopt; the name is contested
+                theirs = ("", "")
+            if theirs != (self.spec.name, self.launch_id):
+                owner = (f"launch {theirs[1] or '(unlabelled)'} of cluster {theirs[0]}" if theirs[0]
+                         else "a VM outside cloudfit")
+                self._refused(n, f"name taken by {owner}")
+                raise LaunchError(f"a VM named {node.name} already exists in {node.zone} ({owner}, not this launch); "
+                                  "pick another --name") from None
             self.nodes[node.name] = n
             return n
-        except gex.Forbidden as e:
-            if "quota" in str(e).lower():
-                self._refused(n, _one_line(e))
-                raise QuotaError(f"quota: {_one_line(e)}") from None
-            self._refused(n, _one_line(e))
-            raise LaunchError(f"creating {node.name}: {_one_line(e)}") from None
         except gex.GoogleAPICallError as e:
-            self._refused(n, _one_line(e))
-            raise LaunchError(f"creating {node.name}: {_one_line(e)}") from None
+            self._refused(n, one_line(e))
+            kind = classify(e)
+            if kind is not None:  # a capacity error answered synchronously (HTTP 503 stockout, 403 quota, …)
+                raise capacity_exception(kind, f"{node.zone} for {node.config.offering.machine_type}",
+                                         one_line(e)) from None
+            raise LaunchError(f"creating {node.name}: {one_line(e)}") from None
         n.op = op.name
         self.nodes[node.name] = n
         return n
@@ -624,15 +422,15 @@ class _GcpCluster:
         c = self.ex.clients
         if n.op:
             done = _wait(self.ex, n.spec.zone, n.op, f"creating {n.spec.name}")
-            err = _op_error(done)
+            err = op_error(done)
             if err:
                 code, msg = err
                 del self.nodes[n.spec.name]
                 self._refused(n, f"{code}: {msg}")
-                if code in _STOCKOUT_CODES:
-                    raise StockoutError(f"stockout in {n.spec.zone} ({code})")
-                if code in _QUOTA_CODES:
-                    raise QuotaError(f"quota exceeded for {n.spec.config.offering.machine_type} in {n.spec.zone}: {msg}")
+                kind = capacity_error([code], msg)
+                if kind is not None:
+                    raise capacity_exception(kind, f"{n.spec.zone} for {n.spec.config.offering.machine_type}",
+                                             f"{code}: {msg}" if kind != "stockout" else code)
                 raise LaunchError(f"creating {n.spec.name} failed: {code}: {msg}")
         try:
             inst = self.ex.retry.call(f"reading {n.spec.name}", c.instances.get, project=c.project, zone=n.spec.zone,
@@ -656,7 +454,9 @@ class _GcpCluster:
             return Poll("down")
         c = self.ex.clients
         zone = self.config.offering.zone
-        req = compute_v1.ListInstancesRequest(project=c.project, zone=zone, filter=f"labels.{LABEL} = {self.spec.name}")
+        req = compute_v1.ListInstancesRequest(
+            project=c.project, zone=zone,
+            filter=f"labels.{LABEL} = {self.spec.name} AND labels.{LAUNCH_LABEL} = {self.launch_id}")
         listed = {i.name: i for i in self.ex.retry.call("listing the cluster", c.instances.list, request=req)}
         progress: dict[str, Any] = {}
         state = "running"
@@ -718,13 +518,14 @@ class _GcpCluster:
             cap = self.guard.reserve([name], self.ex._schedules(self.config)[:1], self.ex.clock())
             head_ip = self.nodes[node_name(self.spec.name, 0)].ip if node_name(self.spec.name, 0) in self.nodes else None
             old_ip = None
-            spec = self.ex.node_specs(self.spec, self.config, cap, stop_at=self.stop_at, master_ip=None)[index]
+            spec = self.ex.node_specs(self.spec, self.config, cap, stop_at=self.stop_at, master_ip=None,
+                                      launch_id=self.launch_id, install=self.install)[index]
             if index == 0:
                 old_ip = self._old_ip(name)  # keep node 0's address: it is everyone's rendezvous point
             try:
                 n = self._insert(spec, master_ip=head_ip or old_ip, network_ip=old_ip)
                 self._wait_created(n)
-            except (StockoutError, QuotaError) as e:
+            except CAPACITY_ERRORS as e:
                 self.emit(Event("fallback", f"cannot recreate {name} ({e}): moving the whole cluster"))
                 self.fallbacks.append(f"{self.config.label()}: {e}")
                 self.teardown()
@@ -757,9 +558,13 @@ class _GcpCluster:
     def teardown(self) -> None:
         """Delete every VM this cluster created (and any other VM with its label in its zones)."""
         targets = {name: n.spec.zone for name, n in self.nodes.items()}
-        for r in self.ex.store.resources(self.spec.name, live_only=True):
-            if r.kind == "vm":
-                targets.setdefault(r.name, r.zone)
+        store_ok = True
+        try:
+            for r in self.ex.store.resources(self.spec.name, live_only=True):
+                if r.kind == "vm":
+                    targets.setdefault(r.name, r.zone)
+        except LaunchError:  # the state store broke under us: still delete what this process knows it created
+            store_ok = False
         if not targets:
             return
         deleted, gone = _Deleter(self.ex).delete_all(targets)
@@ -767,9 +572,14 @@ class _GcpCluster:
         for name in targets:
             if self.guard.is_live(name):
                 self.guard.end(name, now)
-        for r in self.ex.store.resources(self.spec.name, live_only=True):
-            if r.name in targets:
-                self.ex.store.deleted(r.id, why="deleted")
+        if store_ok:
+            for r in self.ex.store.resources(self.spec.name, live_only=True):
+                if r.name in targets:
+                    self.ex.store.deleted(r.id, why="deleted")
         self.nodes.clear()
         if deleted:
             self.emit(Event("deleted", f"deleted {', '.join(sorted(deleted))}"))
+
+
+def _wait(ex: "GcpExecutor", zone: str, op_name: str, what: str, timeout_s: float = 1800.0):
+    return wait(ex.clients, ex.retry, zone, op_name, what, timeout_s)

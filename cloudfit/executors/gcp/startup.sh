@@ -7,6 +7,14 @@ set -uo pipefail
 MD=${CLOUDFIT_METADATA_URL:-http://metadata.google.internal/computeMetadata/v1}
 md() { curl -sf -H "Metadata-Flavor: Google" "$MD/instance/attributes/$1"; }
 guest() { curl -sf -X PUT --data "$2" -H "Metadata-Flavor: Google" "$MD/instance/guest-attributes/cloudfit/$1" >/dev/null || true; }
+# A node that cannot start its job says why (guest attributes the launcher reads, which then deletes
+# the cluster) and powers off: it must not sit idle and billed until its max_run_duration.
+fail() {
+  guest error "$1"; guest state failed; echo "cloudfit: $1" >&2
+  sleep "${CLOUDFIT_LINGER_S:-120}"
+  [ -n "${CLOUDFIT_NO_SHUTDOWN:-}" ] || shutdown -h now
+  exit 1
+}
 
 CLUSTER={{CLUSTER}}
 NNODES={{NNODES}}
@@ -14,6 +22,9 @@ NPROC={{NPROC}}
 BUCKET={{BUCKET}}
 CKPT={{CKPT}}
 PIP_SPEC={{PIP_SPEC}}
+WHEEL_NAME={{WHEEL_NAME}}
+WHEEL_SHA={{WHEEL_SHA}}
+WHEEL_EXTRA={{WHEEL_EXTRA}}
 NODE_RANK=$(md cloudfit-node-rank)
 MASTER=$(md cloudfit-master-addr)
 if [ "$NODE_RANK" = 0 ]; then  # node 0 hosts the rendezvous at its own internal address
@@ -22,7 +33,8 @@ fi
 STOP_AT=$(md cloudfit-stop-at)
 WORK=${CLOUDFIT_WORK_DIR:-/var/lib/cloudfit}
 STOP_FILE=$WORK/STOP
-PROGRESS=$CKPT/progress.json
+PROGRESS=$WORK/progress.json  # on local disk: read by the watcher below, never written through FUSE
+LOCAL_CKPT=$WORK/checkpoints  # rank 0 writes here; the trainer uploads to $CKPT in the background
 mkdir -p "$WORK"
 rm -f "$STOP_FILE"
 guest state booting
@@ -38,16 +50,26 @@ if [ -n "$BUCKET" ]; then  # checkpoints live in a bucket: mount it so every nod
   fi
   mkdir -p "/mnt/cloudfit/$BUCKET"
   mountpoint -q "/mnt/cloudfit/$BUCKET" || gcsfuse --implicit-dirs "$BUCKET" "/mnt/cloudfit/$BUCKET" \
-    || { guest state failed; guest error "cannot mount gs://$BUCKET"; exit 1; }
+    || fail "cannot mount gs://$BUCKET"
 fi
 mkdir -p "$CKPT"
 
 PY=python3
 [ -x /opt/conda/bin/python ] && PY=/opt/conda/bin/python
-if ! "$PY" -c "import cloudfit" 2>/dev/null; then
+WANT_VERSION={{VERSION}}
+if [ "$("$PY" -c 'import cloudfit; print(cloudfit.__version__)' 2>/dev/null)" != "$WANT_VERSION" ]; then
+  if [ -n "$WHEEL_NAME" ]; then  # the launcher's own cloudfit, as a wheel in instance metadata
+    : > "$WORK/wheel.b64"
+    i=0
+    while chunk=$(md "cloudfit-wheel-$i") && [ -n "$chunk" ]; do printf '%s' "$chunk" >> "$WORK/wheel.b64"; i=$((i + 1)); done
+    base64 -d "$WORK/wheel.b64" > "$WORK/$WHEEL_NAME" || fail "cannot decode the cloudfit wheel from instance metadata"
+    echo "$WHEEL_SHA  $WORK/$WHEEL_NAME" | sha256sum -c --status || fail "the cloudfit wheel in instance metadata is corrupt"
+    PIP_SPEC="$WORK/$WHEEL_NAME$WHEEL_EXTRA"
+  fi
   "$PY" -m pip install --quiet "$PIP_SPEC" || "$PY" -m pip install --quiet --break-system-packages "$PIP_SPEC" \
-    || { guest state failed; guest error "pip install $PIP_SPEC failed"; exit 1; }
+    || fail "pip install $PIP_SPEC failed"
 fi
+"$PY" -c "import cloudfit.train" 2>/dev/null || fail "cloudfit does not import after installing $PIP_SPEC"
 
 # Watcher: a stop request (metadata cloudfit-stop) or the stop time turns into the stop file the
 # trainer checks every step; progress is reported as guest attributes for the launcher.
@@ -63,7 +85,7 @@ fi
 WATCHER=$!
 
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 CLOUDFIT_CLUSTER="$CLUSTER" CLOUDFIT_CHECKPOINT_DIR="$CKPT" \
-  CLOUDFIT_STOP_FILE="$STOP_FILE" CLOUDFIT_PROGRESS_FILE="$PROGRESS"
+  CLOUDFIT_STOP_FILE="$STOP_FILE" CLOUDFIT_PROGRESS_FILE="$PROGRESS" CLOUDFIT_LOCAL_CHECKPOINT_DIR="$LOCAL_CKPT"
 guest state running
 code=1
 # A preempted peer makes torchrun fail here; it is recreated by the launcher, so try again and

@@ -1,0 +1,176 @@
+"""What goes into one Compute Engine insert call: names, labels, metadata, the startup script.
+
+Pure functions and records (no network): ``NodeSpec.instance()`` builds the ``compute_v1.Instance``
+and ``NodeSpec.plan()`` the line ``--dry-run`` prints for it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cloudfit import __version__
+from cloudfit.errors import UsageError
+from cloudfit.executors.base import NodePlan, RunSpec
+from cloudfit.types import ClusterConfig
+
+#: Deep Learning VM image family with PyTorch, CUDA 12.9 and the NVIDIA 580 driver preinstalled.
+DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/pytorch-2-9-cu129-ubuntu-2404-nvidia-580"
+ENV_PIP_SPEC = "CLOUDFIT_PIP_SPEC"  # what the VMs pip-install instead of the launcher's own cloudfit
+BOOT_DISK_GB = 200
+RDZV_PORT = 29400
+LAUNCH_LABEL = "cloudfit-launch"  # per-launch identity (a UUID) beside the cluster name
+#: N1 shapes take GPUs as guest accelerators; these are their Compute Engine type names.
+N1_ACCELERATOR_TYPES = {"T4": "nvidia-tesla-t4", "V100": "nvidia-tesla-v100", "P100": "nvidia-tesla-p100",
+                        "P4": "nvidia-tesla-p4", "K80": "nvidia-tesla-k80"}
+
+_CRED = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")
+
+
+def strip_credentials(text: str) -> str:
+    """``https://user:token@host/x`` → ``https://host/x`` anywhere in ``text`` (pip specs, URLs)."""
+    return _CRED.sub(r"\1", text)
+
+
+def pip_spec() -> str:
+    """What the VMs pip-install: ``$CLOUDFIT_PIP_SPEC`` (credentials stripped: they would land in
+    instance metadata) or this very cloudfit version."""
+    raw = os.environ.get(ENV_PIP_SPEC)
+    if raw:
+        return strip_credentials(raw.strip())
+    return f"cloudfit=={__version__}"
+
+
+def accelerator_type(machine_type: str, accelerator: str) -> str | None:
+    """Compute Engine accelerator type to attach, or None when the machine type has its GPUs built in."""
+    if not machine_type.startswith("n1-"):
+        return None
+    try:
+        return N1_ACCELERATOR_TYPES[accelerator]
+    except KeyError:
+        raise UsageError(f"cloudfit does not know how to attach {accelerator} to {machine_type}") from None
+
+
+def disk_type(machine_type: str) -> str:
+    # A3 Ultra and A4 boot only from Hyperdisk; the rest take Persistent Disk.
+    return "hyperdisk-balanced" if machine_type.startswith(("a3-ultragpu", "a4-")) else "pd-balanced"
+
+
+def node_name(cluster: str, i: int) -> str:
+    return f"{cluster}-{i}"
+
+
+def split_bucket(checkpoint_dir: str) -> tuple[str, str]:
+    """``gs://bucket/a/b`` → ``("bucket", "/mnt/cloudfit/bucket/a/b")`` (where the VM mounts it)."""
+    rest = checkpoint_dir[len("gs://"):].strip("/")
+    bucket, _, path = rest.partition("/")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]", bucket or ""):
+        raise UsageError(f"--checkpoint-dir {checkpoint_dir!r} names no valid bucket (expected gs://BUCKET/PATH)")
+    if ".." in path.split("/"):
+        raise UsageError(f"--checkpoint-dir {checkpoint_dir!r}: '..' is not allowed in the path")
+    return bucket, f"/mnt/cloudfit/{bucket}" + (f"/{path}" if path else "")
+
+
+def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: str, *, install=None,
+                          version: str = __version__) -> str:
+    """The startup script every node of ``config`` runs (identical on all nodes). ``install``: an
+    ``Install`` (``cloudfit.executors.gcp.wheel``); None installs ``pip_spec()``."""
+    if checkpoint_dir.startswith("gs://"):
+        bucket, local = split_bucket(checkpoint_dir)
+    else:
+        bucket, local = "", checkpoint_dir
+    if spec.job.command:
+        entry = "--no-python " + " ".join(shlex.quote(a) for a in spec.job.command)
+    else:
+        args = spec.job.trainer_args(local)  # stop and progress files come from the script's environment
+        entry = "-m cloudfit.train " + " ".join(shlex.quote(a) for a in args)
+    wheel = install.wheel_name if install is not None and install.chunks else ""
+    values = {"CLUSTER": spec.name, "NNODES": str(config.nodes), "NPROC": str(config.offering.accelerators_per_node),
+              "BUCKET": bucket, "CKPT": local, "PIP_SPEC": "" if wheel else pip_spec() if install is None else install.spec,
+              "WHEEL_NAME": wheel, "WHEEL_SHA": install.sha256 if wheel else "",
+              "WHEEL_EXTRA": "[hf]" if wheel and install.spec.endswith("[hf]") else "", "VERSION": version,
+              "ENTRY": entry}
+    text = (Path(__file__).with_name("startup.sh")).read_text()
+    for k, v in values.items():
+        text = text.replace("{{%s}}" % k, v if k == "ENTRY" else shlex.quote(v))
+    return text
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """Everything that goes into one insert call (also what ``--dry-run`` prints)."""
+
+    name: str
+    zone: str
+    index: int
+    config: ClusterConfig
+    cap_s: int
+    labels: dict[str, str]
+    metadata: dict[str, str]  # without the startup script
+    image: str
+    attachments: dict[str, str] = field(default_factory=dict, repr=False)  # large metadata (the wheel), not shown
+
+    @property
+    def price_per_hour(self) -> float:
+        return self.config.price_per_hour / self.config.nodes
+
+    def instance(self, startup_script: str, network_ip: str | None = None):
+        from google.cloud import compute_v1
+
+        o = self.config.offering
+        mt = o.machine_type
+        acc = accelerator_type(mt, o.accelerator)
+        nic = compute_v1.NetworkInterface(
+            network="global/networks/default",
+            access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")],
+        )
+        if mt.startswith(("a3-", "a4-")):
+            nic.nic_type = "GVNIC"
+        if network_ip:
+            nic.network_i_p = network_ip
+        items = [compute_v1.Items(key="startup-script", value=startup_script)]
+        items += [compute_v1.Items(key=k, value=v) for k, v in sorted({**self.attachments, **self.metadata}.items())]
+        inst = compute_v1.Instance(
+            name=self.name,
+            machine_type=f"zones/{self.zone}/machineTypes/{mt}",
+            labels=self.labels,
+            disks=[compute_v1.AttachedDisk(
+                boot=True, auto_delete=True,
+                initialize_params=compute_v1.AttachedDiskInitializeParams(
+                    source_image=self.image, disk_size_gb=BOOT_DISK_GB,
+                    disk_type=f"zones/{self.zone}/diskTypes/{disk_type(mt)}"),
+            )],
+            network_interfaces=[nic],
+            metadata=compute_v1.Metadata(items=items),
+            scheduling=compute_v1.Scheduling(
+                provisioning_model="SPOT" if self.config.spot else "STANDARD",
+                on_host_maintenance="TERMINATE",
+                automatic_restart=False,
+                instance_termination_action="DELETE",
+                max_run_duration=compute_v1.Duration(seconds=int(self.cap_s)),
+            ),
+            service_accounts=[compute_v1.ServiceAccount(
+                email="default",
+                scopes=["https://www.googleapis.com/auth/devstorage.read_write",
+                        "https://www.googleapis.com/auth/logging.write"],
+            )],
+        )
+        if acc:
+            inst.guest_accelerators = [compute_v1.AcceleratorConfig(
+                accelerator_type=f"zones/{self.zone}/acceleratorTypes/{acc}",
+                accelerator_count=o.accelerators_per_node)]
+        return inst
+
+    def plan(self) -> NodePlan:
+        o = self.config.offering
+        return NodePlan(
+            name=self.name, zone=self.zone, machine_type=o.machine_type, accelerator=o.accelerator,
+            accelerators=o.accelerators_per_node, provisioning="SPOT" if self.config.spot else "STANDARD",
+            price_per_hour=self.price_per_hour, max_run_duration_s=int(self.cap_s), labels=dict(self.labels),
+            detail={"image": self.image, "instance_termination_action": "DELETE", "on_host_maintenance": "TERMINATE",
+                    "guest_accelerator": accelerator_type(o.machine_type, o.accelerator) or "built in",
+                    "boot_disk": f"{BOOT_DISK_GB} GB {disk_type(o.machine_type)}", "metadata": dict(self.metadata)},
+        )

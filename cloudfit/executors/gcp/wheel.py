@@ -1,0 +1,107 @@
+"""The cloudfit the VMs install: a wheel of the very install that planned the launch.
+
+``cloudfit==<version>`` is not on the package index, so the VMs cannot ``pip install`` it by name.
+``runtime_wheel()`` builds a wheel from the running ``cloudfit`` package (its code and package data;
+the fitted performance model and shipped planning data are left out: training does not read them),
+byte-for-byte reproducible (fixed timestamps, sorted entries). It travels in instance metadata,
+base64 in chunks of at most ``CHUNK`` characters (Compute Engine takes 256 KB per value, 512 KB in
+all); the startup script reassembles it, checks its SHA-256 and installs it, with only what
+training needs (``numpy``; ``transformers`` for the Hugging Face zoo models). ``$CLOUDFIT_PIP_SPEC``
+replaces all of this with a pip spec of your own (credentials stripped: they would land in metadata).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import os
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cloudfit import __version__
+from cloudfit.errors import UsageError
+
+CHUNK = 250_000  # characters of base64 per metadata value (the limit is 256 KB)
+MAX_METADATA_BYTES = 480_000  # of the 512 KB per instance, leave room for the startup script and keys
+EXCLUDE = ("perf/model.json", "_shipped/")  # planning data the VMs never read
+TRAINING_REQUIRES = ("numpy>=1.26", "transformers>=4.44; extra == 'hf'")
+HF_MODELS = ("bert", "gpt2")
+_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class Install:
+    """What the VMs install and from where (``--dry-run`` shows it)."""
+
+    source: str  # "wheel in instance metadata" | "CLOUDFIT_PIP_SPEC"
+    spec: str  # the pip argument on the VM (a path to the reassembled wheel, or the user's spec)
+    describe: str  # one line for people
+    wheel_name: str = ""
+    sha256: str = ""
+    size_bytes: int = 0
+    chunks: dict[str, str] = field(default_factory=dict, repr=False)  # metadata key → base64 chunk
+
+
+def _files(root: Path) -> list[tuple[str, bytes]]:
+    out = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root.parent).as_posix()
+        inner = path.relative_to(root).as_posix()
+        if path.is_dir() or "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo"):
+            continue
+        if any(inner == e or inner.startswith(e) for e in EXCLUDE):
+            continue
+        out.append((rel, path.read_bytes()))
+    return out
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def runtime_wheel(package_dir: Path | None = None, version: str = __version__) -> tuple[str, bytes]:
+    """``(file name, bytes)`` of a py3-none-any wheel of the running cloudfit (deterministic)."""
+    import cloudfit
+
+    root = Path(package_dir) if package_dir is not None else Path(cloudfit.__file__).resolve().parent
+    dist = f"cloudfit-{version}.dist-info"
+    meta = "\n".join(["Metadata-Version: 2.1", "Name: cloudfit", f"Version: {version}",
+                      "Summary: cloudfit runtime for training VMs (built by cloudfit launch)", "Provides-Extra: hf",
+                      *(f"Requires-Dist: {r}" for r in TRAINING_REQUIRES)]) + "\n"
+    wheel = "Wheel-Version: 1.0\nGenerator: cloudfit launch\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    entries = _files(root) + [(f"{dist}/METADATA", meta.encode()), (f"{dist}/WHEEL", wheel.encode())]
+    record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in entries) + f"{dist}/RECORD,,\n"
+    entries.append((f"{dist}/RECORD", record.encode()))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+        for name, data in entries:
+            info = zipfile.ZipInfo(name, date_time=_EPOCH)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            z.writestr(info, data)
+    return f"cloudfit-{version}-py3-none-any.whl", buf.getvalue()
+
+
+def install_source(model: str = "") -> Install:
+    """How the VMs get cloudfit: ``$CLOUDFIT_PIP_SPEC`` when set, else this install's wheel in metadata."""
+    from cloudfit.executors.gcp.bodies import ENV_PIP_SPEC, pip_spec
+
+    hf = any(model.startswith(p) for p in HF_MODELS)
+    if os.environ.get(ENV_PIP_SPEC):
+        spec = pip_spec()
+        return Install(ENV_PIP_SPEC, spec, f"the VMs install {spec} (from ${ENV_PIP_SPEC})")
+    name, data = runtime_wheel()
+    text = base64.b64encode(data).decode()
+    if len(text) > MAX_METADATA_BYTES:
+        raise UsageError(f"this cloudfit's wheel is {len(data) // 1024} KB, too large for instance metadata; "
+                         f"set {ENV_PIP_SPEC} to a pip spec the VMs can install (an index URL, a gs:// wheel, …)")
+    chunks = {f"cloudfit-wheel-{i}": text[j:j + CHUNK] for i, j in enumerate(range(0, len(text), CHUNK))}
+    sha = hashlib.sha256(data).hexdigest()
+    spec = f"/var/lib/cloudfit/{name}" + ("[hf]" if hf else "")
+    return Install("wheel in instance metadata", spec,
+                   f"the VMs install cloudfit {__version__} from a wheel of this install ({name}, "
+                   f"{len(data) // 1024} KB, sha256 {sha[:12]}…) carried in instance metadata "
+                   f"({len(chunks)} key(s) cloudfit-wheel-N)" + (" with transformers" if hf else ""),
+                   wheel_name=name, sha256=sha, size_bytes=len(data), chunks=chunks)
