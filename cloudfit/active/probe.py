@@ -34,8 +34,7 @@ class ProbeRequest:
 
 def backend_of(executor) -> str:
     """The executor's backend name (the Executor protocol's ``.backend``)."""
-    backend = getattr(executor, "backend", None)
-    return backend if isinstance(backend, str) else str(getattr(executor, "name", type(executor).__name__))
+    return str(executor.backend)
 
 
 def probe_spec(req: ProbeRequest):

@@ -60,7 +60,6 @@ class ReplayExecutor:
     (``probe_seconds`` when the spec has none) and is charged the configuration's price for that long."""
 
     backend = "replay"
-    name = backend  # the attribute older callers read; ``backend`` is the protocol's
 
     @classmethod
     def billing_bounds(cls) -> tuple[float, float]:
