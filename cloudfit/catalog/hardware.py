@@ -37,6 +37,11 @@ class Accelerator:
     pcie_gen: int
     tdp_w: float
     year: int
+    # Chip structure (the kernel-efficiency model's features; see _CHIP for provenance): streaming
+    # multiprocessors, boost clock in MHz, L2 cache in MiB.
+    sms: int = 0
+    clock_mhz: float = 0.0
+    l2_mib: float = 0.0
 
     def peak_tflops(self, precision: str) -> float:
         """Dense peak at ``precision``, falling back to the next precision the chip really runs.
@@ -67,8 +72,34 @@ class Accelerator:
         return f"NVLink {self.nvlink_gbps:g} GB/s" if self.nvlink_gbps else f"PCIe gen{self.pcie_gen}"
 
 
+#: name → (SMs, boost clock MHz, L2 MiB). NeuSight's device configs (data/kernels/PROVENANCE.md) for the
+#: GPUs it measured (P100, T4, A100, A100-80GB, L4, H100) — except P4 (20 SMs of 128 FP32 lanes, the
+#: datasheet; NeuSight counts 40 half-SMs), L4 (58 SMs enabled, NVIDIA's L4 datasheet; NeuSight's file
+#: says 60, the full AD104) and V100 (SXM2 boost 1530 MHz, matching fp32_tflops; NeuSight measured the
+#: PCIe board at 1370); NVIDIA datasheets/whitepapers for the rest (K80 per GK210 die; B200: 148 SMs over two dies, 126 MiB L2, ~1.96 GHz boost — NVIDIA does not
+#: publish a boost clock for B200, this is the figure third-party spec sheets quote: approximate).
+_CHIP: dict[str, tuple[int, float, float]] = {
+    "K80": (13, 875, 1.5),
+    "P4": (20, 1113, 2),
+    "P100": (56, 1380, 4),
+    "V100": (80, 1530, 6),
+    "T4": (40, 1590, 4),
+    "A100": (108, 1410, 40),
+    "A100-80GB": (108, 1410, 40),
+    "A10": (72, 1695, 6),
+    "L4": (58, 2040, 48),
+    "L40S": (142, 2520, 96),
+    "H100": (132, 1980, 50),
+    "H100-MEGA": (132, 1980, 50),
+    "H100-PCIe": (114, 1755, 50),
+    "H200": (132, 1980, 50),
+    "GH200": (132, 1980, 50),
+    "B200": (148, 1965, 126),
+}
+
+
 def _a(name, arch, mem, bw, fp32, tf32, fp16, bf16, fp8, nvlink, pcie, tdp, year) -> Accelerator:
-    return Accelerator(name, arch, mem, bw, fp32, tf32, fp16, bf16, fp8, nvlink, pcie, tdp, year)
+    return Accelerator(name, arch, mem, bw, fp32, tf32, fp16, bf16, fp8, nvlink, pcie, tdp, year, *_CHIP[name])
 
 
 # name, arch, memory GiB, mem BW GB/s, FP32, TF32, FP16, BF16, FP8 (dense TFLOPS), NVLink GB/s, PCIe gen, TDP W, year
