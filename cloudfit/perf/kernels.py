@@ -93,14 +93,15 @@ def load(path: Path | None = None) -> Kernels:
                    num("flops"), num("bytes"), num("latency_us"))
 
 
-def specs(accelerators: np.ndarray) -> dict[str, np.ndarray]:
-    """Per row: the measured board's fp32 peak (TFLOPS), bandwidth (GB/s), SMs, clock (MHz), L2 (MiB)."""
+def specs(accelerators: np.ndarray, boards: bool = True) -> dict[str, np.ndarray]:
+    """Per row: fp32 peak (TFLOPS), bandwidth (GB/s), SMs, clock (MHz), L2 (MiB) of the board NeuSight
+    measured (``boards``) or of the canonical accelerator."""
     out: dict[str, list[float]] = {k: [] for k in ("fp32_tflops", "memory_bandwidth_gbps", "sms", "clock_mhz", "l2_mib")}
     cache: dict[str, tuple[float, ...]] = {}
     for a in accelerators:
         v = cache.get(a)
         if v is None:
-            acc, board = hardware.get(a), BOARDS.get(a, {})
+            acc, board = hardware.get(a), BOARDS.get(a, {}) if boards else {}
             v = cache[a] = tuple(float(board.get(k, getattr(acc, k))) for k in out)
         for k, x in zip(out, v):
             out[k].append(x)
@@ -112,8 +113,8 @@ def roofline_us(kern: Kernels, s: dict[str, np.ndarray]) -> tuple[np.ndarray, np
     return kern.flops / (s["fp32_tflops"] * 1e6), kern.bytes / (s["memory_bandwidth_gbps"] * 1e3)
 
 
-def features(kern: Kernels) -> np.ndarray:
-    s = specs(kern.accelerator)
+def features(kern: Kernels, boards: bool = True) -> np.ndarray:
+    s = specs(kern.accelerator, boards)
     t_c, t_m = roofline_us(kern, s)
     sms = s["sms"]
     cols = []
@@ -157,9 +158,9 @@ def fit(kern: Kernels):
     return out
 
 
-def predict_us(forests: dict[str, Any], kern: Kernels) -> np.ndarray:
-    X = features(kern)
-    t_c, t_m = roofline_us(kern, specs(kern.accelerator))
+def predict_us(forests: dict[str, Any], kern: Kernels, boards: bool = True) -> np.ndarray:
+    X = features(kern, boards)
+    t_c, t_m = roofline_us(kern, specs(kern.accelerator, boards))
     out = np.full(len(kern), np.nan)
     for cls, forest in forests.items():
         sel = kern.op_class == cls
@@ -203,3 +204,96 @@ def leave_gpu_out(kern: Kernels | None = None, train_gpus=TRAIN_GPUS, test_gpus=
             report["ops"][op] = dict(block(sel), gpus={g: block(sel & (tk.accelerator == g))
                                                        for g in test_gpus if (sel & (tk.accelerator == g)).any()})
     return report
+
+
+# --------------------------------------------------------------------------------------------
+# Efficiency tables: what the end-to-end prior uses (cloudfit.perf.prior.compute_time)
+
+#: log2 grids of per-kernel traffic (bytes) and work (FLOPs) the tables are evaluated on.
+BYTES_LOG2 = tuple(range(10, 35))
+FLOPS_LOG2 = tuple(range(16, 47))
+
+
+@dataclass(frozen=True)
+class Tables:
+    """Per accelerator: achieved fraction of the datasheet memory bandwidth by a memory-bound kernel moving
+    2^BYTES_LOG2 bytes, and of the fp32 peak by a square GEMM of 2^FLOPS_LOG2 FLOPs (kernel-model predictions,
+    clipped to (0, 1]). Latency floors, wave quantisation and sustained clocks are in these fractions."""
+
+    memory: dict[str, tuple[float, ...]]
+    gemm: dict[str, tuple[float, ...]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bytes_log2": list(BYTES_LOG2), "flops_log2": list(FLOPS_LOG2),
+                "memory": {k: list(v) for k, v in sorted(self.memory.items())},
+                "gemm": {k: list(v) for k, v in sorted(self.gemm.items())}}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Tables":
+        if tuple(d["bytes_log2"]) != BYTES_LOG2 or tuple(d["flops_log2"]) != FLOPS_LOG2:
+            raise ValueError("kernel tables on another grid")
+        return cls({k: tuple(float(x) for x in v) for k, v in d["memory"].items()},
+                   {k: tuple(float(x) for x in v) for k, v in d["gemm"].items()})
+
+
+def _sig4(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
+def efficiency_tables(forests: dict[str, Any], accelerators: list[str]) -> Tables:
+    """Evaluate the fitted kernel models on the table grids for every accelerator (by its specs)."""
+    mem, gemm = {}, {}
+    by = 2.0 ** np.array(BYTES_LOG2, dtype=float)
+    fl = 2.0 ** np.array(FLOPS_LOG2, dtype=float)
+    for acc in accelerators:
+        # element-wise unary op over E fp32 elements (8 bytes per element moved) as rows of 1024
+        E = by / 8.0
+        rows = np.maximum(E / 1024.0, 1.0)
+        km = Kernels(np.full(len(E), "relu"), np.full(len(E), "memory"), np.full(len(E), acc), rows,
+                     np.minimum(E, 1024.0), np.ones(len(E)), np.ones(len(E)), E, by, np.ones(len(E)))
+        t = predict_us(forests, km, boards=False)
+        s = specs(km.accelerator, boards=False)
+        # a larger kernel never reaches a smaller fraction of the peak (running maximum over the grid: the
+        # trees are flat and noisy beyond the measured sizes)
+        mem[acc] = tuple(_sig4(x) for x in np.maximum.accumulate(np.minimum(1.0, (by / (s["memory_bandwidth_gbps"] * 1e3)) / t)))
+        n = np.round((fl / 2.0) ** (1.0 / 3.0))
+        kg = Kernels(np.full(len(n), "linear"), np.full(len(n), "gemm"), np.full(len(n), acc), np.ones(len(n)),
+                     n, n, n, 2.0 * n**3, 12.0 * n**2, np.ones(len(n)))
+        t = predict_us(forests, kg, boards=False)
+        s = specs(kg.accelerator, boards=False)
+        gemm[acc] = tuple(_sig4(x) for x in np.maximum.accumulate(np.minimum(1.0, (kg.flops / (s["fp32_tflops"] * 1e6)) / t)))
+    return _monotone(mem, gemm)
+
+
+def _dominates(b: str, a: str) -> bool:
+    A, B = hardware.get(a), hardware.get(b)
+    sa = (A.fp32_tflops, A.memory_bandwidth_gbps, A.peak_tflops("fp16"))
+    sb = (B.fp32_tflops, B.memory_bandwidth_gbps, B.peak_tflops("fp16"))
+    return all(y >= x for x, y in zip(sa, sb))
+
+
+def _monotone(mem: dict[str, tuple[float, ...]], gemm: dict[str, tuple[float, ...]]) -> Tables:
+    """A better accelerator never runs a kernel slower. Where ``b`` has at least ``a``'s fp32 and fp16 peaks
+    and bandwidth: ``b``'s achieved bandwidth (fraction × its bandwidth) is at least ``a``'s at every traffic,
+    and its GEMM fraction at least ``a``'s (the fraction also multiplies tensor-core peaks, whose ratio
+    between two chips differs from their fp32 ratio). The trees alone do not guarantee it (e.g. GH200 vs H100,
+    the same chip with more bandwidth, fell on different leaves)."""
+    names = sorted(mem, key=lambda a: (hardware.get(a).memory_bandwidth_gbps, hardware.get(a).fp32_tflops, a))
+    mem_a = {a: np.array(mem[a]) * hardware.get(a).memory_bandwidth_gbps for a in names}
+    gem = {a: np.array(gemm[a]) for a in names}
+    for _ in range(2):  # dominance is transitive; two passes settle chains
+        for b in names:
+            for a in names:
+                if a != b and _dominates(b, a):
+                    mem_a[b] = np.maximum(mem_a[b], mem_a[a])
+                    gem[b] = np.maximum(gem[b], gem[a])
+    return Tables({a: tuple(_sig4(x) for x in np.minimum(1.0, mem_a[a] / hardware.get(a).memory_bandwidth_gbps))
+                   for a in sorted(names)},
+                  {a: tuple(_sig4(x) for x in gem[a]) for a in sorted(names)})
+
+
+def shipped_tables() -> Tables:
+    """Tables from kernel models fitted on every shipped kernel measurement, for every accelerator in
+    ``cloudfit.catalog.hardware`` (what ``cloudfit model fit`` stores in the model file)."""
+    kern = load()
+    return efficiency_tables(fit(kern), list(hardware.ACCELERATORS))
