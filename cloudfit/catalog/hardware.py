@@ -173,6 +173,24 @@ def get(name: str) -> Accelerator:
     return ACCELERATORS[canonical_name(name)]
 
 
+def precision_note(accelerator: str, precision: str) -> str:
+    """A warning for a measurement recorded at ``precision`` on ``accelerator`` whose label is often wrong, or "".
+
+    Precision semantics in cloudfit: ``fp32`` is strict FP32 (TF32 off for matmuls *and* convolutions),
+    ``tf32`` is TF32 tensor cores for both (what NVIDIA's NGC containers set: NVIDIA_TF32_OVERRIDE unset,
+    ``torch.backends.cuda.matmul.allow_tf32`` and ``cudnn.allow_tf32`` on), ``fp16``/``bf16`` autocast mixed
+    precision, ``fp8`` Transformer Engine FP8 on Hopper/Blackwell. PyTorch's own defaults lie between: cuDNN
+    convolutions TF32 on, matmuls TF32 off (since 1.12). On accelerators with TF32 units (Ampere and newer)
+    many published "fp32" numbers ran TF32.
+    """
+    acc = get(accelerator)
+    if precision.lower() == "fp32" and acc.tf32_tflops:
+        return (f"many published fp32 numbers on {acc.name} ran TF32 (NVIDIA's containers turn it on for matmuls "
+                "and convolutions; PyTorch turns it on for convolutions by default): if TF32 was on, record "
+                "--precision tf32; fp32 here means TF32 off")
+    return ""
+
+
 def match(patterns: tuple[str, ...] | list[str], names: list[str]) -> list[str]:
     """Names among ``names`` matching any of ``patterns`` (canonical names or globs like ``A100*``)."""
     out = []
