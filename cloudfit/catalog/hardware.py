@@ -169,8 +169,10 @@ def canonical_name(name: str) -> str:
 
 
 def get(name: str) -> Accelerator:
-    """The spec of accelerator ``name`` (any spelling ``canonical_name`` accepts)."""
-    return ACCELERATORS[canonical_name(name)]
+    """The spec of accelerator ``name`` (any spelling ``canonical_name`` accepts; canonical names, which the
+    catalog and the performance model pass, are one dictionary lookup)."""
+    acc = ACCELERATORS.get(name)
+    return acc if acc is not None else ACCELERATORS[canonical_name(name)]
 
 
 def precision_note(accelerator: str, precision: str) -> str:
@@ -244,7 +246,7 @@ def vm_network_gbps(machine_type: str, accelerator: str, accelerators_per_node: 
     2 Gbps per vCPU capped at 32 Gbps, or at 100 Gbps with T4/V100.
     """
     if machine_type.startswith("n1-"):
-        cap = 100.0 if canonical_name(accelerator) in ("T4", "V100") else 32.0
+        cap = 100.0 if get(accelerator).name in ("T4", "V100") else 32.0
         return min(2.0 * vcpus, cap)
     for prefix, top in _FAMILY_MAX_GBPS.items():
         if not machine_type.startswith(prefix):
