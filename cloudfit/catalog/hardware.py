@@ -37,6 +37,11 @@ class Accelerator:
     pcie_gen: int
     tdp_w: float
     year: int
+    # Chip structure (the kernel-efficiency model's features; see _CHIP for provenance): streaming
+    # multiprocessors, boost clock in MHz, L2 cache in MiB.
+    sms: int = 0
+    clock_mhz: float = 0.0
+    l2_mib: float = 0.0
 
     def peak_tflops(self, precision: str) -> float:
         """Dense peak at ``precision``, falling back to the next precision the chip really runs.
@@ -67,8 +72,34 @@ class Accelerator:
         return f"NVLink {self.nvlink_gbps:g} GB/s" if self.nvlink_gbps else f"PCIe gen{self.pcie_gen}"
 
 
+#: name → (SMs, boost clock MHz, L2 MiB). NeuSight's device configs (data/kernels/PROVENANCE.md) for the
+#: GPUs it measured (P100, T4, A100, A100-80GB, L4, H100) — except P4 (20 SMs of 128 FP32 lanes, the
+#: datasheet; NeuSight counts 40 half-SMs), L4 (58 SMs enabled, NVIDIA's L4 datasheet; NeuSight's file
+#: says 60, the full AD104) and V100 (SXM2 boost 1530 MHz, matching fp32_tflops; NeuSight measured the
+#: PCIe board at 1370); NVIDIA datasheets/whitepapers for the rest (K80 per GK210 die; B200: 148 SMs over two dies, 126 MiB L2, ~1.96 GHz boost — NVIDIA does not
+#: publish a boost clock for B200, this is the figure third-party spec sheets quote: approximate).
+_CHIP: dict[str, tuple[int, float, float]] = {
+    "K80": (13, 875, 1.5),
+    "P4": (20, 1113, 2),
+    "P100": (56, 1380, 4),
+    "V100": (80, 1530, 6),
+    "T4": (40, 1590, 4),
+    "A100": (108, 1410, 40),
+    "A100-80GB": (108, 1410, 40),
+    "A10": (72, 1695, 6),
+    "L4": (58, 2040, 48),
+    "L40S": (142, 2520, 96),
+    "H100": (132, 1980, 50),
+    "H100-MEGA": (132, 1980, 50),
+    "H100-PCIe": (114, 1755, 50),
+    "H200": (132, 1980, 50),
+    "GH200": (132, 1980, 50),
+    "B200": (148, 1965, 126),
+}
+
+
 def _a(name, arch, mem, bw, fp32, tf32, fp16, bf16, fp8, nvlink, pcie, tdp, year) -> Accelerator:
-    return Accelerator(name, arch, mem, bw, fp32, tf32, fp16, bf16, fp8, nvlink, pcie, tdp, year)
+    return Accelerator(name, arch, mem, bw, fp32, tf32, fp16, bf16, fp8, nvlink, pcie, tdp, year, *_CHIP[name])
 
 
 # name, arch, memory GiB, mem BW GB/s, FP32, TF32, FP16, BF16, FP8 (dense TFLOPS), NVLink GB/s, PCIe gen, TDP W, year
@@ -138,8 +169,28 @@ def canonical_name(name: str) -> str:
 
 
 def get(name: str) -> Accelerator:
-    """The spec of accelerator ``name`` (any spelling ``canonical_name`` accepts)."""
-    return ACCELERATORS[canonical_name(name)]
+    """The spec of accelerator ``name`` (any spelling ``canonical_name`` accepts; canonical names, which the
+    catalog and the performance model pass, are one dictionary lookup)."""
+    acc = ACCELERATORS.get(name)
+    return acc if acc is not None else ACCELERATORS[canonical_name(name)]
+
+
+def precision_note(accelerator: str, precision: str) -> str:
+    """A warning for a measurement recorded at ``precision`` on ``accelerator`` whose label is often wrong, or "".
+
+    Precision semantics in cloudfit: ``fp32`` is strict FP32 (TF32 off for matmuls *and* convolutions),
+    ``tf32`` is TF32 tensor cores for both (what NVIDIA's NGC containers set: NVIDIA_TF32_OVERRIDE unset,
+    ``torch.backends.cuda.matmul.allow_tf32`` and ``cudnn.allow_tf32`` on), ``fp16``/``bf16`` autocast mixed
+    precision, ``fp8`` Transformer Engine FP8 on Hopper/Blackwell. PyTorch's own defaults lie between: cuDNN
+    convolutions TF32 on, matmuls TF32 off (since 1.12). On accelerators with TF32 units (Ampere and newer)
+    many published "fp32" numbers ran TF32.
+    """
+    acc = get(accelerator)
+    if precision.lower() == "fp32" and acc.tf32_tflops:
+        return (f"many published fp32 numbers on {acc.name} ran TF32 (NVIDIA's containers turn it on for matmuls "
+                "and convolutions; PyTorch turns it on for convolutions by default): if TF32 was on, record "
+                "--precision tf32; fp32 here means TF32 off")
+    return ""
 
 
 def match(patterns: tuple[str, ...] | list[str], names: list[str]) -> list[str]:
@@ -195,7 +246,7 @@ def vm_network_gbps(machine_type: str, accelerator: str, accelerators_per_node: 
     2 Gbps per vCPU capped at 32 Gbps, or at 100 Gbps with T4/V100.
     """
     if machine_type.startswith("n1-"):
-        cap = 100.0 if canonical_name(accelerator) in ("T4", "V100") else 32.0
+        cap = 100.0 if get(accelerator).name in ("T4", "V100") else 32.0
         return min(2.0 * vcpus, cap)
     for prefix, top in _FAMILY_MAX_GBPS.items():
         if not machine_type.startswith(prefix):

@@ -51,6 +51,8 @@ def eval_(
     as_json: bool = typer.Option(False, "--json", help="Print the full report as JSON to stdout."),
     groups: bool = typer.Option(False, "--groups", help="Also print the per-group tables."),
     llm: bool = typer.Option(False, "--llm", help="Evaluate the large-model (LLM) step model on the public LLM runs."),
+    kernels_only: bool = typer.Option(False, "--kernels-only",
+                                      help="Only the kernel-level leave-GPU-out evaluation (seconds)."),
 ) -> None:
     """Leave-one-accelerator-out and leave-one-model-out CV of cloudfit vs TFLOPS-ratio, SVR and the prior.
 
@@ -59,10 +61,11 @@ def eval_(
     if llm:
         _eval_llm(as_json)
         return
-    from cloudfit.perf import evaluate
+    from cloudfit.perf import evaluate, kernels
 
     t0 = time.perf_counter()
-    report = evaluate.run(progress=None if as_json else lambda s: sys.stderr.write(f"  {s}\n"))
+    report = {} if kernels_only else evaluate.run(progress=None if as_json else lambda s: sys.stderr.write(f"  {s}\n"))
+    report["kernels"] = kernels.leave_gpu_out()
     report["seconds"] = round(time.perf_counter() - t0, 1)
     if as_json:
         print_json(report)
@@ -95,7 +98,9 @@ def render_report(report: dict[str, Any], *, groups: bool = False) -> None:
     from cloudfit.perf.evaluate import METHODS, SCHEMES
 
     c = console()
-    for scheme, regimes in report["schemes"].items():
+    if "kernels" in report:
+        render_kernels(report["kernels"])
+    for scheme, regimes in report.get("schemes", {}).items():
         t = Table(title=f"{SCHEMES[scheme]}, {report['rows']} measurements: MAPE/median APE %",
                   title_justify="left", pad_edge=False, padding=(0, 1))
         t.add_column("regime", no_wrap=True)
@@ -107,8 +112,31 @@ def render_report(report: dict[str, Any], *, groups: bool = False) -> None:
             rows = [(regime, blk)]
             if groups:
                 rows += [(f"  {g}", b) for g, b in blk["groups"].items()]
+            if "generations" in blk:
+                rows += [(f"  {g}", b) for g, b in blk["generations"].items()]
             for name, b in rows:
                 cov = f"{b['coverage'] * 100:.0f}%" if "coverage" in b else "—"
                 t.add_row(name, str(b["n"]), *(f"{b[m]['mape'] * 100:.0f}/{b[m]['mdape'] * 100:.0f}" for m in METHODS), cov)
         c.print(t)
-    c.print("band: share of held-out measurements inside the calibrated 10–90% band (target 75–85%)")
+    if report.get("schemes"):
+        c.print("band: share of held-out measurements inside the calibrated 10–90% band (target 75–85%); "
+                "indented rows: by GPU generation of the held-out measurement")
+
+
+def render_kernels(k: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"kernel level, leave-GPU-out: trained on {', '.join(k['train'])} ({k['rows_train']} kernels), "
+                    f"tested on {', '.join(k['test'])} ({k['rows_test']}): latency MAPE/median APE %",
+              title_justify="left", pad_edge=False, padding=(0, 1))
+    t.add_column("op", no_wrap=True)
+    t.add_column("n", justify="right")
+    t.add_column("model", justify="right")
+    for g in k["test"]:
+        t.add_column(g, justify="right")
+    t.add_column("roofline×median", justify="right")
+    for name, blk in [(f"{c} (class)", b) for c, b in k["classes"].items()] + list(k["ops"].items()):
+        t.add_row(name, str(blk["n"]), f"{blk['mape'] * 100:.1f}/{blk['mdape'] * 100:.1f}",
+                  *(f"{blk['gpus'][g]['mape'] * 100:.1f}" if g in blk["gpus"] else "—" for g in k["test"]),
+                  f"{blk['roofline_mape'] * 100:.1f}")
+    console().print(t)

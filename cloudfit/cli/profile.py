@@ -127,6 +127,14 @@ def add(
                     precision=precision.lower(), samples_per_second=samples_per_second, source=source, note=note,
                     measured_at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat())
     updated = io.add_measurement(path, m)
+    if accelerator.lower() != "cpu":
+        from cloudfit.catalog import hardware
+
+        warning = hardware.precision_note(accelerator, precision)
+        if warning:
+            import sys
+
+            sys.stderr.write(f"warning: {warning}\n")
     if as_json:
         print_json(io.profile_to_dict(updated))
         return

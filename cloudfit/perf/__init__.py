@@ -8,10 +8,14 @@ Public API (numpy + standard library only at import and prediction time)::
     memory_fits(profile, accelerator, batch_size, precision) -> (bool, reason)
     model_version() -> str
 
-How it works: ``prior`` (roofline per op class + all-reduce / parameter-server communication) ×
+How it works: ``prior`` (roofline per op class, each class at the achieved fraction of peak of its average
+kernel from the kernel-efficiency tables fitted on NeuSight's per-kernel measurements (``kernels``), + all-reduce
+/ parameter-server communication, bounded by kernel launches and, with ``HardwareQuery.vcpus``, image decoding) ×
 a learned correction (xgboost fitted by ``cloudfit model fit``, evaluated here as numpy trees),
 anchored on the profile's own GPU measurements when it has any; the 10–90% band is conformal on
-grouped cross-validation residuals, per regime and per workload novelty. ``cloudfit model eval`` reports the accuracy.
+grouped cross-validation residuals, per regime and per workload novelty, and at least as wide as leave-one-
+accelerator-out residuals for accelerators with no measured row (whose basis says "no measured rows,
+spec-based"). ``cloudfit model eval`` reports the accuracy, including the kernel level.
 """
 
 from __future__ import annotations

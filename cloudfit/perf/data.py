@@ -100,8 +100,9 @@ def load_table(measurements: Path | None = None, stats: Path | None = None) -> T
     return Table(cols, st)
 
 
-def table_inputs(t: Table):
-    """(Work, Setup, framework_tf) arrays for every row of the training table."""
+def table_inputs(t: Table, tables=None):
+    """(Work, Setup, framework_tf) arrays for every row of the training table (``tables``: the kernel-
+    efficiency tables the prior composes, ``cloudfit.perf.kernels.Tables``)."""
     from cloudfit.perf import features
 
     work = features.work_from_stats([t.stats[f"{w}@{int(b)}"] for w, b in zip(t["workload"], t["batch_per_device"])])
@@ -113,6 +114,7 @@ def table_inputs(t: Table):
     ps_count = np.where(np.isnan(t["ps_count"]), 1.0, t["ps_count"])
     ps_net = np.where(np.isnan(t["ps_network_gbps"]), net, t["ps_network_gbps"])
     setup = features.setup(acc, list(t["precision"]), batch=t["batch_per_device"], count=count, nodes=t["nodes"],
-                           intra_gbps=intra, network_gbps=net, ps=ps, ps_count=ps_count, ps_network_gbps=ps_net)
+                           intra_gbps=intra, network_gbps=net, ps=ps, ps_count=ps_count, ps_network_gbps=ps_net,
+                           tables=tables)
     tf = (t["framework"] == "tensorflow").astype(float)
     return work, setup, tf

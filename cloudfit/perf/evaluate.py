@@ -28,6 +28,17 @@ import numpy as np
 
 from cloudfit.perf import fit as fit_mod
 
+#: GPU generations the end-to-end evaluation reports separately (by the held-out row's accelerator).
+GENERATIONS = ("Kepler", "Pascal/Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell")
+
+
+def generation(accelerator: str) -> str:
+    from cloudfit.catalog import hardware
+
+    arch = hardware.get(accelerator).arch
+    return {"Pascal": "Pascal/Volta", "Volta": "Pascal/Volta", "Ada Lovelace": "Ada"}.get(arch, arch)
+
+
 METHODS = ("cloudfit", "tflops-ratio", "svr", "prior", "calibrated-prior")
 SCHEMES = {"accelerator": "leave-one-accelerator-out", "model": "leave-one-model-out"}
 
@@ -90,7 +101,8 @@ def run(*, progress: Callable[[str], None] | None = None, inner: bool = True,
             for k, i in enumerate(held):
                 rec = {"row": int(i), "group": g, "multi": bool(prep.multi[i]), "measured": float(prep.measured[i]),
                        "source": str(prep.table["source"][i]), "workload": str(prep.table["workload"][i]),
-                       "new_workload": bool(new[k])}
+                       "new_workload": bool(new[k]),
+                       "generation": generation(str(prep.table["accelerator"][i]))}
                 for m in METHODS:
                     rec[m] = {"anchored": float(preds[m][0][k]), "stats-only": float(preds[m][1][k])}
                 if q is not None:
@@ -151,6 +163,9 @@ def summarize(recs: list[dict[str, Any]]) -> dict[str, Any]:
             out[regime] = _block(sel, kind)
             groups = sorted({r["group"] for r in sel})
             out[regime]["groups"] = {g: _block([r for r in sel if r["group"] == g], kind) for g in groups}
+            gens = sorted({r["generation"] for r in sel if "generation" in r}, key=GENERATIONS.index)
+            if gens:
+                out[regime]["generations"] = {g: _block([r for r in sel if r.get("generation") == g], kind) for g in gens}
             sources = sorted({r["source"] for r in sel})
             out[regime]["sources"] = {g: _block([r for r in sel if r["source"] == g], kind) for g in sources}
     return out

@@ -26,11 +26,13 @@ FEATURES: tuple[tuple[str, int], ...] = (
     ("log_vector_tflops", 1),
     ("log_mem_bw", 1),
     ("memory_pressure", -1),  # needed / capacity: falls as memory grows
-    ("log_intra_gbps", 1),
+    ("log_ring_link_gbps", 1),  # the all-reduce ring's slowest link: intra-node, or the VM network across nodes
     ("log_network_gbps", 1),
     ("log_comm_s", -1),  # prior's gradient exchange time per step (before overlap): falls as links get faster
-    ("log_devices", 0),
-    ("log_nodes", 0),
+    # More devices or nodes never make the correction more optimistic (per-device throughput cannot rise with
+    # the node count, and N one-GPU VMs never beat one N-GPU VM: every feature that differs moves the same way).
+    ("log_devices", -1),
+    ("log_nodes", -1),
     ("log_batch", 0),
     ("is_ps", 0),
     ("framework_tf", 0),
@@ -109,12 +111,13 @@ def feature_matrix(w: Work, s: Setup, p: PriorResult, framework_tf) -> np.ndarra
     cap = np.asarray(s.memory_gib, dtype=float) * 2**30
     intra = np.where(np.asarray(s.count) > 1, np.asarray(s.intra_gbps, dtype=float), NO_LINK_GBPS)
     net = np.where(np.asarray(s.nodes) > 1, np.asarray(s.network_gbps, dtype=float), NO_LINK_GBPS)
+    ring = np.where(np.asarray(s.nodes) > 1, np.minimum(intra, net / 8.0), intra)  # GB/s
     cols = {
         "log_peak_tflops": _log(s.peak_tflops),
         "log_vector_tflops": _log(s.vector_tflops),
         "log_mem_bw": _log(s.mem_bw_gbps),
         "memory_pressure": need / cap,
-        "log_intra_gbps": _log(np.minimum(intra, NO_LINK_GBPS)),
+        "log_ring_link_gbps": _log(np.minimum(ring, NO_LINK_GBPS)),
         "log_network_gbps": _log(np.minimum(net, NO_LINK_GBPS)),
         # Independent of the accelerator's compute speed on purpose: a faster chip must never look worse.
         "log_comm_s": np.log10(np.asarray(p.comm_total_s, dtype=float) + 1e-6),
@@ -165,17 +168,39 @@ def seen(sig: np.ndarray, known: np.ndarray, tol: float = SIGNATURE_TOL) -> np.n
     return (np.abs(sig[:, None, :] - known[None, :, :]).max(-1) <= tol).any(1)
 
 
+def table_rows(accelerators: Sequence[str], tables) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Per-row copies of the kernel-efficiency tables (``cloudfit.perf.kernels.Tables``) for canonical names."""
+    if tables is None:
+        return None, None
+    accs = list(accelerators)
+    names = sorted(set(accs))
+    missing = [a for a in names if a not in tables.memory]
+    if missing:
+        from cloudfit.errors import ModelError
+
+        raise ModelError(f"the performance model has no kernel tables for {', '.join(missing)}; "
+                         "rebuild it with `cloudfit model fit`")
+    pos = {a: i for i, a in enumerate(names)}
+    idx = np.array([pos[a] for a in accs], dtype=int)
+    mem = np.array([tables.memory[a] for a in names])[idx]
+    gem = np.array([tables.gemm[a] for a in names])[idx]
+    return mem, gem
+
+
 def setup(accelerators: Sequence[str], precisions: Sequence[str] | str, *, batch, count, nodes, intra_gbps,
-          network_gbps, ps=0.0, ps_count=1.0, ps_network_gbps=np.nan) -> Setup:
-    """Build a :class:`Setup` for rows of (canonical accelerator, precision, configuration)."""
+          network_gbps, ps=0.0, ps_count=1.0, ps_network_gbps=np.nan, tables=None) -> Setup:
+    """Build a :class:`Setup` for rows of (canonical accelerator, precision, configuration); ``tables``:
+    the kernel-efficiency tables the prior composes (None: constant efficiencies)."""
     hw = hardware_arrays(accelerators, precisions)
+    mem_eff, gemm_eff = table_rows(accelerators, tables)
     precs = [precisions] * len(hw.peak_tflops) if isinstance(precisions, str) else list(precisions)
     act = np.array([activation_scale(p) for p in precs])
     mixed = (act < 1.0).astype(float)
     return Setup(hw.peak_tflops, hw.vector_tflops, hw.mem_bw_gbps, hw.memory_gib, act, mixed,
                  np.asarray(batch, dtype=float), np.asarray(count, dtype=float), np.asarray(nodes, dtype=float),
                  np.asarray(intra_gbps, dtype=float), np.asarray(network_gbps, dtype=float),
-                 np.asarray(ps, dtype=float), np.asarray(ps_count, dtype=float), np.asarray(ps_network_gbps, dtype=float))
+                 np.asarray(ps, dtype=float), np.asarray(ps_count, dtype=float), np.asarray(ps_network_gbps, dtype=float),
+                 mem_eff, gemm_eff)
 
 
 def intra_gbps(accelerators: Sequence[str], counts) -> np.ndarray:

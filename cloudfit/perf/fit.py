@@ -28,6 +28,7 @@ written with ``repr``; two fits produce byte-identical files (tested).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -44,7 +45,7 @@ from cloudfit.perf import features, prior
 from cloudfit.perf.trees import Forest, export_booster
 from cloudfit.types import OP_CLASSES
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 REGIMES = ("single-anchored", "single-stats-only", "multi-anchored", "multi-stats-only")
 ALPHA_LOW, ALPHA_HIGH = 0.10, 0.90
 
@@ -99,7 +100,7 @@ class Prepared:
 def prepare(table: data_mod.Table | None = None, constants: dict[str, float] | None = None, *,
             with_variants: bool = True) -> Prepared:
     t = table or data_mod.load_table()
-    work, setup, tf = data_mod.table_inputs(t)
+    work, setup, tf = data_mod.table_inputs(t, kernel_tables())
     measured = t["samples_per_second"]
     multi = (t["count"] * t["nodes"]) > 1
     tensor = [i for i, c in enumerate(OP_CLASSES) if c in prior.TENSOR]
@@ -116,6 +117,15 @@ def prepare(table: data_mod.Table | None = None, constants: dict[str, float] | N
                     anchor_candidates(t, same_accelerator=True) if with_variants else [],
                     overhead_pairs(t) if with_variants else [])
     return with_constants(base, constants or dict(prior.CONSTANTS))
+
+
+@functools.lru_cache(maxsize=1)
+def kernel_tables():
+    """The kernel-efficiency tables (``cloudfit.perf.kernels.shipped_tables``), computed once per process:
+    a separate data set, so every fold of the evaluation uses the same tables."""
+    from cloudfit.perf import kernels
+
+    return kernels.shipped_tables()
 
 
 def _prepare_variants(t: data_mod.Table) -> Prepared:
@@ -221,8 +231,9 @@ def _grid_search(prep: Prepared, pairs: tuple[np.ndarray, np.ndarray], c: dict[s
     pos[used] = np.arange(len(used))
     q, a = pos[q_idx], pos[a_idx]
     work = prior.Work(prep.work.flops[used], prep.work.bytes[used], prep.work.parameters[used],
-                      prep.work.gradient_bytes[used], prep.work.activation_bytes[used])
-    setup = prior.Setup(*(np.asarray(getattr(prep.setup, f.name))[used] for f in dataclasses.fields(prior.Setup)))
+                      prep.work.gradient_bytes[used], prep.work.activation_bytes[used], prep.work.kernels[used])
+    setup = prior.Setup(*(None if getattr(prep.setup, f.name) is None else np.asarray(getattr(prep.setup, f.name))[used]
+                          for f in dataclasses.fields(prior.Setup)))
     target = np.log(prep.measured[used][q] / prep.measured[used][a])
 
     def error(cc: dict[str, float]) -> float:
@@ -463,6 +474,9 @@ class Calibration:
     log_quantiles: dict[str, list[float]]  # anchored bands: of residual / band_scale (normalised)
     residual_counts: dict[str, int]
     jump_slope: float = 0.0
+    #: per regime: 10/90% log quantiles of leave-one-accelerator-out residuals alone — the band of a prediction
+    #: for an accelerator with no measured row (``model.predict_many`` widens to it)
+    unmeasured_quantiles: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
 
 def calibrate(prep: Prepared, rows: np.ndarray, *, params=None, rounds: int = N_ROUNDS,
@@ -503,16 +517,17 @@ def calibrate(prep: Prepared, rows: np.ndarray, *, params=None, rounds: int = N_
                 best = la
         lam[key] = best
     out = []
-    for held, new, fm, _ in folds:
+    for held, new, fm, scheme in folds:
         anch, stat = shipped_predictions(prep, fm, held, lam)
-        out.append((held, new, anch, stat, anchor_jump(prep, fm, held)))
+        out.append((held, new, anch, stat, anchor_jump(prep, fm, held), scheme))
     # The anchored band widens with the hardware jump from the anchors (normalised conformal).
-    ok_all = [~np.isnan(a) for _, _, a, _, _ in out]
+    ok_all = [~np.isnan(a) for _, _, a, _, _, _ in out]
     slope = fit_jump_slope(np.concatenate([np.abs(np.log(prep.measured[h][ok] / a[ok]))
-                                           for (h, _, a, _, _), ok in zip(out, ok_all)]),
-                           np.concatenate([j[ok] for (_, _, _, _, j), ok in zip(out, ok_all)]))
+                                           for (h, _, a, _, _, _), ok in zip(out, ok_all)]),
+                           np.concatenate([j[ok] for (_, _, _, _, j, _), ok in zip(out, ok_all)]))
     res: dict[str, list[float]] = {band_key(r, nv): [] for r in REGIMES for nv in (False, True)}
-    for held, new, anch, stat, jump in out:
+    unmeasured: dict[str, list[float]] = {r: [] for r in REGIMES}  # leave-one-accelerator-out residuals only
+    for held, new, anch, stat, jump, scheme in out:
         meas = prep.measured[held]
         scale = band_scale(jump, slope)
         for multi in (False, True):
@@ -522,8 +537,13 @@ def calibrate(prep: Prepared, rows: np.ndarray, *, params=None, rounds: int = N_
                 ok = sel & ~np.isnan(anch)
                 res[band_key(f"{key}-anchored", nv)].extend((np.log(meas[ok] / anch[ok]) / scale[ok]).tolist())
                 res[band_key(f"{key}-stats-only", nv)].extend(np.log(meas[sel] / stat[sel]).tolist())
+                if scheme == "accelerator":
+                    unmeasured[f"{key}-anchored"].extend((np.log(meas[ok] / anch[ok]) / scale[ok]).tolist())
+                    unmeasured[f"{key}-stats-only"].extend(np.log(meas[sel] / stat[sel]).tolist())
     arr = {k: np.array(v) for k, v in res.items()}
-    return Calibration(lam, conformal_quantiles(arr), {k: int(len(v)) for k, v in arr.items()}, slope)
+    un = {k: [conformal_quantile(np.array(v), ALPHA_LOW), conformal_quantile(np.array(v), ALPHA_HIGH)]
+          for k, v in unmeasured.items() if len(v)}
+    return Calibration(lam, conformal_quantiles(arr), {k: int(len(v)) for k, v in arr.items()}, slope, un)
 
 
 def band_key(regime: str, new: bool) -> str:
@@ -589,6 +609,7 @@ def fit_model(*, measurements: Path | None = None, stats: Path | None = None,
         "kind": "cloudfit performance model: roofline + communication prior × xgboost correction",
         "features": [{"name": n, "monotone": m} for n, m in features.FEATURES],
         "prior_constants": {k: prep.constants[k] for k in sorted(prep.constants)},
+        "kernel_tables": kernel_tables().to_dict(),
         "xgboost_params": {k: XGB_PARAMS[k] for k in sorted(XGB_PARAMS)},
         "rounds": N_ROUNDS,
         "anchor_lambda": cal.anchor_lambda,
@@ -599,9 +620,11 @@ def fit_model(*, measurements: Path | None = None, stats: Path | None = None,
                            "workload novelty (signature seen in the training rows or new); anchored bands "
                            "scale by 1 + anchor_jump_slope × the hardware jump from the anchors",
                  "anchor_jump_slope": cal.jump_slope,
+                 "unmeasured_log_quantiles": cal.unmeasured_quantiles,
                  "seen_signatures": [[float(x) for x in r] for r in np.unique(prep.signature[rows], axis=0)],
                  "signature_tolerance": features.SIGNATURE_TOL},
-        "training": {"rows": int(len(rows)), "measurements_sha256": digest(mpath), "stats_sha256": digest(spath)},
+        "training": {"rows": int(len(rows)), "measurements_sha256": digest(mpath), "stats_sha256": digest(spath),
+                     "accelerators": sorted(set(prep.table["accelerator"][rows].tolist()))},
         "forest": booster,
     }
 

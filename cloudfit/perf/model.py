@@ -21,7 +21,7 @@ from cloudfit.perf import features, prior
 from cloudfit.perf.trees import Forest
 from cloudfit.types import PRECISIONS, Measurement, Prediction, Profile
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 PARALLELISMS = ("allreduce", "ps")
 DEFAULT_PRECISION = "fp16"
 #: A profile's measurements at a batch size far from the query's count less:
@@ -48,6 +48,7 @@ class HardwareQuery:
     parallelism: str = "allreduce"
     ps_count: int = 1
     ps_network_gbps: float | None = None
+    vcpus: float | None = None  # the VM's vCPUs: bounds image decoding (None: no input-pipeline bound)
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,25 @@ class FittedModel:
     seen_signatures: np.ndarray = field(default_factory=lambda: np.zeros((0, 6)))
     signature_tolerance: float = features.SIGNATURE_TOL
     jump_slope: float = 0.0  # anchored bands scale by 1 + jump_slope × hardware jump from the anchors
+    tables: Any = None  # kernel-efficiency tables the prior composes (cloudfit.perf.kernels.Tables)
+    measured_accelerators: tuple[str, ...] = ()  # accelerators with rows in the training data
+    #: "single-anchored" … → (low, high) log quantiles of leave-one-accelerator-out residuals only
+    unmeasured_quantiles: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def measured(self, accelerator: str) -> bool:
+        """Whether the training data holds rows on this accelerator or on the same chip (same specs)."""
+        return _chip(accelerator) in {_chip(a) for a in self.measured_accelerators}
 
     def novel(self, work: prior.Work) -> bool:
         """Whether a workload is unlike every training workload (its predictions get the wider band)."""
         return not bool(features.seen(features.signature(work), self.seen_signatures,
                                       self.signature_tolerance)[0])
+
+
+@functools.lru_cache(maxsize=64)
+def _chip(accelerator: str) -> tuple:
+    a = hardware.get(accelerator)
+    return (a.arch, a.fp32_tflops, a.fp16_tflops, a.memory_bandwidth_gbps, a.sms)
 
 
 def model_path() -> Path:
@@ -123,9 +138,13 @@ def load_model(path: str | None = None) -> FittedModel:
     q = {k: (float(v[0]), float(v[1])) for k, v in doc["band"]["log_quantiles"].items()}
     lam = {k: float(v) for k, v in doc["anchor_lambda"].items()}
     sigs = np.array(doc["band"]["seen_signatures"], dtype=float).reshape(-1, 6)
+    from cloudfit.perf.kernels import Tables
+
     return FittedModel(Forest.from_dict(doc["forest"]), q, lam, dict(doc["prior_constants"]),
                        "sha256:" + hashlib.sha256(raw).hexdigest()[:16], str(p), sigs,
-                       float(doc["band"]["signature_tolerance"]), float(doc["band"]["anchor_jump_slope"]))
+                       float(doc["band"]["signature_tolerance"]), float(doc["band"]["anchor_jump_slope"]),
+                       Tables.from_dict(doc["kernel_tables"]), tuple(doc["training"]["accelerators"]),
+                       {k: (float(v[0]), float(v[1])) for k, v in doc["band"]["unmeasured_log_quantiles"].items()})
 
 
 def model_version(path: str | None = None) -> str:
@@ -178,13 +197,12 @@ def _positive_int(v: Any, what: str) -> int:
 
 
 def _canonical_queries(queries: Sequence[HardwareQuery], default_batch: int) -> list[HardwareQuery]:
-    """Validated queries with canonical names (per-name lookups cached: the recommender sends thousands)."""
-    names: dict[str, str] = {}
+    """Validated queries. Accelerator names are the catalog's canonical ones (resolved once, where the
+    catalog or ``predict`` reads them); another spelling is resolved here, an unknown one raises."""
+    known = hardware.ACCELERATORS
     out = []
     for q in queries:
-        acc = names.get(q.accelerator)
-        if acc is None:
-            acc = names[q.accelerator] = hardware.canonical_name(q.accelerator)
+        acc = q.accelerator if q.accelerator in known else hardware.canonical_name(q.accelerator)
         count = _positive_int(q.count, "accelerator count")
         nodes = _positive_int(q.nodes, "node count")
         prec = q.precision if q.precision in PRECISIONS else str(q.precision).lower()
@@ -201,7 +219,7 @@ def _canonical_queries(queries: Sequence[HardwareQuery], default_batch: int) -> 
             out.append(q)
         else:
             out.append(HardwareQuery(acc, count, nodes, net, prec, batch, q.intra_gbps, q.parallelism,
-                                     q.ps_count, q.ps_network_gbps))
+                                     q.ps_count, q.ps_network_gbps, q.vcpus))
     return out
 
 
@@ -223,7 +241,7 @@ def _rows(qs: Sequence[HardwareQuery]) -> dict[str, np.ndarray | list]:
 def _evaluate(m: FittedModel, work: prior.Work, r: dict[str, Any], framework_tf: float = 0.0):
     s = features.setup(r["acc"], r["prec"], batch=r["batch"], count=r["count"], nodes=r["nodes"],
                        intra_gbps=r["intra"], network_gbps=r["net"], ps=r["ps"], ps_count=r["ps_count"],
-                       ps_network_gbps=r["ps_net"])
+                       ps_network_gbps=r["ps_net"], tables=m.tables)
     p = prior.prior(work, s, m.constants)
     X = features.feature_matrix(work, s, p, np.full(len(r["acc"]), framework_tf))
     return s, p, m.forest.predict(X)
@@ -301,11 +319,22 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
         sps, kind, basis = p.samples_per_second * np.exp(f), "stats-only", ["stats-only"] * len(uq)
     sps = _cap_scaling(sps, r, base)
     launch = prior.launch_bound_sps(work.kernels, r["batch"], devices)
+    vcpus = np.array([np.inf if q.vcpus is None else float(q.vcpus) for q in uq])
+    launch = np.minimum(launch, r["nodes"] * prior.input_bound_sps(profile.stats.input, vcpus))
     sps = np.minimum(sps, launch)
     novelty = "new" if m.novel(work) else "seen"
     q_single, q_multi = m.log_quantiles[f"single-{kind}|{novelty}"], m.log_quantiles[f"multi-{kind}|{novelty}"]
     lo_q = np.where(multi, q_multi[0], q_single[0]) * band_scale
     hi_q = np.where(multi, q_multi[1], q_single[1]) * band_scale
+    # Accelerators with no measured row (none of the same chip) in the training data: say so, and widen the
+    # band to what leave-one-accelerator-out says such predictions miss by.
+    unmeasured = np.array([not m.measured(a) for a in r["acc"]])
+    if unmeasured.any() and m.unmeasured_quantiles:
+        u_single, u_multi = m.unmeasured_quantiles[f"single-{kind}"], m.unmeasured_quantiles[f"multi-{kind}"]
+        lo_q = np.where(unmeasured, np.minimum(lo_q, np.where(multi, u_multi[0], u_single[0]) * band_scale), lo_q)
+        hi_q = np.where(unmeasured, np.maximum(hi_q, np.where(multi, u_multi[1], u_single[1]) * band_scale), hi_q)
+        basis = [b + f"; {a}: no measured rows, spec-based" if u else b
+                 for b, a, u in zip(basis, r["acc"], unmeasured)]
     step = devices * r["batch"] / sps
     scale = step / p.step_time_s  # split the final step time in the prior's proportions
     compute, comm = p.compute_s * scale, p.communication_s * scale
@@ -323,7 +352,7 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
 def _variant(q: HardwareQuery, count: int, nodes: int) -> HardwareQuery:
     # dataclasses.replace is ~5 µs a call; the recommender makes thousands of these
     return HardwareQuery(q.accelerator, count, nodes, q.network_gbps, q.precision, q.batch_size, q.intra_gbps,
-                         q.parallelism, q.ps_count, q.ps_network_gbps)
+                         q.parallelism, q.ps_count, q.ps_network_gbps, q.vcpus)
 
 
 def _cap_scaling(sps: np.ndarray, r: dict[str, Any], base: dict[int, tuple[int, int]]) -> np.ndarray:
@@ -338,6 +367,16 @@ def _cap_scaling(sps: np.ndarray, r: dict[str, Any], base: dict[int, tuple[int, 
     for i, (node1, dev1) in base.items():
         out[i] = min(out[i], r["nodes"][i] * sps[node1], r["count"][i] * r["nodes"][i] * sps[dev1])
     return out
+
+
+def _offering(machine_type: str | None, accelerator: str, count: int):
+    """The catalog's VM shape for ``machine_type`` (or its largest VM with ``count`` × ``accelerator``); None if none."""
+    from cloudfit import catalog
+
+    offs = [o for o in catalog.load().offerings
+            if o.accelerator == accelerator and o.accelerators_per_node == count
+            and (machine_type is None or o.machine_type == machine_type)]
+    return max(offs, key=lambda o: (o.vcpus, o.machine_type)) if offs else None
 
 
 def _network_for(machine_type: str | None, accelerator: str, count: int, network_gbps: float | None) -> float:
@@ -372,7 +411,12 @@ def predict(profile: Profile, accelerator: str, count: int = 1, nodes: int = 1, 
     net = 0.0
     if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 1:
         net = _network_for(machine_type, acc, count, network_gbps)
-    q = HardwareQuery(acc, count, nodes, net, precision or DEFAULT_PRECISION, batch_size, parallelism=parallelism)
+    vcpus = None
+    if machine_type is not None:  # the VM's vCPUs bound the input pipeline (image decoding)
+        off = _offering(machine_type, acc, count)
+        vcpus = float(off.vcpus) if off is not None else None
+    q = HardwareQuery(acc, count, nodes, net, precision or DEFAULT_PRECISION, batch_size, parallelism=parallelism,
+                      vcpus=vcpus)
     return predict_many(profile, [q]).row(0)
 
 

@@ -121,6 +121,26 @@ def launch_bound_sps(kernels, batch, devices) -> np.ndarray:
     return np.where(np.isnan(k) | (k <= 0), np.inf, bound)
 
 
+#: Images a vCPU decodes and augments per second at 224×224 (JPEG decode, random-resized crop, flip, to
+#: tensor) with PyTorch's DataLoader and Pillow: a documented default, not a fit. NVIDIA's DALI documentation
+#: and the common rule of ~4–6 CPU cores per V100 for ResNet-50 put it near 100–150 per vCPU (8 V100s at
+#: ~1,400 images/s each need ~100 vCPUs). Scales with pixels: smaller images decode proportionally faster.
+DECODE_IMAGES_PER_VCPU_224 = 120.0
+
+
+def input_bound_sps(input_desc: str, vcpus) -> np.ndarray:
+    """Most samples/s one VM's vCPUs can decode for an image workload (``input`` like ``"3x224x224 image"``);
+    infinite for other inputs (tokens, ids: no decoding to speak of) or unknown vCPUs."""
+    v = np.asarray(vcpus, dtype=float)
+    desc = (input_desc or "").lower()
+    if "image" not in desc:
+        return np.full(v.shape, np.inf)
+    dims = [int(x) for x in desc.split()[0].split("x") if x.isdigit()] if desc.split() else []
+    pixels = dims[-1] * dims[-2] if len(dims) >= 2 else 224 * 224
+    rate = DECODE_IMAGES_PER_VCPU_224 * (224 * 224) / max(pixels, 1)
+    return np.where(np.isfinite(v) & (v > 0), v * rate, np.inf)
+
+
 @dataclass(frozen=True)
 class Setup:
     """Hardware and parallel configuration per query (arrays broadcasting together)."""
@@ -139,6 +159,11 @@ class Setup:
     ps: np.ndarray  # 1.0 parameter server, 0.0 all-reduce
     ps_count: np.ndarray
     ps_network_gbps: np.ndarray  # Gbit/s per parameter server
+    #: Kernel-model efficiency tables per row (``cloudfit.perf.kernels.Tables``): achieved fraction of the
+    #: memory bandwidth by a kernel moving 2^BYTES_LOG2 bytes, (n, len(BYTES_LOG2)), and of the peak by a
+    #: GEMM of 2^FLOPS_LOG2 FLOPs, (n, len(FLOPS_LOG2)). None: constant efficiencies (η_mem, η_class).
+    mem_eff: np.ndarray | None = None
+    gemm_eff: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -156,21 +181,82 @@ def _f(x) -> np.ndarray:
     return np.asarray(x, dtype=float)
 
 
+#: Share of a step's kernels that are matmul/conv/attention (the rest are memory-bound), to split the
+#: profile's counted ``kernels_per_step`` between the classes: a transformer layer runs ~6 GEMMs beside ~12
+#: element-wise/normalisation kernels, a CNN block a convolution beside its BatchNorm and ReLU.
+TENSOR_KERNEL_SHARE = 1.0 / 3.0
+
+
+def _interp_rows(table: np.ndarray, log2_x: np.ndarray, start: int) -> np.ndarray:
+    """Row-wise linear interpolation of ``table`` (n, G), sampled at log2 = start, start+1, …, at ``log2_x``
+    (clamped to the grid)."""
+    g = table.shape[-1]
+    pos = np.clip(np.nan_to_num(log2_x - start, nan=g - 1.0), 0.0, g - 1.0)
+    lo = np.minimum(np.floor(pos).astype(int), g - 2)
+    frac = pos - lo
+    rows = np.arange(table.shape[0])
+    return table[rows, lo] * (1.0 - frac) + table[rows, lo + 1] * frac
+
+
+def kernel_efficiencies(w: Work, s: Setup) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(e_gemm, e_mem_tensor, e_mem_other, e_mem_optimizer) per row from the kernel-model tables: the
+    achieved fraction of peak of the step's average tensor kernel (its FLOPs) and of the memory bandwidth
+    of its average kernel's traffic, from the counted kernels per step. 1 where there are no tables or no
+    kernel count."""
+    from cloudfit.perf.kernels import BYTES_LOG2, FLOPS_LOG2
+
+    b = _f(s.batch)
+    n = b.shape[0] if b.ndim else 1
+    flops = np.broadcast_to(_f(w.flops), (n, len(OP_CLASSES)))
+    byts = np.broadcast_to(_f(w.bytes), (n, len(OP_CLASSES))) * _f(s.act_scale).reshape(-1, 1)
+    is_tensor = np.array([k in TENSOR for k in OP_CLASSES])
+    k = np.broadcast_to(_f(w.kernels), (n,))
+    ok = np.isfinite(k) & (k > 0)
+    k = np.where(ok, k, 1.0)
+    k_t = np.maximum(k * TENSOR_KERNEL_SHARE, 1.0)
+    k_m = np.maximum(k - k_t, 1.0)
+    bb = b.reshape(-1) if b.ndim else np.full(n, float(b))
+    with np.errstate(divide="ignore"):
+        lf = np.log2(np.maximum(flops[:, is_tensor].sum(1) * bb / k_t, 1.0))
+        lbt = np.log2(np.maximum(byts[:, is_tensor].sum(1) * bb / k_t, 1.0))
+        lbo = np.log2(np.maximum(byts[:, ~is_tensor].sum(1) * bb / k_m, 1.0))
+        lopt = np.log2(np.maximum(np.broadcast_to(_f(w.parameters), (n,)) * CONSTANTS["bytes_per_param_update"] / k_t, 1.0))
+    mem, gem = s.mem_eff, s.gemm_eff
+    e_g = _interp_rows(gem, lf, FLOPS_LOG2[0])
+    e_t, e_o, e_p = (_interp_rows(mem, x, BYTES_LOG2[0]) for x in (lbt, lbo, lopt))
+    one = np.ones(n)
+    return tuple(np.where(ok, np.maximum(e, 1e-4), one) for e in (e_g, e_t, e_o, e_p))
+
+
 def compute_time(w: Work, s: Setup, c: dict[str, float] = CONSTANTS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(total, tensor-class part, memory-bound part) of one single-device step, seconds."""
+    """(total, tensor-class part, memory-bound part) of one single-device step, seconds.
+
+    With kernel-model tables in ``s`` (:func:`kernel_efficiencies`), tensor classes run at the usable peak ×
+    the average tensor kernel's achieved fraction (× η_class / η_matmul: convolutions and attention keep
+    their ratio to GEMMs) and every byte moves at the bandwidth × η_mem × its kernel's achieved fraction;
+    without, at the constant η_class and η_mem."""
     b = _f(s.batch)
     flops = _f(w.flops)
     byts = _f(w.bytes)
-    bw = _f(s.mem_bw_gbps)[..., None] * 1e9 * c["eta_mem"]
     eta = np.array([c[f"eta_{k}"] if k in TENSOR else c["eta_vector"] for k in OP_CLASSES])
     is_tensor = np.array([k in TENSOR for k in OP_CLASSES])
+    bw0 = _f(s.mem_bw_gbps) * 1e9 * c["eta_mem"]
     vec = _f(s.vector_tflops)
     usable = vec + c["tensor_core_share"] * np.maximum(_f(s.peak_tflops) - vec, 0.0)
+    if s.mem_eff is not None and s.gemm_eff is not None:
+        e_g, e_t, e_o, e_p = kernel_efficiencies(w, s)
+        shape = np.shape(b)
+        e_g, e_t, e_o, e_p = (e.reshape(shape) for e in (e_g, e_t, e_o, e_p))
+        eta = np.where(is_tensor, eta / c["eta_matmul"] * e_g[..., None], eta)
+        bw = bw0[..., None] * np.where(is_tensor, e_t[..., None], e_o[..., None])
+        bw_opt = bw0 * e_p
+    else:
+        bw, bw_opt = bw0[..., None], bw0
     peak = np.where(is_tensor, usable[..., None], vec[..., None]) * 1e12 * eta
     t_flop = flops * b[..., None] / peak
     t_mem = byts * b[..., None] * _f(s.act_scale)[..., None] / bw
     per_class = np.maximum(t_flop, t_mem)
-    t_opt = _f(w.parameters) * c["bytes_per_param_update"] / (_f(s.mem_bw_gbps) * 1e9 * c["eta_mem"])
+    t_opt = _f(w.parameters) * c["bytes_per_param_update"] / bw_opt
     # Per-step fixed work, independent of the batch; it runs faster on a faster memory system.
     fixed = (c["step_overhead_s"] + c.get("ps_overhead_s", 0.0) * _f(s.ps)) * (OVERHEAD_REF_BW_GBPS / _f(s.mem_bw_gbps))
     tensor = np.where(is_tensor, per_class, 0.0).sum(-1)

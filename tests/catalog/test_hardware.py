@@ -47,3 +47,19 @@ def test_links():
     assert hardware.vm_network_gbps("n1-highmem-8", "P100", 1, 8) == 16
     assert hardware.vm_network_gbps("n1-highmem-64", "V100", 8, 64) == 100
     assert hardware.vm_network_gbps("n1-highmem-64", "P4", 4, 64) == 32
+
+
+def test_chip_structure_is_known_for_every_accelerator():
+    for a in hardware.ACCELERATORS.values():
+        assert a.sms > 0 and a.clock_mhz > 0 and a.l2_mib > 0, a.name
+        # the fp32 rate is SMs × FP32 lanes × 2 × clock with 64 or 128 lanes per SM (K80 dies: 192)
+        lanes = a.fp32_tflops * 1e6 / (2 * a.sms * a.clock_mhz)
+        assert 50 <= lanes <= 200, (a.name, lanes)
+
+
+def test_fp32_on_tf32_hardware_gets_a_precision_note():
+    assert "TF32" in hardware.precision_note("A100", "fp32")
+    assert "TF32" in hardware.precision_note("nvidia-h100-80gb", "FP32")
+    assert hardware.precision_note("V100", "fp32") == ""
+    assert hardware.precision_note("A100", "tf32") == ""
+    assert hardware.precision_note("A100", "fp16") == ""

@@ -84,3 +84,27 @@ def test_model_fit_writes_where_told_and_reports(cli, tmp_path):
 def test_model_fit_rejects_missing_inputs(tmp_path):
     r = run_cloudfit("model", "fit", "--out", str(tmp_path / "m.json"), "--measurements", str(tmp_path / "nope.csv"))
     assert r.returncode == 2 and "not found" in r.stderr
+
+
+def test_profile_add_fp32_on_an_ampere_gpu_warns_about_tf32(cli, tmp_path):
+    from pathlib import Path
+
+    path = tmp_path / "r50.json"
+    path.write_text((Path(__file__).resolve().parents[2] / "profiles" / "resnet50.json").read_text())
+    r = cli("profile", "add", str(path), "--accelerator", "A100", "--batch-size", "256", "--precision", "fp32",
+            "--samples-per-second", "800")
+    assert r.exit_code == 0, r.stderr
+    assert "ran TF32" in r.stderr and "--precision tf32" in r.stderr
+    r = cli("profile", "add", str(path), "--accelerator", "V100", "--batch-size", "256", "--precision", "fp32",
+            "--samples-per-second", "400")
+    assert r.exit_code == 0 and "TF32" not in r.stderr  # no TF32 units on a V100: nothing to confuse
+
+
+def test_model_eval_kernels_only_reports_every_op_class(cli):
+    r = cli("model", "eval", "--kernels-only", "--json")
+    assert r.exit_code == 0, r.output
+    k = json.loads(r.stdout)["kernels"]
+    assert set(k["classes"]) == {"gemm", "conv", "memory"}
+    assert set(k["test"]) == {"A100-80GB", "H100", "L4"} and not set(k["train"]) & set(k["test"])
+    for blk in k["classes"].values():
+        assert 0 < blk["mape"] < blk["roofline_mape"]

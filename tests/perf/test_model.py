@@ -211,9 +211,11 @@ def test_a_tiny_model_is_capped_by_kernel_launches(profiles):
         r = predict(mlp, acc, count, precision="fp16")
         bound = count * b / (k * prior.LAUNCH_S_PER_KERNEL)
         assert r.samples_per_second <= bound * (1 + 1e-9) and r.high <= bound * (1 + 1e-9)
-    # the H100 is so much faster than a T4 on paper that only the launch floor keeps them level
-    assert predict(mlp, "H100", 1, precision="fp16").samples_per_second == pytest.approx(
-        predict(mlp, "T4", 1, precision="fp16").samples_per_second)
+    # the H100 is ~15× a T4 on paper, but the mlp's kernels are tiny: per-kernel latency floors (NeuSight's
+    # kernels: a few µs on every GPU) and the launch floor keep them within a small factor
+    ratio = (predict(mlp, "H100", 1, precision="fp16").samples_per_second
+             / predict(mlp, "T4", 1, precision="fp16").samples_per_second)
+    assert 0.9 <= ratio <= 2.0
     # without a kernel count (an older profile) there is no such bound
     old = dataclasses.replace(mlp, stats=dataclasses.replace(mlp.stats, kernels_per_step=None))
     assert predict(old, "H100", 1, precision="fp16").samples_per_second > b / (k * prior.LAUNCH_S_PER_KERNEL)
