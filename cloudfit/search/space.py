@@ -191,7 +191,8 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
     node_counts = np.arange(1, max_nodes + 1)
     queries = [
         perf.HardwareQuery(accelerator=s.accelerator, count=s.accelerators_per_node, nodes=int(n),
-                           network_gbps=net, precision=workload.precision, batch_size=batch)
+                           network_gbps=net, precision=workload.precision, batch_size=batch,
+                           vcpus=float(s.vcpus))
         for s, net in zip(shapes, network) for n in node_counts
     ]
     table = perf.predict_many(profile, queries)

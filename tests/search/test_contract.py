@@ -10,7 +10,7 @@ from cloudfit.search import Problem, get_searcher
 from cloudfit.search.space import build_space
 from cloudfit.workload import make_workload
 
-SEARCHERS = [("exhaustive", {}), ("bayes", {"n_trials": 150, "seed": 0}), ("bayes", {"n_trials": 150, "seed": 1})]
+SEARCHERS = [("exhaustive", {}), ("bayes", {"n_trials": 300, "seed": 0}), ("bayes", {"n_trials": 300, "seed": 1})]
 
 CASES = [
     dict(model="resnet50", epochs=30, dataset_size=1_281_167, deadline="24h", accelerators=["V100", "T4", "L4"], max_nodes=8),
