@@ -17,7 +17,7 @@ PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
 OP_CLASSES: tuple[str, ...] = ("matmul", "conv", "attention", "normalization", "elementwise", "other")
 
 SpotPolicy = Literal["allow", "never", "only"]
-Objective = Literal["cost", "time"]
+Objective = Literal["cost", "time", "fastest"]
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -21,8 +21,8 @@ def validate_workload(w: Workload) -> None:
         raise UsageError(f"the budget must be positive, got ${w.budget_usd:g}")
     if not 0.0 < w.confidence < 1.0:
         raise UsageError(f"--confidence must be between 0 and 1 (exclusive), got {w.confidence:g}")
-    if w.objective not in ("cost", "time"):
-        raise UsageError(f"--objective must be cost or time, got {w.objective!r}")
+    if w.objective not in ("cost", "time", "fastest"):
+        raise UsageError(f"--objective must be cost, time or fastest, got {w.objective!r}")
     if w.spot not in ("allow", "never", "only"):
         raise UsageError(f"spot policy must be allow, never or only, got {w.spot!r}")
     if w.max_nodes < 1:

@@ -17,7 +17,8 @@ EPOCHS = typer.Option(None, "--epochs", help="Epochs (with --dataset-size).")
 DATASET_SIZE = typer.Option(None, "--dataset-size", help="Samples per epoch (with --epochs).")
 DEADLINE = typer.Option(None, "--deadline", help="Finish within, e.g. 12h, 90m, 2d.")
 OBJECTIVE = typer.Option(None, "--objective",
-                         help="cost or time (default: cost under a deadline, time under a budget).")
+                         help="cost, time (the cost × time knee: fastest while 1% less time costs under ~1% more) "
+                              "or fastest (the literal fastest). Default: cost under a deadline, time under a budget.")
 REGIONS = typer.Option(None, "--regions", "--region",
                        help="Regions, names or globs (comma-separated or repeated), e.g. 'us-*'.")
 ACCELERATORS = typer.Option(None, "--accelerators", "--accelerator", help="Accelerators to consider, e.g. A100,H100.")

@@ -42,12 +42,43 @@ def explain(chosen: Estimate, runner: Estimate | None, problem: Problem) -> str:
         risk = f"; P(on time) {chosen.p_on_time:.0%} vs {runner.p_on_time:.0%}"
     if problem.objective == "time":
         gain = runner.hours - chosen.hours
+        if format_hours(chosen.hours) == format_hours(runner.hours) or gain * 3600 < 1:
+            # a difference the rounding hides is no reason: say it is a tie and what broke it
+            cheaper = chosen.cost_usd <= runner.cost_usd
+            return (f"{_describe(chosen)} and the runner-up {_describe(runner)} both take about "
+                    f"{format_hours(chosen.hours)} (a difference of {gain * 3600:.1f} s); "
+                    f"#1 is {'cheaper' if cheaper else 'chosen on the seconds'} "
+                    f"(${chosen.cost_usd:,.2f} vs ${runner.cost_usd:,.2f}){risk}.")
         return (f"{_describe(chosen)} finishes {format_hours(gain)} sooner than the runner-up {_describe(runner)} "
                 f"({format_hours(chosen.hours)} vs {format_hours(runner.hours)}): it is {pace} and {per_hour}{risk}.")
     gain = runner.cost_usd - chosen.cost_usd
     return (f"{_describe(chosen)} costs ${gain:,.2f} less than the runner-up {_describe(runner)} "
             f"(${chosen.cost_usd:,.2f} vs ${runner.cost_usd:,.2f} expected): it is {pace} and {per_hour}, "
             f"so each sample costs less{risk}.")
+
+
+def explain_knee(space: Space, problem: Problem, chosen: Estimate, a, ids: np.ndarray | None = None) -> tuple[str, str]:
+    """(why the knee, what the literal fastest and the cheapest would be) for the knee objective."""
+    from cloudfit.plan.knee import KNEE_ELASTICITY, cheapest_id, fastest_id
+
+    fid, cid = fastest_id(a, problem, ids), cheapest_id(a, problem, ids)
+    fast = None if fid is None else estimate(space, fid, a)
+    cheap = None if cid is None else estimate(space, cid, a)
+    rule = ("the knee of cost × time: a faster plan would cost more than "
+            f"{KNEE_ELASTICITY:g}% more money per 1% of time saved")
+    why = (f"{_describe(chosen)} in {chosen.config.offering.zone} takes {format_hours(chosen.hours)} for "
+           f"${chosen.cost_usd:,.2f} expected: {rule}.")
+    notes = []
+    if fast is not None and fast.hours < chosen.hours * (1 - 1e-6) and fast.cost_usd > chosen.cost_usd + 0.005:
+        ratio = fast.cost_usd / max(chosen.cost_usd, 1e-9)
+        notes.append(f"The literal fastest, {_describe(fast)}, takes {format_hours(fast.hours)} for ${fast.cost_usd:,.2f} "
+                     f"({ratio:,.1f}× the cost to save {format_hours(chosen.hours - fast.hours)}, "
+                     f"{(1 - fast.hours / chosen.hours):.0%}); --objective fastest picks it.")
+    else:
+        notes.append("It is also the fastest plan within the limits.")
+    if cheap is not None and cheap.cost_usd < chosen.cost_usd - 0.005 and cheap.hours > chosen.hours * (1 + 1e-6):
+        notes.append(f"The cheapest, {_describe(cheap)}, takes {format_hours(cheap.hours)} for ${cheap.cost_usd:,.2f}.")
+    return why, " ".join(notes)
 
 
 def _best(space: Space, problem: Problem) -> tuple[int, Any] | None:
