@@ -45,6 +45,7 @@ def recommend(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write plan.json here (the input of `cloudfit launch`).", dir_okay=False),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Save the cost × time Pareto front as a PNG.", dir_okay=False),
     emit_skypilot: Optional[Path] = typer.Option(None, "--emit-skypilot", help="Write a SkyPilot task YAML for the chosen config.", dir_okay=False),
+    wide: bool = typer.Option(False, "--wide", help="Show every column of the table whatever the terminal width."),
 ) -> None:
     """Recommend the cluster to train on: cheapest under --deadline, fastest under --budget."""
     from cloudfit.errors import UsageError
@@ -78,7 +79,7 @@ def recommend(
 
         print_json({"plan": plan_to_dict(plan), "candidates": [e.row() for e in shown]})
         return
-    _render(plan, shown, out, plot, emit_skypilot)
+    _render(plan, shown, out, plot, emit_skypilot, wide=wide)
 
 
 def _distinct(plan, k: int) -> list:
@@ -107,9 +108,9 @@ def _write_skypilot(plan, path: Path) -> None:
         fh.write(text)
 
 
-def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | None) -> None:
-    from rich.table import Table
-
+def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | None, *, wide: bool = False,
+            con=None) -> None:
+    from cloudfit.cli.table import WIDE_COLUMNS, Column, fit
     from cloudfit.units import format_hours
 
     w = plan.workload
@@ -118,19 +119,35 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
         limits.append(f"deadline {format_hours(w.deadline_hours)} at {w.confidence:.0%}")
     if w.budget_usd is not None:
         limits.append(f"budget {money(w.budget_usd)}")
-    con = console()
-    title = (f"{w.model}: {w.samples:,.0f} samples, {' and '.join(limits)}, "
-             f"minimising {'cost' if w.objective == 'cost' else 'time'}")
-    t = Table(title=title, title_justify="left")
-    for col, just in [("#", "right"), ("zone", "left"), ("machine type", "left"), ("GPUs/node", "left"),
-                      ("nodes", "right"), ("spot", "left"), ("samples/s (10–90%)", "right"), ("time", "right"),
-                      ("exp. $", "right"), ("P90 $", "right"), ("P(on time)", "right")]:
-        t.add_column(col, justify=just, no_wrap=col in ("zone", "machine type"))  # type: ignore[arg-type]
-    for r, e in enumerate(shown, 1):
-        c, o = e.config, e.config.offering
-        t.add_row(str(r), o.zone, o.machine_type, f"{o.accelerators_per_node}×{o.accelerator}", str(c.nodes),
-                  "yes" if c.spot else "no", f"{e.samples_per_second:,.0f} ({e.low:,.0f}–{e.high:,.0f})",
-                  format_hours(e.hours), money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}")
+    con = con or console()
+    goal = {"cost": "minimising cost", "time": "the cost × time knee", "fastest": "minimising time"}.get(w.objective, w.objective)
+    title = f"{w.model}: {w.samples:,.0f} samples, {' and '.join(limits)}, {goal}"
+    width = con.width
+    if wide and width < WIDE_COLUMNS:  # every column: let the lines run past the terminal, never cut them
+        from rich.console import Console
+
+        con = Console(file=con.file, highlight=False, soft_wrap=False, width=400)
+    if wide or width >= WIDE_COLUMNS:
+        cols = [Column("#", "right"), Column("zone"), Column("machine type"), Column("GPUs/node"), Column("nodes", "right"),
+                Column("spot"), Column("samples/s (10–90%)", "right"), Column("time", "right"), Column("exp. $", "right"),
+                Column("P90 $", "right"), Column("P(on time)", "right")]
+        rows = []
+        for r, e in enumerate(shown, 1):
+            c, o = e.config, e.config.offering
+            rows.append([str(r), o.zone, o.machine_type, f"{o.accelerators_per_node}×{o.accelerator}", str(c.nodes),
+                         "yes" if c.spot else "no", f"{e.samples_per_second:,.0f} ({e.low:,.0f}–{e.high:,.0f})",
+                         format_hours(e.hours), money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}"])
+    else:  # narrower: GPUs × nodes in one column; drop samples/s, P90 $, machine type as the width needs
+        cols = [Column("#", "right"), Column("zone"), Column("machine type", keep=3), Column("GPUs × nodes"),
+                Column("spot"), Column("samples/s", "right", keep=1), Column("time", "right"),
+                Column("exp. $", "right"), Column("P90 $", "right", keep=2), Column("on time", "right")]
+        rows = []
+        for r, e in enumerate(shown, 1):
+            c, o = e.config, e.config.offering
+            gpus = f"{o.accelerators_per_node}×{o.accelerator}" + (f" ×{c.nodes}" if c.nodes > 1 else "")
+            rows.append([str(r), o.zone, o.machine_type, gpus, "yes" if c.spot else "no", f"{e.samples_per_second:,.0f}",
+                         format_hours(e.hours), money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}"])
+    t, dropped = fit(title, cols, rows, width, wide=wide)
     con.print(t)
     if plan.explanation:
         con.print(f"Why #1: {plan.explanation}")
@@ -145,6 +162,8 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
     note = f"; {ex:,} left out ({'; '.join(p['excluded'])})" if ex else ""
     con.print(f"[dim]Searched {p.get('space_size', 0):,} configurations with {p.get('searcher')} "
               f"({p.get('evaluations', 0):,} evaluated){note}. Prediction basis: {p.get('prediction_basis') or '—'}.[/dim]")
+    if dropped:
+        con.print(f"[dim](left out at {width} columns: {', '.join(dropped)}; --wide shows every column)[/dim]")
     for label, path in (("Plan", out), ("Pareto plot", plot), ("SkyPilot task", sky)):
         if path is not None:
             con.print(f"{label} written to {path}")

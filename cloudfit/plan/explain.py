@@ -201,7 +201,16 @@ def infeasible(space: Space, problem: Problem) -> InfeasibleError:
     if problem.deadline_hours is not None:
         d = _needed_deadline(space, problem, within)
         if d is not None:
-            hints.append(f"a deadline of {_hours_arg(d)} (+{format_hours(d - problem.deadline_hours)})")
+            from cloudfit.units import parse_hours
+
+            arg = _hours_arg(d)
+            then = _best(space, replace(problem, deadline_hours=parse_hours(arg)))
+            with_ = ""
+            if then is not None:
+                j, aj = then
+                with_ = (f", with {_describe_config(space.config(j))} in {space.config(j).offering.zone}: "
+                         f"{format_hours(float(aj.hours[j]))}, ${float(aj.cost_usd[j]):,.2f} expected")
+            hints.append(f"a deadline of {arg} (+{format_hours(parse_hours(arg) - problem.deadline_hours)}{with_})")
     if problem.budget_usd is not None and on_time.any():
         need = float(cost_q[on_time].min())
         hints.append(f"a budget of ${need:,.2f} (+${need - problem.budget_usd:,.2f}; the budget must cover "
@@ -211,9 +220,9 @@ def infeasible(space: Space, problem: Problem) -> InfeasibleError:
         # A plan more likely late than on time is no plan: below an even chance, relax the other limits.
         if MIN_SUGGESTED_CONFIDENCE <= best_p < conf:
             hints.append(f"--confidence {best_p:.2f}")
-    # closest: the most likely to be on time within budget, else the cheapest
+    # closest: the most likely to be on time within budget, then the fastest (then the cheapest)
     if problem.deadline_hours is not None:
-        key = np.lexsort((np.asarray(a.cost_usd), -np.asarray(a.p_on_time) * within))
+        key = np.lexsort((np.asarray(a.cost_usd), np.asarray(a.hours_p90), -np.asarray(a.p_on_time) * within))
     else:
         key = np.argsort(cost_q, kind="stable")
     seen, closest = set(), []
@@ -231,7 +240,9 @@ def infeasible(space: Space, problem: Problem) -> InfeasibleError:
         limits.append(f"a {format_hours(problem.deadline_hours)} deadline at {conf:.0%} confidence")
     if problem.budget_usd is not None:
         limits.append(f"a ${problem.budget_usd:,.2f} budget")
-    on_time = (lambda e: f", P(on time) {e.p_on_time:.0%}") if problem.deadline_hours is not None else (lambda e: "")
+    # floored, so that a candidate just below the confidence never reads as meeting it
+    on_time = ((lambda e: f", P(on time) {math.floor(e.p_on_time * 100):.0f}%") if problem.deadline_hours is not None
+               else (lambda e: ""))
     near = "; ".join(f"{_describe(e)} in {e.config.offering.zone}: {format_hours(e.hours)}, ${e.cost_usd:,.2f} expected, "
                      f"${e.cost_p90_usd:,.2f} P90{on_time(e)}" for e in closest)
     relax = (" Relax to " + " or ".join(hints) + ".") if hints else ""

@@ -121,7 +121,10 @@ class Space:
 
     def _assess(self, deadline_hours: float | None, sel, groups=None) -> "Priced":
         from cloudfit import spot
+        from cloudfit.spot import capacity
 
+        nodes, is_spot = self.nodes[sel], self.spot[sel]
+        ov = spot.DEFAULT_OVERHEADS
         a = spot.assess(  # compute_hours[sel] and log_sigma[sel], without computing every row first
             compute_hours=_compute_hours(self.workload.samples, self.samples_per_second[sel]),
             log_sigma=_log_sigma(self.low[sel], self.high[sel]),
@@ -132,13 +135,48 @@ class Space:
             checkpoint_bytes=self.checkpoint_bytes,
             deadline_hours=deadline_hours,
             groups=groups,
+            startup_s=capacity.startup_seconds(nodes, is_spot, {True: ov.start_spot_s, False: ov.start_on_demand_s}),
         )
         price = self.price_per_hour[sel]
         teardown = price * (TEARDOWN_S / 3600.0)
         cols = {f.name: getattr(a, f.name) for f in fields(a)}
         cols["cost_usd"] = cols["cost_usd"] + teardown
         cols["cost_p90_usd"] = cols["cost_p90_usd"] + teardown
+        # stockouts: waiting for capacity adds time (not billed) and deadline risk (spot/capacity.py)
+        gpus = self.gpus_per_node[sel] * nodes
+        wait, wait90, factor = capacity.wait_terms(gpus, is_spot, cols["hours"], deadline_hours, self.zones_offering[sel])
+        cols["hours"] = cols["hours"] + wait
+        cols["hours_p90"] = cols["hours_p90"] + wait90
+        cols["overhead_hours"] = cols["overhead_hours"] + wait
+        cols["p_on_time"] = cols["p_on_time"] * factor
         return Priced(**cols, reserve_usd=price * (GUARD_INTERVAL_S / 3600.0))
+
+    @property
+    def gpus_per_node(self) -> np.ndarray:
+        """GPUs per VM of every candidate."""
+        if "gpus_per_node" not in self._cache:
+            per_shape = np.array([s.accelerators_per_node for s in self.shapes], dtype=np.int64)
+            self._cache["gpus_per_node"] = per_shape[self.shape]
+        return self._cache["gpus_per_node"]
+
+    @property
+    def zones_offering(self) -> np.ndarray:
+        """How many zones of the (filtered) catalog offer each candidate's VM shape (with a spot price,
+        for spot candidates): the zones launch can fall back between."""
+        if "zones_offering" not in self._cache:
+            offs = self.catalog.offerings
+            od = np.zeros(len(self.shapes), dtype=np.int64)
+            sp = np.zeros(len(self.shapes), dtype=np.int64)
+            shape_of = {}
+            for i, s in enumerate(self.shapes):
+                shape_of[(s.machine_type, s.accelerator, s.accelerators_per_node, s.vcpus)] = i
+            for o in offs:
+                k = shape_of.get((o.machine_type, o.accelerator, o.accelerators_per_node, o.vcpus))
+                if k is not None:
+                    od[k] += 1
+                    sp[k] += o.spot_price_per_hour is not None
+            self._cache["zones_offering"] = np.where(self.spot, sp[self.shape], od[self.shape])
+        return self._cache["zones_offering"]
 
     def config(self, i: int) -> ClusterConfig:
         return ClusterConfig(self.catalog.offerings[int(self.offering[i])], int(self.nodes[i]), bool(self.spot[i]))
