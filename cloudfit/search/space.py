@@ -57,6 +57,8 @@ class Priced(Assessment):
     """An ``Assessment`` with teardown in its costs and the budget guard's headroom per candidate."""
 
     reserve_usd: np.ndarray = None  # type: ignore[assignment]
+    #: expected hours spent waiting for capacity (in ``hours``, not billed; cloudfit.spot.capacity)
+    wait_hours: np.ndarray = None  # type: ignore[assignment]
 
 
 @dataclass
@@ -149,7 +151,7 @@ class Space:
         cols["hours_p90"] = cols["hours_p90"] + wait90
         cols["overhead_hours"] = cols["overhead_hours"] + wait
         cols["p_on_time"] = cols["p_on_time"] * factor
-        return Priced(**cols, reserve_usd=price * (GUARD_INTERVAL_S / 3600.0))
+        return Priced(**cols, reserve_usd=price * (GUARD_INTERVAL_S / 3600.0), wait_hours=wait)
 
     @property
     def gpus_per_node(self) -> np.ndarray:
