@@ -231,6 +231,8 @@ class Workload:
     precision: str = "fp16"
     batch_size_per_device: int | None = None  # None = the profile's
     profile_path: str | None = None
+    max_gpus: int | None = None  # most GPUs in the whole cluster (None = no limit besides max_nodes)
+    allow_outlier_prices: bool = False  # use spot prices cloudfit.catalog.outliers flags
 
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable(self)

@@ -27,6 +27,8 @@ def validate_workload(w: Workload) -> None:
         raise UsageError(f"spot policy must be allow, never or only, got {w.spot!r}")
     if w.max_nodes < 1:
         raise UsageError(f"--max-nodes must be at least 1, got {w.max_nodes}")
+    if w.max_gpus is not None and w.max_gpus < 1:
+        raise UsageError(f"--max-gpus must be at least 1, got {w.max_gpus}")
 
 
 def default_objective(deadline_hours: float | None, budget_usd: float | None) -> str:
@@ -51,6 +53,8 @@ def make_workload(
     confidence: float = 0.9,
     precision: str = "fp16",
     batch_size: int | None = None,
+    max_gpus: int | None = None,
+    allow_outlier_prices: bool = False,
 ) -> Workload:
     """Check the options together and return the Workload (``UsageError`` on anything wrong)."""
     if (model is None) == (profile is None):
@@ -88,6 +92,8 @@ def make_workload(
         precision=precision,
         batch_size_per_device=batch_size,
         profile_path=None if profile is None else str(profile),
+        max_gpus=None if max_gpus is None else int(max_gpus),
+        allow_outlier_prices=bool(allow_outlier_prices),
     )
     validate_workload(w)
     return w

@@ -108,6 +108,9 @@ def refresh(
     offerings, report = refreshing.refresh_catalog(base_cat, endpoint=billing_endpoint,
                                                    api_key=os.environ.get("CLOUDFIT_BILLING_API_KEY") or None)
     written = refreshing.write_catalog(offerings, out)
+    from cloudfit.catalog.dates import write_meta
+
+    write_meta(out, source=f"Cloud Billing Catalog API ({report.service_name}), rows of {Path(base_cat.path).name}")
     if as_json:
         print_json({"out": written.path, "digest": written.digest, "base": base_cat.path, **report.to_dict()})
         return

@@ -33,6 +33,8 @@ def recommend(
     spot: Optional[bool] = opts.SPOT,
     spot_only: bool = opts.SPOT_ONLY,
     max_nodes: int = opts.MAX_NODES,
+    max_gpus: Optional[int] = opts.MAX_GPUS,
+    allow_outlier_prices: bool = opts.ALLOW_OUTLIER_PRICES,
     catalog_path: Optional[Path] = opts.CATALOG,
     confidence: float = opts.CONFIDENCE,
     precision: str = opts.PRECISION,
@@ -58,7 +60,8 @@ def recommend(
     workload = opts.workload(
         model=model, profile=profile, samples=samples, epochs=epochs, dataset_size=dataset_size, deadline=deadline,
         budget=budget, objective=objective, regions=regions, accelerators=accelerators, spot_mode=mode,
-        max_nodes=max_nodes, confidence=confidence, precision=precision, batch_size=batch_size)
+        max_nodes=max_nodes, confidence=confidence, precision=precision, batch_size=batch_size, max_gpus=max_gpus,
+        allow_outlier_prices=allow_outlier_prices)
     from cloudfit.plan import recommend as plan_recommend
 
     options = {"n_trials": trials, "seed": seed} if search == "bayes" else None
@@ -162,8 +165,34 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
     note = f"; {ex:,} left out ({'; '.join(p['excluded'])})" if ex else ""
     con.print(f"[dim]Searched {p.get('space_size', 0):,} configurations with {p.get('searcher')} "
               f"({p.get('evaluations', 0):,} evaluated){note}. Prediction basis: {p.get('prediction_basis') or '—'}.[/dim]")
+    for line in _notes(plan):
+        con.print(line)
     if dropped:
         con.print(f"[dim](left out at {width} columns: {', '.join(dropped)}; --wide shows every column)[/dim]")
     for label, path in (("Plan", out), ("Pareto plot", plot), ("SkyPilot task", sky)):
         if path is not None:
             con.print(f"{label} written to {path}")
+
+
+def _notes(plan) -> list[str]:
+    """Lines on what the numbers rest on: obtainability of the fleet, the spot hazard's data, the prices' date."""
+    from cloudfit.spot.capacity import capacity_note
+
+    c = plan.chosen.config
+    o = c.offering
+    out = []
+    same = sum(1 for e in plan.candidates() if (e.config.offering.machine_type, e.config.nodes, e.config.spot)
+               == (o.machine_type, c.nodes, c.spot))
+    note = capacity_note(o.accelerators_per_node * c.nodes, c.spot, o.accelerator, o.zone, zones=same)
+    if note:
+        out.append(note)
+    if c.spot:
+        from cloudfit.spot import hazard_info
+
+        h = hazard_info(o.accelerator, o.region)
+        if h.source == "fallback":
+            out.append(f"Spot hazard: {h.detail}; P(on time) rests on it, so read it with that band in mind.")
+    prices = plan.provenance.get("prices")
+    if prices:
+        out.append(f"[dim]Prices: {prices}.[/dim]")
+    return out

@@ -97,6 +97,7 @@ def recommend(
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "catalog": space.catalog.path,
         "catalog_digest": space.catalog.digest,
+        "prices": _price_date(space.catalog.path),
         "model_version": perf.model_version(),
         "spot_model_version": getattr(spot, "MODEL_VERSION", ""),
         "profile_model": space.profile.model,
@@ -114,6 +115,12 @@ def recommend(
     if knee_note is not None:
         return replace(plan, sensitivity=knee_note)
     return replace(plan, sensitivity=sensitivity(space, problem, chosen, int(picked[0])))
+
+
+def _price_date(path: str) -> str:
+    from cloudfit.catalog.dates import price_date
+
+    return price_date(path)
 
 
 # --------------------------------------------------------------------------------------------

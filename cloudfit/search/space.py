@@ -237,6 +237,18 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
 
     od = np.array([o.price_per_hour for o in offs])
     sp = np.array([np.nan if o.spot_price_per_hour is None else o.spot_price_per_hour for o in offs])
+    n_flagged = 0  # spot candidates left out for an outlier price (counted under their own reason)
+    if workload.spot != "never" and not workload.allow_outlier_prices:
+        from cloudfit.catalog.outliers import OUTLIER_REASON, spot_outliers
+
+        flagged = np.asarray(spot_outliers(offs), dtype=bool)
+        if flagged.any():
+            n_flagged = int(fits[off_shape][flagged].sum())
+            if n_flagged:
+                excluded[OUTLIER_REASON] = n_flagged
+            sp = np.where(flagged, np.nan, sp)
+            if workload.spot == "only" and np.isnan(sp).all():
+                raise InfeasibleError("every spot price left is an outlier; --allow-outlier-prices uses them")
     modes = {"allow": (False, True), "never": (False,), "only": (True,)}[workload.spot]
 
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("offering", "nodes", "spot", "price")}
@@ -245,10 +257,19 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
         per_node = sp if is_spot else od
         priced = ~np.isnan(per_node)
         if is_spot and workload.spot == "allow":
-            n_nospot = int(fits_off[~priced].sum())
+            n_nospot = int(fits_off[~priced].sum()) - n_flagged
             if n_nospot:
                 excluded["no spot price in the catalog"] = excluded.get("no spot price in the catalog", 0) + n_nospot
-        oi, ni = np.nonzero(fits_off & priced[:, None])  # offering-major, then nodes
+        ok = fits_off & priced[:, None]
+        if workload.max_gpus is not None:  # --max-gpus: the whole cluster's GPUs
+            gpus_per_node = np.array([o.accelerators_per_node for o in offs])
+            over = gpus_per_node[:, None] * node_counts[None, :] > workload.max_gpus
+            n_over = int((ok & over).sum())
+            if n_over:
+                key = f"more than {workload.max_gpus} GPUs (--max-gpus)"
+                excluded[key] = excluded.get(key, 0) + n_over
+            ok &= ~over
+        oi, ni = np.nonzero(ok)  # offering-major, then nodes
         ni = ni + 1
         cols["offering"].append(oi)
         cols["nodes"].append(ni)
