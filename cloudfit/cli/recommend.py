@@ -113,7 +113,7 @@ def _write_skypilot(plan, path: Path) -> None:
 
 def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | None, *, wide: bool = False,
             con=None) -> None:
-    from cloudfit.cli.table import WIDE_COLUMNS, Column, fit
+    from cloudfit.cli.table import WIDE_COLUMNS, Column, fit, print_table
     from cloudfit.units import format_hours
 
     w = plan.workload
@@ -126,10 +126,6 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
     goal = {"cost": "minimising cost", "time": "the cost × time knee", "fastest": "minimising time"}.get(w.objective, w.objective)
     title = f"{w.model}: {w.samples:,.0f} samples, {' and '.join(limits)}, {goal}"
     width = con.width
-    if wide and width < WIDE_COLUMNS:  # every column: let the lines run past the terminal, never cut them
-        from rich.console import Console
-
-        con = Console(file=con.file, highlight=False, soft_wrap=False, width=400)
     if wide or width >= WIDE_COLUMNS:
         cols = [Column("#", "right"), Column("zone"), Column("machine type"), Column("GPUs/node"), Column("nodes", "right"),
                 Column("spot"), Column("samples/s (10–90%)", "right"), Column("time", "right"), Column("exp. $", "right"),
@@ -150,8 +146,8 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
             gpus = f"{o.accelerators_per_node}×{o.accelerator}" + (f" ×{c.nodes}" if c.nodes > 1 else "")
             rows.append([str(r), o.zone, o.machine_type, gpus, "yes" if c.spot else "no", f"{e.samples_per_second:,.0f}",
                          format_hours(e.hours), money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}"])
-    t, dropped = fit(title, cols, rows, width, wide=wide)
-    con.print(t)
+    t, dropped = fit(title, cols, rows, width, wide=wide)  # wider than the terminal only with --wide: printed whole
+    print_table(con, t)
     if plan.explanation:
         con.print(f"Why #1: {plan.explanation}")
     if plan.sensitivity:

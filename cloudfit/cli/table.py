@@ -66,3 +66,19 @@ def fit(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]]
         if natural_width(t) <= width:
             return t, dropped
     return t, dropped
+
+
+def print_table(con, table) -> None:
+    """Print ``table`` on ``con``; one wider than the console is printed at its natural width (the
+    terminal wraps the lines) instead of having its cells cut."""
+    need = natural_width(table)
+    if need <= con.width:
+        con.print(table)
+        return
+    from rich.console import Console
+
+    wide = Console(file=con.file, width=need, highlight=False, soft_wrap=False, record=getattr(con, "record", False),
+                   color_system=con.color_system or None, force_terminal=con.is_terminal)
+    wide.print(table)
+    if getattr(con, "record", False):  # keep what was printed in the caller's record (tests export it)
+        con._record_buffer.extend(wide._record_buffer)
