@@ -45,7 +45,7 @@ def recommend(
     seed: int = typer.Option(0, "--seed", help="Seed of --search bayes."),
     as_json: bool = typer.Option(False, "--json", help='Print {"plan": …, "candidates": […]} to stdout.'),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write plan.json here (the input of `cloudfit launch`).", dir_okay=False),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Save the cost × time Pareto front as a PNG.", dir_okay=False),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Save the cost × time Pareto front as .png, .svg or .pdf.", dir_okay=False),
     emit_skypilot: Optional[Path] = typer.Option(None, "--emit-skypilot", help="Write a SkyPilot task YAML for the chosen config.", dir_okay=False),
     wide: bool = typer.Option(False, "--wide", help="Show every column of the table whatever the terminal width."),
 ) -> None:
@@ -53,6 +53,10 @@ def recommend(
     from cloudfit.errors import UsageError
 
     mode = opts.spot_mode(spot, spot_only)
+    if plot is not None:  # check before any work: a .gif would otherwise get PNG bytes
+        from cloudfit.plot import image_format
+
+        image_format(plot)
     if top < 1:
         raise UsageError(f"--top must be at least 1, got {top}")
     if search not in ("exhaustive", "bayes"):
@@ -188,6 +192,9 @@ def _notes(plan) -> list[str]:
         h = hazard_info(o.accelerator, o.region)
         if h.source == "fallback":
             out.append(f"Spot hazard: {h.detail}; P(on time) rests on it, so read it with that band in mind.")
+    pf = plan.provenance.get("profile_file")
+    if pf and not Path(pf).is_absolute():  # a profile found here (e.g. written by `profile run`), not the shipped one
+        out.append(f"[dim]Profile: {pf} (in this folder; the shipped one is used when there is none).[/dim]")
     prices = plan.provenance.get("prices")
     if prices:
         out.append(f"[dim]Prices: {prices}.[/dim]")

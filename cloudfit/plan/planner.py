@@ -32,6 +32,12 @@ ZONES_PER_CONFIG = 2
 N_PARETO = 40
 
 
+def _profile_file(workload: Workload) -> str:
+    from cloudfit.profiling.io import resolve_profile
+
+    return str(resolve_profile(workload.profile_path or workload.model))
+
+
 def load_workload_profile(workload: Workload) -> Profile:
     from cloudfit.profiling.io import load_profile, resolve_profile
 
@@ -57,9 +63,11 @@ def recommend(
     from cloudfit import perf, spot
 
     validate_workload(workload)
+    profile_file = None
     if space is None:
         cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog)
         prof = profile or load_workload_profile(workload)
+        profile_file = None if profile is not None else _profile_file(workload)
         space = build_space(workload, prof, cat)
     problem = Problem.of(workload)
     result = get_searcher(searcher, **(searcher_options or {})).search(space, problem)
@@ -101,6 +109,7 @@ def recommend(
         "model_version": perf.model_version(),
         "spot_model_version": getattr(spot, "MODEL_VERSION", ""),
         "profile_model": space.profile.model,
+        "profile_file": profile_file,
         "prediction_basis": space.basis,
         "searcher": result.searcher,
         "evaluations": int(result.evaluations),
