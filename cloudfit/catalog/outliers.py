@@ -14,7 +14,6 @@ asia-southeast1 (54.6%); the next lowest, V100 in asia-east1-c, is at 59% and ke
 
 from __future__ import annotations
 
-import statistics
 from typing import Sequence
 
 from cloudfit.types import Offering
@@ -29,7 +28,7 @@ def spot_outliers(offerings: Sequence[Offering]) -> list[bool]:
     for o in offerings:
         if o.spot_price_per_hour is not None:
             by_shape.setdefault((o.machine_type, o.accelerator, o.accelerators_per_node), []).append(o.spot_price_per_hour)
-    median = {k: statistics.median(v) for k, v in by_shape.items() if len(v) >= MIN_ZONES}
+    median = {k: _median(v) for k, v in by_shape.items() if len(v) >= MIN_ZONES}
     out = []
     for o in offerings:
         m = median.get((o.machine_type, o.accelerator, o.accelerators_per_node))
@@ -39,3 +38,9 @@ def spot_outliers(offerings: Sequence[Offering]) -> list[bool]:
 
 OUTLIER_REASON = (f"spot price below {OUTLIER_FRACTION:.0%} of the same VM's median spot price across zones "
                   "(an outlier of the price source; --allow-outlier-prices uses it)")
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    m = len(s) // 2
+    return s[m] if len(s) % 2 else 0.5 * (s[m - 1] + s[m])

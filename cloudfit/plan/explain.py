@@ -16,7 +16,14 @@ from cloudfit.types import ClusterConfig, Estimate
 from cloudfit.units import format_hours
 
 DEADLINE_SLACK_HOURS = 2.0
+#: ... or this share of a shorter deadline (2 h more on a 3-minute deadline says nothing useful)
+DEADLINE_SLACK_SHARE = 0.25
 BUDGET_SLACK = 0.10
+
+
+def deadline_slack_hours(deadline_hours: float) -> float:
+    """How much later the sensitivity line's looser deadline is: 2 h, or a quarter of a shorter deadline."""
+    return min(DEADLINE_SLACK_HOURS, DEADLINE_SLACK_SHARE * deadline_hours)
 
 
 def _describe(e: Estimate) -> str:
@@ -122,16 +129,19 @@ def sensitivity(space: Space, problem: Problem, chosen: Estimate, chosen_id: int
     what could beat it.
     """
     if problem.objective == "cost" and problem.deadline_hours is not None:
-        looser = replace(problem, deadline_hours=problem.deadline_hours + DEADLINE_SLACK_HOURS)
+        slack = deadline_slack_hours(problem.deadline_hours)
+        later = format_hours(slack)
+        looser = replace(problem, deadline_hours=problem.deadline_hours + slack)
         best = _best_later_deadline(space, problem, looser, chosen_id)
         if best is None:  # cannot happen: a looser deadline keeps every feasible candidate
             return ""
         j, a = best
         saved = chosen.cost_usd - float(a.cost_usd[j])
         if saved <= 0.005:
-            return f"A deadline {DEADLINE_SLACK_HOURS:g} h later would not save anything."
-        return (f"A deadline {DEADLINE_SLACK_HOURS:g} h later saves ${saved:,.2f} "
-                f"({saved / chosen.cost_usd:.0%}) with {_describe_config(space.config(j))}.")
+            return f"A deadline {later} later would not save anything."
+        return (f"A deadline {later} later saves ${saved:,.2f} "
+                f"({saved / chosen.cost_usd:.0%}) with {_describe_config(space.config(j))}"
+                f"{' — much cheaper for nearly the same time' if saved >= 0.3 * chosen.cost_usd and slack < DEADLINE_SLACK_HOURS else ''}.")
     if problem.budget_usd is not None:
         looser = replace(problem, budget_usd=problem.budget_usd * (1 + BUDGET_SLACK))
         best = _best(space, looser)
