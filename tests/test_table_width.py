@@ -78,3 +78,18 @@ def test_a_table_too_wide_for_any_drop_is_printed_whole():
     t, _ = fit(None, cols, rows, 40)
     text = _text(40, lambda con: print_table(con, t))
     assert "x" * 70 in text and "$1,234.56" in text and "…" not in text
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_status_never_cuts_a_cluster_name(width):
+    from cloudfit.cli.status_view import headline, render_clusters
+
+    rows = [{"name": f"cf-bert-large-1123-17{i:02d}08-long", "backend": "gcp", "status": "running", "reason": None,
+             "spend_usd": 1234.5 + i, "budget_usd": 5000.0, "config": "16× a3-highgpu-8g (8×H100) us-central1-a spot",
+             "created_at": 1.7e9} for i in range(3)]
+    text = _text(width, lambda con: render_clusters(rows, con, "3 cluster(s)"))
+    assert "…" not in text
+    for r in rows:
+        assert r["name"] in text and money(r["spend_usd"]) in text
+    ended = {"backend": "local", "status": "ended", "reason": "completed"}
+    assert headline("x", ended).endswith("ended: completed") and "ended, ended" not in headline("x", ended)
