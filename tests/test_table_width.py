@@ -93,3 +93,18 @@ def test_status_never_cuts_a_cluster_name(width):
         assert r["name"] in text and money(r["spend_usd"]) in text
     ended = {"backend": "local", "status": "ended", "reason": "completed"}
     assert headline("x", ended).endswith("ended: completed") and "ended, ended" not in headline("x", ended)
+
+
+def test_computed_width_is_what_rich_renders():
+    import random
+
+    from cloudfit.cli.table import Column, _build, _width, natural_width
+
+    rnd = random.Random(1)
+    for _ in range(100):
+        n = rnd.randint(1, 8)
+        cols = [Column("h" * rnd.randint(1, 12), rnd.choice(["left", "right"])) for _ in range(n)]
+        rows = [["x" * rnd.randint(1, 20) for _ in range(n)] for _ in range(rnd.randint(0, 6))]
+        for compact in (False, True):
+            idx = list(range(n))
+            assert _width(cols, rows, idx, compact) == natural_width(_build("t", cols, rows, idx, compact))

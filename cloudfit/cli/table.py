@@ -47,6 +47,17 @@ def natural_width(table) -> int:
     return Measurement.get(con, con.options, table).maximum
 
 
+def _width(cols: Sequence[Column], rows: Sequence[Sequence[str]], idx: list[int], compact: bool) -> int:
+    """The width ``_build`` gives these columns (computed, not rendered: this runs on every recommend)."""
+    from rich.cells import cell_len
+
+    w = [max([cell_len(cols[i].header)] + [cell_len(r[i]) for r in rows]) for i in idx]
+    n = len(w)
+    if compact:  # SIMPLE_HEAD without edges: a blank rule between columns, padding inside, none at the edges
+        return sum(w) + 3 * n - 3
+    return sum(w) + 2 * n + n + 1  # padding each side and n + 1 vertical rules
+
+
 def fit(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]], width: int, *, wide: bool = False):
     """A rich Table of ``rows`` no wider than ``width`` (dropping columns by ``keep``), or every column
     when ``wide`` or ``width >= WIDE_COLUMNS``. Returns (table, names of the dropped columns)."""
@@ -54,24 +65,28 @@ def fit(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]]
     if wide or width >= WIDE_COLUMNS:
         return _build(title, cols, rows, idx, compact=False), []
     for compact in (False, True):
-        t = _build(title, cols, rows, idx, compact)
-        if natural_width(t) <= width:
-            return t, []
+        if _width(cols, rows, idx, compact) <= width:
+            return _built(title, cols, rows, idx, compact), []
     droppable = sorted((c.keep, i) for i, c in enumerate(cols) if c.keep is not None)
     dropped = []
     for _, i in droppable:
         idx.remove(i)
         dropped.append(cols[i].header)
-        t = _build(title, cols, rows, idx, compact=True)
-        if natural_width(t) <= width:
-            return t, dropped
-    return t, dropped
+        if _width(cols, rows, idx, True) <= width:
+            break
+    return _built(title, cols, rows, idx, True), dropped
+
+
+def _built(title, cols, rows, idx, compact):
+    t = _build(title, cols, rows, idx, compact)
+    t.cloudfit_width = _width(cols, rows, idx, compact)  # so print_table need not measure it again
+    return t
 
 
 def print_table(con, table) -> None:
     """Print ``table`` on ``con``; one wider than the console is printed at its natural width (the
     terminal wraps the lines) instead of having its cells cut."""
-    need = natural_width(table)
+    need = getattr(table, "cloudfit_width", None) or natural_width(table)
     if need <= con.width:
         con.print(table)
         return
