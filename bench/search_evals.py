@@ -102,6 +102,10 @@ def run(args) -> tuple[list[dict], list[dict]]:
     rows, cases = [], []
     for case in CASES:
         w = make_workload(**case)
+        if w.objective == "time":  # the searcher's optimum is the literal fastest; the knee re-ranks after it
+            from dataclasses import replace as _replace
+
+            w = _replace(w, objective="fastest")
         space = build_space(w, load_workload_profile(w), cat)
         problem = Problem.of(w)
         t = time.perf_counter()

@@ -74,7 +74,7 @@ def using_model(path: str | None):
 
 
 def workload_for(world: dict, *, hours: float = 10.0, deadline_factor: float = 1.0, max_nodes: int = 8,
-                 spot: str = "allow"):
+                 spot: str = "allow", allow_outlier_prices: bool = False):
     """A cost-under-deadline workload sized so the world's median point needs ``hours``."""
     from cloudfit.workload import make_workload
 
@@ -82,7 +82,7 @@ def workload_for(world: dict, *, hours: float = 10.0, deadline_factor: float = 1
     samples = med * 3600 * hours
     return make_workload(model=world["profile"].model, samples=samples,
                          deadline=hours * deadline_factor, batch_size=world["batch"], precision=world["precision"],
-                         max_nodes=max_nodes, spot=spot)
+                         max_nodes=max_nodes, spot=spot, allow_outlier_prices=allow_outlier_prices)
 
 
 def anchored_profile(world: dict):

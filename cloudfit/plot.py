@@ -175,10 +175,26 @@ def predicted_vs_measured(frame, *, predicted: str = "predicted", measured: str 
     return fig
 
 
+#: Image formats ``save`` writes, by file suffix (matplotlib's Agg, SVG and PDF backends; no GIF).
+FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+
+
+def image_format(path: str | Path) -> str:
+    """The format a path's suffix asks for; ``UsageError`` for any other suffix (e.g. ``.gif``)."""
+    from cloudfit.errors import UsageError
+
+    fmt = FORMATS.get(Path(path).suffix.lower())
+    if fmt is None:
+        raise UsageError(f"cannot write {Path(path).name}: the plot is written as .png, .svg or .pdf")
+    return fmt
+
+
 def save(fig: "Figure", path: str | Path, dpi: int = 120) -> Path:
-    """Write ``fig`` as a PNG, atomically (no half-written image on a crash)."""
+    """Write ``fig`` in the format its suffix names (PNG, SVG or PDF), atomically (no half-written
+    image on a crash)."""
     from cloudfit.atomic import atomic_open
 
+    fmt = image_format(path)
     with atomic_open(path, "wb") as fh:
-        fig.savefig(fh, dpi=dpi, format="png")
+        fig.savefig(fh, dpi=dpi, format=fmt)
     return Path(path)

@@ -17,7 +17,7 @@ PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
 OP_CLASSES: tuple[str, ...] = ("matmul", "conv", "attention", "normalization", "elementwise", "other")
 
 SpotPolicy = Literal["allow", "never", "only"]
-Objective = Literal["cost", "time"]
+Objective = Literal["cost", "time", "fastest"]
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -231,6 +231,8 @@ class Workload:
     precision: str = "fp16"
     batch_size_per_device: int | None = None  # None = the profile's
     profile_path: str | None = None
+    max_gpus: int | None = None  # most GPUs in the whole cluster (None = no limit besides max_nodes)
+    allow_outlier_prices: bool = False  # use spot prices cloudfit.catalog.outliers flags
 
     def __post_init__(self) -> None:
         """A Workload checks its limits once, when it is made: every holder may trust them.
@@ -251,12 +253,14 @@ class Workload:
             raise UsageError(f"the budget must be positive, got ${self.budget_usd:g}")
         if not 0.0 < self.confidence < 1.0:
             raise UsageError(f"--confidence must be between 0 and 1 (exclusive), got {self.confidence:g}")
-        if self.objective not in ("cost", "time"):
-            raise UsageError(f"--objective must be cost or time, got {self.objective!r}")
+        if self.objective not in ("cost", "time", "fastest"):
+            raise UsageError(f"--objective must be cost, time or fastest, got {self.objective!r}")
         if self.spot not in ("allow", "never", "only"):
             raise UsageError(f"spot policy must be allow, never or only, got {self.spot!r}")
         if self.max_nodes < 1:
             raise UsageError(f"--max-nodes must be at least 1, got {self.max_nodes}")
+        if self.max_gpus is not None and self.max_gpus < 1:
+            raise UsageError(f"--max-gpus must be at least 1, got {self.max_gpus}")
 
     def require_limit(self) -> "Workload":
         """This workload, if it has a deadline or a budget to plan under; ``UsageError`` otherwise."""

@@ -33,6 +33,8 @@ def make_workload(
     confidence: float = 0.9,
     precision: str = "fp16",
     batch_size: int | None = None,
+    max_gpus: int | None = None,
+    allow_outlier_prices: bool = False,
 ) -> Workload:
     """Check the options together and return the Workload (``UsageError`` on anything wrong)."""
     if (model is None) == (profile is None):
@@ -70,4 +72,6 @@ def make_workload(
         precision=precision,
         batch_size_per_device=batch_size,
         profile_path=None if profile is None else str(profile),
+        max_gpus=None if max_gpus is None else int(max_gpus),
+        allow_outlier_prices=bool(allow_outlier_prices),
     ).require_limit()

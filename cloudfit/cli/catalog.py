@@ -47,17 +47,22 @@ def list_(
 def gpus(
     as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
     catalog_path: Optional[Path] = CatalogOpt,
+    wide: bool = typer.Option(False, "--wide", help="Show every column whatever the terminal width."),
 ) -> None:
     """Per accelerator: counts per VM and the cheapest on-demand and spot $/GPU-hour, and where."""
     from cloudfit import catalog
     from cloudfit.catalog import hardware
 
+    from cloudfit.catalog.outliers import spot_outliers
+
     cat = catalog.load(catalog_path)
+    outlier = {id(o) for o, bad in zip(cat.offerings, spot_outliers(cat.offerings)) if bad}
     rows = []
     for acc in sorted(cat.accelerators, key=lambda a: (hardware.get(a).year, a)):
         offs = [o for o in cat.offerings if o.accelerator == acc]
         od = min(offs, key=lambda o: (o.price_per_hour / o.accelerators_per_node, o.zone))
-        spots = [o for o in offs if o.spot_price_per_hour is not None]
+        # outlier spot prices are left out, as recommend leaves them out (cloudfit.catalog.outliers)
+        spots = [o for o in offs if o.spot_price_per_hour is not None and id(o) not in outlier]
         sp = min(spots, key=lambda o: (o.spot_price_per_hour / o.accelerators_per_node, o.zone)) if spots else None
         spec = hardware.get(acc)
         rows.append({
@@ -73,18 +78,31 @@ def gpus(
     if as_json:
         print_json(rows)
         return
-    from rich.table import Table
+    con = console()
+    render_gpus(rows, con, wide=wide)
+    if outlier:
+        con.print(f"[dim]Spot: {len(outlier)} offerings whose spot price is below 55% of the same VM's median across "
+                  f"zones are left out (outliers of the price source; recommend --allow-outlier-prices uses them).[/dim]")
 
-    t = Table(title="GPUs in the catalog ($/GPU-hour includes the host VM's share)", title_justify="left")
-    for col, just in [("GPU", "left"), ("GiB", "right"), ("per VM", "left"), ("regions", "right"),
-                      ("on-demand $/GPU-h", "right"), ("where", "left"), ("spot $/GPU-h", "right"), ("where", "left")]:
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+
+def render_gpus(rows: list[dict], con, *, wide: bool = False) -> None:
+    """The ``catalog gpus`` table, fitted to ``con``'s width (columns dropped, never cut)."""
+    from cloudfit.cli.table import Column, fit
+
+    from cloudfit.cli.table import print_table
+
+    cols = [Column("GPU"), Column("GiB", "right", keep=2), Column("per VM", keep=3), Column("regions", "right", keep=1),
+            Column("on-demand", "right"), Column("where"), Column("spot", "right"), Column("where")]
+    body = []
     for r in rows:
         sw = r["cheapest_spot_where"]
-        t.add_row(r["accelerator"], f"{r['memory_gib']:g}", ",".join(map(str, r["counts_per_vm"])), str(r["regions"]),
-                  money(r["cheapest_usd_per_gpu_hour"]), f"{r['cheapest_where']['zone']}",
-                  money(r["cheapest_spot_usd_per_gpu_hour"]), sw["zone"] if sw else "—")
-    console().print(t)
+        body.append([r["accelerator"], f"{r['memory_gib']:g}", ",".join(map(str, r["counts_per_vm"])), str(r["regions"]),
+                     money(r["cheapest_usd_per_gpu_hour"]), f"{r['cheapest_where']['zone']}",
+                     money(r["cheapest_spot_usd_per_gpu_hour"]), sw["zone"] if sw else "—"])
+    t, dropped = fit("Cheapest $/GPU-hour per GPU (the host VM's share included)", cols, body, con.width, wide=wide)
+    print_table(con, t)
+    if dropped:
+        con.print(f"[dim](left out at {con.width} columns: {', '.join(dropped)}; --wide or --json show them)[/dim]")
 
 
 @app.command("refresh")
@@ -109,6 +127,9 @@ def refresh(
     offerings, report = refreshing.refresh_catalog(base_cat, endpoint=billing_endpoint,
                                                    api_key=os.environ.get("CLOUDFIT_BILLING_API_KEY") or None)
     written = catalog.write_catalog(offerings, out)
+    from cloudfit.catalog.dates import write_meta
+
+    write_meta(out, source=f"Cloud Billing Catalog API ({report.service_name}), rows of {Path(base_cat.path).name}")
     if as_json:
         print_json({"out": written.path, "digest": written.digest, "base": base_cat.path, **report.to_dict()})
         return

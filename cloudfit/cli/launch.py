@@ -314,15 +314,9 @@ def status(
         if as_json:
             print_json({"clusters": rows})
             return
-        from rich.table import Table
+        from cloudfit.cli.status_view import render_clusters
 
-        t = Table(title=f"{len(rows)} cluster(s) in {store.path}", title_justify="left")
-        for col in ("name", "backend", "status", "reason", "spend", "budget", "config", "started"):
-            t.add_column(col)
-        for r in rows:
-            t.add_row(r["name"], r["backend"], r["status"], r["reason"] or "—", money(r["spend_usd"]), money(r["budget_usd"]),
-                      r["config"] or "—", time.strftime("%m-%d %H:%M", time.localtime(r["created_at"])))
-        console().print(t)
+        render_clusters(rows, console(), f"{len(rows)} cluster(s) in {store.path}")
         return
     rec = store.cluster(name)
     row = _cluster_row(store, rec)
@@ -339,7 +333,9 @@ def status(
         print_json(row)
         return
     con = console()
-    con.print(f"[bold]{name}[/bold] ({row['backend']}): {row['status']}" + (f", ended: {row['reason']}" if row["reason"] else ""))
+    from cloudfit.cli.status_view import headline
+
+    con.print(headline(name, row))
     con.print(f"Spend {money(row['spend_usd'])} of {money(row['budget_usd'])}"
               + (" (estimated: the launcher is not running)" if row.get("spend_estimated") else ""))
     if row["config"]:

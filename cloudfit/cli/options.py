@@ -17,13 +17,17 @@ EPOCHS = typer.Option(None, "--epochs", help="Epochs (with --dataset-size).")
 DATASET_SIZE = typer.Option(None, "--dataset-size", help="Samples per epoch (with --epochs).")
 DEADLINE = typer.Option(None, "--deadline", help="Finish within, e.g. 12h, 90m, 2d.")
 OBJECTIVE = typer.Option(None, "--objective",
-                         help="cost or time (default: cost under a deadline, time under a budget).")
+                         help="cost, time (the cost × time knee: fastest while 1% less time costs under ~1% more) "
+                              "or fastest (the literal fastest). Default: cost under a deadline, time under a budget.")
 REGIONS = typer.Option(None, "--regions", "--region",
                        help="Regions, names or globs (comma-separated or repeated), e.g. 'us-*'.")
 ACCELERATORS = typer.Option(None, "--accelerators", "--accelerator", help="Accelerators to consider, e.g. A100,H100.")
 SPOT = typer.Option(None, "--spot/--no-spot", help="Allow spot VMs (default) or never use them.")
 SPOT_ONLY = typer.Option(False, "--spot-only", help="Consider spot VMs only.")
 MAX_NODES = typer.Option(64, "--max-nodes", help="Most VMs in one cluster.")
+MAX_GPUS = typer.Option(None, "--max-gpus", help="Most GPUs in the whole cluster (e.g. your quota).")
+ALLOW_OUTLIER_PRICES = typer.Option(False, "--allow-outlier-prices",
+                                    help="Use spot prices far below the same VM's other zones (left out by default).")
 CATALOG = typer.Option(None, "--catalog", help="Catalog CSV (default: the shipped GCP catalog).", dir_okay=False)
 CONFIDENCE = typer.Option(0.9, "--confidence", help="Required probability of meeting the deadline (and the budget).")
 PRECISION = typer.Option("fp16", "--precision", help="Training precision: fp32, tf32, fp16 (mixed), bf16, fp8.")
@@ -57,7 +61,7 @@ def spot_mode(spot: Optional[bool], spot_only: bool) -> str:
 
 
 def workload(*, model, profile, samples, epochs, dataset_size, deadline, budget, objective, regions, accelerators,
-             spot_mode, max_nodes, confidence, precision, batch_size):
+             spot_mode, max_nodes, confidence, precision, batch_size, max_gpus=None, allow_outlier_prices=False):
     """The ``Workload`` these options describe (``UsageError`` for bad values); ``spot_mode`` from
     :func:`spot_mode`."""
     from cloudfit.workload import make_workload
@@ -66,5 +70,5 @@ def workload(*, model, profile, samples, epochs, dataset_size, deadline, budget,
         model=model, profile=profile, samples=samples, epochs=epochs, dataset_size=dataset_size,
         deadline=deadline, budget=budget, objective=objective, regions=split(regions),
         accelerators=split(accelerators), spot=spot_mode, max_nodes=max_nodes, confidence=confidence,
-        precision=precision, batch_size=batch_size,
+        precision=precision, batch_size=batch_size, max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices,
     )

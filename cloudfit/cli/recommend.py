@@ -33,6 +33,8 @@ def recommend(
     spot: Optional[bool] = opts.SPOT,
     spot_only: bool = opts.SPOT_ONLY,
     max_nodes: int = opts.MAX_NODES,
+    max_gpus: Optional[int] = opts.MAX_GPUS,
+    allow_outlier_prices: bool = opts.ALLOW_OUTLIER_PRICES,
     catalog_path: Optional[Path] = opts.CATALOG,
     confidence: float = opts.CONFIDENCE,
     precision: str = opts.PRECISION,
@@ -43,7 +45,7 @@ def recommend(
     seed: int = typer.Option(0, "--seed", help="Seed of --search bayes."),
     as_json: bool = typer.Option(False, "--json", help='Print {"plan": …, "candidates": […]} to stdout.'),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write plan.json here (the input of `cloudfit launch`).", dir_okay=False),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Save the cost × time Pareto front as a PNG.", dir_okay=False),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Save the cost × time Pareto front as .png, .svg or .pdf.", dir_okay=False),
     emit_skypilot: Optional[Path] = typer.Option(None, "--emit-skypilot", help="Write a SkyPilot task YAML for the chosen config.", dir_okay=False),
     tokens: Optional[float] = opts.TOKENS,
     seq_len: int = opts.SEQ_LEN,
@@ -52,6 +54,7 @@ def recommend(
     config: Optional[Path] = opts.CONFIG,
     layout: Optional[str] = opts.LAYOUT,
     global_batch: Optional[int] = opts.GLOBAL_BATCH,
+    wide: bool = typer.Option(False, "--wide", help="Show every column of the table whatever the terminal width."),
 ) -> None:
     """Recommend the cluster to train on: cheapest under --deadline, fastest under --budget."""
     params = dict(locals())
@@ -64,6 +67,10 @@ def recommend(
     from cloudfit.errors import UsageError
 
     mode = opts.spot_mode(spot, spot_only)
+    if plot is not None:  # check before any work: a .gif would otherwise get PNG bytes
+        from cloudfit.plot import image_format
+
+        image_format(plot)
     if top < 1:
         raise UsageError(f"--top must be at least 1, got {top}")
     if search not in ("exhaustive", "bayes"):
@@ -71,7 +78,8 @@ def recommend(
     workload = opts.workload(
         model=model, profile=profile, samples=samples, epochs=epochs, dataset_size=dataset_size, deadline=deadline,
         budget=budget, objective=objective, regions=regions, accelerators=accelerators, spot_mode=mode,
-        max_nodes=max_nodes, confidence=confidence, precision=precision, batch_size=batch_size)
+        max_nodes=max_nodes, confidence=confidence, precision=precision, batch_size=batch_size, max_gpus=max_gpus,
+        allow_outlier_prices=allow_outlier_prices)
     from cloudfit.plan import recommend as plan_recommend
 
     options = {"n_trials": trials, "seed": seed} if search == "bayes" else None
@@ -92,7 +100,7 @@ def recommend(
 
         print_json({"plan": plan_to_dict(plan), "candidates": [e.row() for e in shown]})
         return
-    _render(plan, shown, out, plot, emit_skypilot)
+    _render(plan, shown, out, plot, emit_skypilot, wide=wide)
 
 
 def _distinct(plan, k: int) -> list:
@@ -121,9 +129,9 @@ def _write_skypilot(plan, path: Path) -> None:
         fh.write(text)
 
 
-def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | None) -> None:
-    from rich.table import Table
-
+def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | None, *, wide: bool = False,
+            con=None) -> None:
+    from cloudfit.cli.table import WIDE_COLUMNS, Column, fit, print_table
     from cloudfit.units import format_hours
 
     w = plan.workload
@@ -132,20 +140,32 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
         limits.append(f"deadline {format_hours(w.deadline_hours)} at {w.confidence:.0%}")
     if w.budget_usd is not None:
         limits.append(f"budget {money(w.budget_usd)}")
-    con = console()
-    title = (f"{w.model}: {w.samples:,.0f} samples, {' and '.join(limits)}, "
-             f"minimising {'cost' if w.objective == 'cost' else 'time'}")
-    t = Table(title=title, title_justify="left")
-    for col, just in [("#", "right"), ("zone", "left"), ("machine type", "left"), ("GPUs/node", "left"),
-                      ("nodes", "right"), ("spot", "left"), ("samples/s (10–90%)", "right"), ("time", "right"),
-                      ("exp. $", "right"), ("P90 $", "right"), ("P(on time)", "right")]:
-        t.add_column(col, justify=just, no_wrap=col in ("zone", "machine type"))  # type: ignore[arg-type]
-    for r, e in enumerate(shown, 1):
-        c, o = e.config, e.config.offering
-        t.add_row(str(r), o.zone, o.machine_type, f"{o.accelerators_per_node}×{o.accelerator}", str(c.nodes),
-                  "yes" if c.spot else "no", f"{e.samples_per_second:,.0f} ({e.low:,.0f}–{e.high:,.0f})",
-                  format_hours(e.hours), money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}")
-    con.print(t)
+    con = con or console()
+    goal = {"cost": "minimising cost", "time": "the cost × time knee", "fastest": "minimising time"}.get(w.objective, w.objective)
+    title = f"{w.model}: {w.samples:,.0f} samples, {' and '.join(limits)}, {goal}"
+    width = con.width
+    if wide or width >= WIDE_COLUMNS:
+        cols = [Column("#", "right"), Column("zone"), Column("machine type"), Column("GPUs/node"), Column("nodes", "right"),
+                Column("spot"), Column("samples/s (10–90%)", "right"), Column("time", "right"), Column("exp. $", "right"),
+                Column("P90 $", "right"), Column("P(on time)", "right")]
+        rows = []
+        for r, e in enumerate(shown, 1):
+            c, o = e.config, e.config.offering
+            rows.append([str(r), o.zone, o.machine_type, f"{o.accelerators_per_node}×{o.accelerator}", str(c.nodes),
+                         "yes" if c.spot else "no", f"{e.samples_per_second:,.0f} ({e.low:,.0f}–{e.high:,.0f})",
+                         format_hours(e.hours), money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}"])
+    else:  # narrower: GPUs × nodes in one column; drop samples/s, P90 $, machine type as the width needs
+        cols = [Column("#", "right"), Column("zone"), Column("machine type", keep=3), Column("GPUs × nodes"),
+                Column("spot"), Column("samples/s", "right", keep=1), Column("time", "right"),
+                Column("exp. $", "right"), Column("P90 $", "right", keep=2), Column("on time", "right")]
+        rows = []
+        for r, e in enumerate(shown, 1):
+            c, o = e.config, e.config.offering
+            gpus = f"{o.accelerators_per_node}×{o.accelerator}" + (f" ×{c.nodes}" if c.nodes > 1 else "")
+            rows.append([str(r), o.zone, o.machine_type, gpus, "yes" if c.spot else "no", f"{e.samples_per_second:,.0f}",
+                         format_hours(e.hours), money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}"])
+    t, dropped = fit(title, cols, rows, width, wide=wide)  # wider than the terminal only with --wide: printed whole
+    print_table(con, t)
     if plan.explanation:
         con.print(f"Why #1: {plan.explanation}")
     if plan.sensitivity:
@@ -159,6 +179,37 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
     note = f"; {ex:,} left out ({'; '.join(p['excluded'])})" if ex else ""
     con.print(f"[dim]Searched {p.get('space_size', 0):,} configurations with {p.get('searcher')} "
               f"({p.get('evaluations', 0):,} evaluated){note}. Prediction basis: {p.get('prediction_basis') or '—'}.[/dim]")
+    for line in _notes(plan):
+        con.print(line)
+    if dropped:
+        con.print(f"[dim](left out at {width} columns: {', '.join(dropped)}; --wide shows every column)[/dim]")
     for label, path in (("Plan", out), ("Pareto plot", plot), ("SkyPilot task", sky)):
         if path is not None:
             con.print(f"{label} written to {path}")
+
+
+def _notes(plan) -> list[str]:
+    """Lines on what the numbers rest on: obtainability of the fleet, the spot hazard's data, the prices' date."""
+    from cloudfit.spot.capacity import capacity_note
+
+    c = plan.chosen.config
+    o = c.offering
+    out = []
+    same = sum(1 for e in plan.candidates() if (e.config.offering.machine_type, e.config.nodes, e.config.spot)
+               == (o.machine_type, c.nodes, c.spot))
+    note = capacity_note(o.accelerators_per_node * c.nodes, c.spot, o.accelerator, o.zone, zones=same)
+    if note:
+        out.append(note)
+    if c.spot:
+        from cloudfit.spot import hazard_info
+
+        h = hazard_info(o.accelerator, o.region)
+        if h.source == "fallback":
+            out.append(f"Spot hazard: {h.detail}; P(on time) rests on it, so read it with that band in mind.")
+    pf = plan.provenance.get("profile_file")
+    if pf and not Path(pf).is_absolute():  # a profile found here (e.g. written by `profile run`), not the shipped one
+        out.append(f"[dim]Profile: {pf} (in this folder; the shipped one is used when there is none).[/dim]")
+    prices = plan.provenance.get("prices")
+    if prices:
+        out.append(f"[dim]Prices: {prices}.[/dim]")
+    return out

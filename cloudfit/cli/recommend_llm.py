@@ -20,7 +20,8 @@ def is_llm_request(*, model, profile, tokens, config, layout) -> bool:
 def recommend_llm(*, model, profile, samples, epochs, dataset_size, deadline, budget, objective, regions,
                   accelerators, spot, spot_only, max_nodes, catalog_path, confidence, precision, batch_size, top,
                   search, trials, seed, as_json, out, plot, emit_skypilot, tokens, seq_len, finetune, lora_rank,
-                  config, layout, global_batch) -> None:
+                  config, layout, global_batch, max_gpus=None, allow_outlier_prices=False,
+                  wide=False) -> None:
     from cloudfit.cli import options as opts
     from cloudfit.cli.render import print_json
     from cloudfit.errors import UsageError
@@ -55,7 +56,8 @@ def recommend_llm(*, model, profile, samples, epochs, dataset_size, deadline, bu
     workload = make_workload(
         model=shape.name, samples=samples_n, deadline=deadline, budget=budget, objective=objective,
         regions=opts.split(regions), accelerators=opts.split(accelerators), spot=opts.spot_mode(spot, spot_only),
-        max_nodes=max_nodes, confidence=confidence, precision=prec)
+        max_nodes=max_nodes, confidence=confidence, precision=prec,
+        max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices)
     job = LLMJob(shape, float(tokens), seq_len, finetune, lora_rank, global_batch, layout, prec)
     plan = plan_llm(workload, job, catalog=catalog_path)
     shown = _distinct(plan, top)

@@ -16,7 +16,14 @@ from cloudfit.types import ClusterConfig, Estimate
 from cloudfit.units import format_hours
 
 DEADLINE_SLACK_HOURS = 2.0
+#: ... or this share of a shorter deadline (2 h more on a 3-minute deadline says nothing useful)
+DEADLINE_SLACK_SHARE = 0.25
 BUDGET_SLACK = 0.10
+
+
+def deadline_slack_hours(deadline_hours: float) -> float:
+    """How much later the sensitivity line's looser deadline is: 2 h, or a quarter of a shorter deadline."""
+    return min(DEADLINE_SLACK_HOURS, DEADLINE_SLACK_SHARE * deadline_hours)
 
 
 def _describe(e: Estimate) -> str:
@@ -42,12 +49,43 @@ def explain(chosen: Estimate, runner: Estimate | None, problem: Problem) -> str:
         risk = f"; P(on time) {chosen.p_on_time:.0%} vs {runner.p_on_time:.0%}"
     if problem.objective == "time":
         gain = runner.hours - chosen.hours
+        if format_hours(chosen.hours) == format_hours(runner.hours) or gain * 3600 < 1:
+            # a difference the rounding hides is no reason: say it is a tie and what broke it
+            cheaper = chosen.cost_usd <= runner.cost_usd
+            return (f"{_describe(chosen)} and the runner-up {_describe(runner)} both take about "
+                    f"{format_hours(chosen.hours)} (a difference of {gain * 3600:.1f} s); "
+                    f"#1 is {'cheaper' if cheaper else 'chosen on the seconds'} "
+                    f"(${chosen.cost_usd:,.2f} vs ${runner.cost_usd:,.2f}){risk}.")
         return (f"{_describe(chosen)} finishes {format_hours(gain)} sooner than the runner-up {_describe(runner)} "
                 f"({format_hours(chosen.hours)} vs {format_hours(runner.hours)}): it is {pace} and {per_hour}{risk}.")
     gain = runner.cost_usd - chosen.cost_usd
     return (f"{_describe(chosen)} costs ${gain:,.2f} less than the runner-up {_describe(runner)} "
             f"(${chosen.cost_usd:,.2f} vs ${runner.cost_usd:,.2f} expected): it is {pace} and {per_hour}, "
             f"so each sample costs less{risk}.")
+
+
+def explain_knee(space: Space, problem: Problem, chosen: Estimate, a, ids: np.ndarray | None = None) -> tuple[str, str]:
+    """(why the knee, what the literal fastest and the cheapest would be) for the knee objective."""
+    from cloudfit.plan.knee import KNEE_ELASTICITY, cheapest_id, fastest_id
+
+    fid, cid = fastest_id(a, problem, ids), cheapest_id(a, problem, ids)
+    fast = None if fid is None else estimate(space, fid, a)
+    cheap = None if cid is None else estimate(space, cid, a)
+    rule = ("the knee of cost × time: a faster plan would cost more than "
+            f"{KNEE_ELASTICITY:g}% more money per 1% of time saved")
+    why = (f"{_describe(chosen)} in {chosen.config.offering.zone} takes {format_hours(chosen.hours)} for "
+           f"${chosen.cost_usd:,.2f} expected: {rule}.")
+    notes = []
+    if fast is not None and fast.hours < chosen.hours * (1 - 1e-6) and fast.cost_usd > chosen.cost_usd + 0.005:
+        ratio = fast.cost_usd / max(chosen.cost_usd, 1e-9)
+        notes.append(f"The literal fastest, {_describe(fast)}, takes {format_hours(fast.hours)} for ${fast.cost_usd:,.2f} "
+                     f"({ratio:,.1f}× the cost to save {format_hours(chosen.hours - fast.hours)}, "
+                     f"{(1 - fast.hours / chosen.hours):.0%}); --objective fastest picks it.")
+    else:
+        notes.append("It is also the fastest plan within the limits.")
+    if cheap is not None and cheap.cost_usd < chosen.cost_usd - 0.005 and cheap.hours > chosen.hours * (1 + 1e-6):
+        notes.append(f"The cheapest, {_describe(cheap)}, takes {format_hours(cheap.hours)} for ${cheap.cost_usd:,.2f}.")
+    return why, " ".join(notes)
 
 
 def _best(space: Space, problem: Problem) -> tuple[int, Any] | None:
@@ -91,16 +129,19 @@ def sensitivity(space: Space, problem: Problem, chosen: Estimate, chosen_id: int
     what could beat it.
     """
     if problem.objective == "cost" and problem.deadline_hours is not None:
-        looser = replace(problem, deadline_hours=problem.deadline_hours + DEADLINE_SLACK_HOURS)
+        slack = deadline_slack_hours(problem.deadline_hours)
+        later = format_hours(slack)
+        looser = replace(problem, deadline_hours=problem.deadline_hours + slack)
         best = _best_later_deadline(space, problem, looser, chosen_id)
         if best is None:  # cannot happen: a looser deadline keeps every feasible candidate
             return ""
         j, a = best
         saved = chosen.cost_usd - float(a.cost_usd[j])
         if saved <= 0.005:
-            return f"A deadline {DEADLINE_SLACK_HOURS:g} h later would not save anything."
-        return (f"A deadline {DEADLINE_SLACK_HOURS:g} h later saves ${saved:,.2f} "
-                f"({saved / chosen.cost_usd:.0%}) with {_describe_config(space.config(j))}.")
+            return f"A deadline {later} later would not save anything."
+        return (f"A deadline {later} later saves ${saved:,.2f} "
+                f"({saved / chosen.cost_usd:.0%}) with {_describe_config(space.config(j))}"
+                f"{' — much cheaper for nearly the same time' if saved >= 0.3 * chosen.cost_usd and slack < DEADLINE_SLACK_HOURS else ''}.")
     if problem.budget_usd is not None:
         looser = replace(problem, budget_usd=problem.budget_usd * (1 + BUDGET_SLACK))
         best = _best(space, looser)
@@ -170,7 +211,16 @@ def infeasible(space: Space, problem: Problem) -> InfeasibleError:
     if problem.deadline_hours is not None:
         d = _needed_deadline(space, problem, within)
         if d is not None:
-            hints.append(f"a deadline of {_hours_arg(d)} (+{format_hours(d - problem.deadline_hours)})")
+            from cloudfit.units import parse_hours
+
+            arg = _hours_arg(d)
+            then = _best(space, replace(problem, deadline_hours=parse_hours(arg)))
+            with_ = ""
+            if then is not None:
+                j, aj = then
+                with_ = (f", with {_describe_config(space.config(j))} in {space.config(j).offering.zone}: "
+                         f"{format_hours(float(aj.hours[j]))}, ${float(aj.cost_usd[j]):,.2f} expected")
+            hints.append(f"a deadline of {arg} (+{format_hours(parse_hours(arg) - problem.deadline_hours)}{with_})")
     if problem.budget_usd is not None and on_time.any():
         need = float(cost_q[on_time].min())
         hints.append(f"a budget of ${need:,.2f} (+${need - problem.budget_usd:,.2f}; the budget must cover "
@@ -180,9 +230,9 @@ def infeasible(space: Space, problem: Problem) -> InfeasibleError:
         # A plan more likely late than on time is no plan: below an even chance, relax the other limits.
         if MIN_SUGGESTED_CONFIDENCE <= best_p < conf:
             hints.append(f"--confidence {best_p:.2f}")
-    # closest: the most likely to be on time within budget, else the cheapest
+    # closest: the most likely to be on time within budget, then the fastest (then the cheapest)
     if problem.deadline_hours is not None:
-        key = np.lexsort((np.asarray(a.cost_usd), -np.asarray(a.p_on_time) * within))
+        key = np.lexsort((np.asarray(a.cost_usd), np.asarray(a.hours_p90), -np.asarray(a.p_on_time) * within))
     else:
         key = np.argsort(cost_q, kind="stable")
     _, cluster = space.point_ids("cluster")  # one per VM shape × nodes × spot, whatever the zone
@@ -201,7 +251,9 @@ def infeasible(space: Space, problem: Problem) -> InfeasibleError:
         limits.append(f"a {format_hours(problem.deadline_hours)} deadline at {conf:.0%} confidence")
     if problem.budget_usd is not None:
         limits.append(f"a ${problem.budget_usd:,.2f} budget")
-    on_time = (lambda e: f", P(on time) {e.p_on_time:.0%}") if problem.deadline_hours is not None else (lambda e: "")
+    # floored, so that a candidate just below the confidence never reads as meeting it
+    on_time = ((lambda e: f", P(on time) {math.floor(e.p_on_time * 100):.0f}%") if problem.deadline_hours is not None
+               else (lambda e: ""))
     near = "; ".join(f"{_describe(e)} in {e.config.offering.zone}: {format_hours(e.hours)}, ${e.cost_usd:,.2f} expected, "
                      f"${e.cost_p90_usd:,.2f} P90{on_time(e)}" for e in closest)
     relax = (" Relax to " + " or ".join(hints) + ".") if hints else ""

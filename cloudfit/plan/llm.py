@@ -253,6 +253,23 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
 
     od = np.array([o.price_per_hour for o in offs])
     spp = np.array([np.nan if o.spot_price_per_hour is None else o.spot_price_per_hour for o in offs])
+    if workload.spot != "never" and not workload.allow_outlier_prices:  # the rule of search.space.build_space
+        from cloudfit.catalog.outliers import OUTLIER_REASON, spot_outliers
+
+        flagged = np.asarray(spot_outliers(offs), dtype=bool)
+        n_flagged = int(fits_off[flagged].sum())
+        if n_flagged:
+            excluded[OUTLIER_REASON] = n_flagged
+        spp = np.where(flagged, np.nan, spp)
+        if workload.spot == "only" and np.isnan(spp).all():
+            raise InfeasibleError("every spot price left is an outlier; --allow-outlier-prices uses them")
+    if workload.max_gpus is not None:  # --max-gpus: the whole cluster's GPUs
+        per_node = np.array([o.accelerators_per_node for o in offs])[:, None]
+        over = fits_off & (per_node * np.arange(1, N + 1)[None, :] > workload.max_gpus)
+        if over.any():
+            key = f"more than {workload.max_gpus} GPUs (--max-gpus)"
+            excluded[key] = excluded.get(key, 0) + int(over.sum()) * modes
+            fits_off = fits_off & ~over
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("offering", "nodes", "spot", "price")}
     for is_spot in {"allow": (False, True), "never": (False,), "only": (True,)}[workload.spot]:
         per_node = spp if is_spot else od

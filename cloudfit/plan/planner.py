@@ -31,6 +31,12 @@ ZONES_PER_CONFIG = 2
 N_PARETO = 40
 
 
+def _profile_file(workload: Workload) -> str:
+    from cloudfit.profiling.io import resolve_profile
+
+    return str(resolve_profile(workload.profile_path or workload.model))
+
+
 def load_workload_profile(workload: Workload) -> Profile:
     from cloudfit.profiling.io import load_profile, resolve_profile
 
@@ -56,19 +62,27 @@ def recommend(
     from cloudfit import perf, spot
 
     workload.require_limit()
+    profile_file = None
     if space is None:
         cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog)
         prof = profile or load_workload_profile(workload)
+        profile_file = None if profile is not None else _profile_file(workload)
         space = build_space(workload, prof, cat)
     problem = Problem.of(workload)
     result = get_searcher(searcher, **(searcher_options or {})).search(space, problem)
     if result.n_feasible == 0:
         raise infeasible(space, problem)
 
+    knee = workload.objective == "time"  # the cost × time knee (cloudfit.plan.knee); "fastest" = literal
+    if knee:
+        from cloudfit.plan.knee import knee_order
+
+        a0 = space.assess(problem.deadline_hours)
+        knee_ranked = knee_order(a0, problem, None if result.searcher == "exhaustive" else result.order)
     # the best few of the ranking are enough: take a longer head only if it runs out
     n = 4 * (N_ALTERNATIVES + 1)
     while True:
-        head = result.head(n)
+        head = knee_ranked[:n] if knee else result.head(n)
         picked = _diverse(space, head, per_config=ZONES_PER_CONFIG, limit=N_ALTERNATIVES + 1)
         runner = _runner_up(space, head)
         if (picked.size == N_ALTERNATIVES + 1 and runner is not None) or head.size < n:
@@ -79,14 +93,22 @@ def recommend(
     chosen, alternatives = ranked[0], tuple(ranked[1:])
     pareto = pareto_front(space, problem)
     explanation = explain(chosen, None if runner is None else estimate(space, runner, a), problem)
+    knee_note = None
+    if knee:
+        from cloudfit.plan.explain import explain_knee
+
+        explanation, knee_note = explain_knee(space, problem, chosen, a,
+                                              None if result.searcher == "exhaustive" else result.order)
     provenance = {
         "cloudfit_version": __version__,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "catalog": space.catalog.path,
         "catalog_digest": space.catalog.digest,
+        "prices": _price_date(space.catalog.path),
         "model_version": perf.model_version(),
         "spot_model_version": getattr(spot, "MODEL_VERSION", ""),
         "profile_model": space.profile.model,
+        "profile_file": profile_file,
         "prediction_basis": space.basis,
         "searcher": result.searcher,
         "evaluations": int(result.evaluations),
@@ -94,9 +116,19 @@ def recommend(
         "feasible": result.n_feasible if result.searcher == "exhaustive" else None,
         "excluded": dict(space.excluded),
     }
+    if knee:
+        provenance["objective_rule"] = "knee: minimise expected $ × expected hours (cloudfit.plan.knee)"
     plan = Plan(workload=workload, chosen=chosen, alternatives=alternatives, pareto=pareto,
                 provenance=provenance, explanation=explanation)
+    if knee_note is not None:
+        return replace(plan, sensitivity=knee_note)
     return replace(plan, sensitivity=sensitivity(space, problem, chosen, int(picked[0])))
+
+
+def _price_date(path: str) -> str:
+    from cloudfit.catalog.dates import price_date
+
+    return price_date(path)
 
 
 # --------------------------------------------------------------------------------------------

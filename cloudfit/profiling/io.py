@@ -250,11 +250,15 @@ def shipped_profiles() -> dict[str, Path]:
 
 
 def resolve_profile(name_or_path: str | os.PathLike) -> Path:
-    """An existing file, else a shipped profile name (``resnet50`` → ``profiles/resnet50.json``)."""
+    """An existing file, else ``./NAME.json`` (what ``cloudfit profile run NAME`` writes), else a
+    shipped profile name (``resnet50`` → ``profiles/resnet50.json``)."""
     p = Path(name_or_path).expanduser()
     if p.is_file():
         return p
     text = str(name_or_path)
+    local = Path(f"{text}.json")
+    if os.sep not in text and "/" not in text and not text.endswith(".json") and local.is_file():
+        return local
     shipped = shipped_profiles()
     if text in shipped:
         return shipped[text]

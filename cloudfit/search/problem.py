@@ -18,7 +18,10 @@ class Problem:
 
     @classmethod
     def of(cls, workload) -> "Problem":
-        return cls(workload.objective, workload.deadline_hours, workload.budget_usd, workload.confidence)
+        # "time" (the cost × time knee, cloudfit.plan.knee) and "fastest" both search on hours;
+        # recommend() then picks the knee for "time"
+        objective = "time" if workload.objective == "fastest" else workload.objective
+        return cls(objective, workload.deadline_hours, workload.budget_usd, workload.confidence)
 
 
 class SearchResult:

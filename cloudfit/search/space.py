@@ -48,6 +48,8 @@ class Priced(Assessment):
     """An ``Assessment`` with teardown in its costs and the budget guard's headroom per candidate."""
 
     reserve_usd: np.ndarray = None  # type: ignore[assignment]
+    #: expected hours spent waiting for capacity (in ``hours``, not billed; cloudfit.spot.capacity)
+    wait_hours: np.ndarray = None  # type: ignore[assignment]
 
 
 @dataclass
@@ -138,7 +140,10 @@ class Space:
 
     def _assess(self, deadline_hours: float | None, sel, groups=None) -> "Priced":
         from cloudfit import spot
+        from cloudfit.spot import capacity
 
+        nodes, is_spot = self.nodes[sel], self.spot[sel]
+        ov = spot.DEFAULT_OVERHEADS
         a = spot.assess(  # compute_hours[sel] and log_sigma[sel], without computing every row first
             compute_hours=_compute_hours(self.workload.samples, self.samples_per_second[sel]),
             log_sigma=_log_sigma(self.low[sel], self.high[sel]),
@@ -149,13 +154,48 @@ class Space:
             checkpoint_bytes=self.checkpoint_bytes,
             deadline_hours=deadline_hours,
             groups=groups,
+            startup_s=capacity.startup_seconds(nodes, is_spot, {True: ov.start_spot_s, False: ov.start_on_demand_s}),
         )
         price = self.price_per_hour[sel]
         teardown = price * (TEARDOWN_S / 3600.0)
         cols = {f.name: getattr(a, f.name) for f in fields(a)}
         cols["cost_usd"] = cols["cost_usd"] + teardown
         cols["cost_p90_usd"] = cols["cost_p90_usd"] + teardown
-        return Priced(**cols, reserve_usd=price * (GUARD_INTERVAL_S / 3600.0))
+        # stockouts: waiting for capacity adds time (not billed) and deadline risk (spot/capacity.py)
+        gpus = self.gpus_per_node[sel] * nodes
+        wait, wait90, factor = capacity.wait_terms(gpus, is_spot, cols["hours"], deadline_hours, self.zones_offering[sel])
+        cols["hours"] = cols["hours"] + wait
+        cols["hours_p90"] = cols["hours_p90"] + wait90
+        cols["overhead_hours"] = cols["overhead_hours"] + wait
+        cols["p_on_time"] = cols["p_on_time"] * factor
+        return Priced(**cols, reserve_usd=price * (GUARD_INTERVAL_S / 3600.0), wait_hours=wait)
+
+    @property
+    def gpus_per_node(self) -> np.ndarray:
+        """GPUs per VM of every candidate."""
+        if "gpus_per_node" not in self._cache:
+            per_shape = np.array([s.accelerators_per_node for s in self.shapes], dtype=np.int64)
+            self._cache["gpus_per_node"] = per_shape[self.shape]
+        return self._cache["gpus_per_node"]
+
+    @property
+    def zones_offering(self) -> np.ndarray:
+        """How many zones of the (filtered) catalog offer each candidate's VM shape (with a spot price,
+        for spot candidates): the zones launch can fall back between."""
+        if "zones_offering" not in self._cache:
+            offs = self.catalog.offerings
+            od = np.zeros(len(self.shapes), dtype=np.int64)
+            sp = np.zeros(len(self.shapes), dtype=np.int64)
+            shape_of = {}
+            for i, s in enumerate(self.shapes):
+                shape_of[(s.machine_type, s.accelerator, s.accelerators_per_node, s.vcpus)] = i
+            for o in offs:
+                k = shape_of.get((o.machine_type, o.accelerator, o.accelerators_per_node, o.vcpus))
+                if k is not None:
+                    od[k] += 1
+                    sp[k] += o.spot_price_per_hour is not None
+            self._cache["zones_offering"] = np.where(self.spot, sp[self.shape], od[self.shape])
+        return self._cache["zones_offering"]
 
     def config(self, i: int) -> ClusterConfig:
         return ClusterConfig(self.catalog.offerings[int(self.offering[i])], int(self.nodes[i]), bool(self.spot[i]))
@@ -213,6 +253,18 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
 
     od = np.array([o.price_per_hour for o in offs])
     sp = np.array([np.nan if o.spot_price_per_hour is None else o.spot_price_per_hour for o in offs])
+    n_flagged = 0  # spot candidates left out for an outlier price (counted under their own reason)
+    if workload.spot != "never" and not workload.allow_outlier_prices:
+        from cloudfit.catalog.outliers import OUTLIER_REASON, spot_outliers
+
+        flagged = np.asarray(spot_outliers(offs), dtype=bool)
+        if flagged.any():
+            n_flagged = int(fits[off_shape][flagged].sum())
+            if n_flagged:
+                excluded[OUTLIER_REASON] = n_flagged
+            sp = np.where(flagged, np.nan, sp)
+            if workload.spot == "only" and np.isnan(sp).all():
+                raise InfeasibleError("every spot price left is an outlier; --allow-outlier-prices uses them")
     modes = {"allow": (False, True), "never": (False,), "only": (True,)}[workload.spot]
 
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("offering", "nodes", "spot", "price")}
@@ -221,10 +273,19 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
         per_node = sp if is_spot else od
         priced = ~np.isnan(per_node)
         if is_spot and workload.spot == "allow":
-            n_nospot = int(fits_off[~priced].sum())
+            n_nospot = int(fits_off[~priced].sum()) - n_flagged
             if n_nospot:
                 excluded["no spot price in the catalog"] = excluded.get("no spot price in the catalog", 0) + n_nospot
-        oi, ni = np.nonzero(fits_off & priced[:, None])  # offering-major, then nodes
+        ok = fits_off & priced[:, None]
+        if workload.max_gpus is not None:  # --max-gpus: the whole cluster's GPUs
+            gpus_per_node = np.array([o.accelerators_per_node for o in offs])
+            over = gpus_per_node[:, None] * node_counts[None, :] > workload.max_gpus
+            n_over = int((ok & over).sum())
+            if n_over:
+                key = f"more than {workload.max_gpus} GPUs (--max-gpus)"
+                excluded[key] = excluded.get(key, 0) + n_over
+            ok &= ~over
+        oi, ni = np.nonzero(ok)  # offering-major, then nodes
         ni = ni + 1
         cols["offering"].append(oi)
         cols["nodes"].append(ni)

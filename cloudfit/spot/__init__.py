@@ -35,7 +35,10 @@ Hazards (``cloudfit/data/spot_hazards.json``, rebuilt by ``python scripts/fit_sp
 Overheads (``Overheads``; seconds, fitted defaults)
 ---------------------------------------------------
 * Start-up ``S``: CM-DARE's 100 GCE GPU VM launches, provisioning + staging + booting: 71 s on-demand,
-  87 s preemptible (mean), paid once by every run.
+  87 s preemptible (mean), paid once by every run. The recommender passes ``startup_s`` per candidate
+  instead (``cloudfit.spot.capacity.startup_seconds``): the slowest of n VM starts, node 0 first, the
+  inserts and the install, so start-up grows with the node count; it also adds the capacity
+  (stockout) prior's wait for fleets beyond one 8-GPU VM (``capacity.wait_terms``).
 * Checkpoint write ``C`` and restore: CM-DARE's checkpoints to Cloud Storage, 3.65 s + 19.9 s/GB
   (6–204 MB measured; linear extrapolation above). Restore is taken equal to a write.
 * Restart ``R`` = replacement + restore: the mean outage after a GCP Spot revocation in the Can't Be

@@ -330,6 +330,7 @@ def assess(
     deadline_hours: float | None,
     overheads: Overheads | None = None,
     groups: tuple[np.ndarray, np.ndarray] | None = None,
+    startup_s: np.ndarray | None = None,
 ) -> Assessment:
     """Price and risk-weigh every candidate at once (arrays broadcast; see ``Assessment``).
 
@@ -340,6 +341,8 @@ def assess(
     deadline_hours: for p_on_time (None → 1.0).
     groups: (a row of each group, group of each row) for rows known to differ only in price, as
     ``cloudfit.search.space`` builds them once per space; by default the groups are found here.
+    startup_s: per-row start-up seconds (e.g. ``cloudfit.spot.capacity.startup_seconds``, which grows
+    with the node count); default: the overheads' single-VM start by spot flag.
     """
     ov = overheads or DEFAULT_OVERHEADS
     arrays = [_as_1d("compute_hours", compute_hours), _as_1d("log_sigma", log_sigma), _as_1d("nodes", nodes),
@@ -364,12 +367,14 @@ def assess(
     with np.errstate(invalid="ignore"):
         Lam = np.where(sp, n * lam, 0.0)
     # Rows that differ only in price (the same shape × nodes in other zones) share every answer.
+    st = None if startup_s is None else np.broadcast_to(np.atleast_1d(np.asarray(startup_s, dtype=float)), W.shape)
     if groups is None and W.size > 512:
-        groups = _groups(W, sig, np.where(sp, Lam, -1.0))
+        groups = _groups(W, sig, np.where(sp, Lam, -1.0), *(() if st is None else (st,)))
     if groups is not None:
         first, inverse = groups
         W, sig, Lam, sp = W[first], sig[first], Lam[first], sp[first]
-    S = np.where(sp, ov.start_spot_s, ov.start_on_demand_s) / 3600.0
+        st = None if st is None else st[first]
+    S = (np.where(sp, ov.start_spot_s, ov.start_on_demand_s) if st is None else st) / 3600.0
     with np.errstate(all="ignore"):  # absurd clusters overflow to inf hours; that is the answer
         out = _assess_rows(W, sig, Lam, S, C, R, deadline_hours)
         lost = ~np.isfinite(out["hours_p90"]) | ~np.isfinite(out["hours"])  # a run that never ends

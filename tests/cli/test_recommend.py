@@ -48,9 +48,13 @@ def test_budget_defaults_to_time_objective(cli):
     r = cli(*BASE, "--budget", "400", "--json")
     d = json.loads(r.stdout)
     assert d["plan"]["workload"]["objective"] == "time"
-    hours = [c["hours"] for c in d["candidates"]]
-    assert hours == sorted(hours)
+    # the default under a budget is the cost × time knee: ranked by expected $ × expected hours
+    knee = [c["cost_usd"] * c["hours"] for c in d["candidates"]]
+    assert knee == sorted(knee)
     assert all(c["cost_p90_usd"] <= 400 for c in d["candidates"])
+    fast = json.loads(cli(*BASE, "--budget", "400", "--objective", "fastest", "--json").stdout)
+    hours = [c["hours"] for c in fast["candidates"]]
+    assert hours == sorted(hours) and hours[0] <= d["candidates"][0]["hours"]
 
 
 def test_spot_only_and_filters(cli):

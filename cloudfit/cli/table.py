@@ -1,0 +1,99 @@
+"""Tables that fit the terminal: columns are dropped (least useful first) instead of truncated.
+
+rich shrinks a table that is wider than the console by cutting cells to "$86…" and "8×H1…". Here
+every cell is ``no_wrap`` and the table is measured at its natural width; while it is wider than
+the console, the column with the lowest ``keep`` rank goes (columns without a rank always stay).
+If even the essential columns do not fit, the table is printed at its natural width (the
+terminal wraps the lines; no number is cut).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+#: At or above this width (or with --wide) commands show every column.
+WIDE_COLUMNS = 140
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    justify: str = "left"
+    keep: int | None = None  # drop order when the table is too wide: lowest first; None = never dropped
+
+
+def _build(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]], keep_idx: list[int], compact: bool):
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
+              pad_edge=not compact, show_edge=not compact)
+    for i in keep_idx:
+        c = cols[i]
+        t.add_column(c.header, justify=c.justify, no_wrap=True)  # type: ignore[arg-type]
+    for r in rows:
+        t.add_row(*(r[i] for i in keep_idx))
+    return t
+
+
+def natural_width(table) -> int:
+    """Columns the table needs so that no cell is cut."""
+    from rich.console import Console
+
+    from rich.measure import Measurement
+
+    con = Console(width=10_000)
+    return Measurement.get(con, con.options, table).maximum
+
+
+def _width(cols: Sequence[Column], rows: Sequence[Sequence[str]], idx: list[int], compact: bool) -> int:
+    """The width ``_build`` gives these columns (computed, not rendered: this runs on every recommend)."""
+    from rich.cells import cell_len
+
+    w = [max([cell_len(cols[i].header)] + [cell_len(r[i]) for r in rows]) for i in idx]
+    n = len(w)
+    if compact:  # SIMPLE_HEAD without edges: a blank rule between columns, padding inside, none at the edges
+        return sum(w) + 3 * n - 3
+    return sum(w) + 2 * n + n + 1  # padding each side and n + 1 vertical rules
+
+
+def fit(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]], width: int, *, wide: bool = False):
+    """A rich Table of ``rows`` no wider than ``width`` (dropping columns by ``keep``), or every column
+    when ``wide`` or ``width >= WIDE_COLUMNS``. Returns (table, names of the dropped columns)."""
+    idx = list(range(len(cols)))
+    if wide or width >= WIDE_COLUMNS:
+        return _build(title, cols, rows, idx, compact=False), []
+    for compact in (False, True):
+        if _width(cols, rows, idx, compact) <= width:
+            return _built(title, cols, rows, idx, compact), []
+    droppable = sorted((c.keep, i) for i, c in enumerate(cols) if c.keep is not None)
+    dropped = []
+    for _, i in droppable:
+        idx.remove(i)
+        dropped.append(cols[i].header)
+        if _width(cols, rows, idx, True) <= width:
+            break
+    return _built(title, cols, rows, idx, True), dropped
+
+
+def _built(title, cols, rows, idx, compact):
+    t = _build(title, cols, rows, idx, compact)
+    t.cloudfit_width = _width(cols, rows, idx, compact)  # so print_table need not measure it again
+    return t
+
+
+def print_table(con, table) -> None:
+    """Print ``table`` on ``con``; one wider than the console is printed at its natural width (the
+    terminal wraps the lines) instead of having its cells cut."""
+    need = getattr(table, "cloudfit_width", None) or natural_width(table)
+    if need <= con.width:
+        con.print(table)
+        return
+    from rich.console import Console
+
+    wide = Console(file=con.file, width=need, highlight=False, soft_wrap=False, record=getattr(con, "record", False),
+                   color_system=con.color_system or None, force_terminal=con.is_terminal)
+    wide.print(table)
+    if getattr(con, "record", False):  # keep what was printed in the caller's record (tests export it)
+        con._record_buffer.extend(wide._record_buffer)
