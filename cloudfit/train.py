@@ -9,7 +9,7 @@ plainly it trains in one process.
 Checkpoints are time-based: rank 0 writes one every ``--checkpoint-interval-s`` seconds of training,
 the Young/Daly interval the plan priced, and after each write re-computes the interval from the
 write time it measured and the cluster's revocation rate ``--hazard-per-hour``
-(``cloudfit.executors.checkpointing``). ``--checkpoint-every K`` checkpoints every K steps instead.
+(``cloudfit.spot.checkpointing``). ``--checkpoint-every K`` checkpoints every K steps instead.
 With ``--local-checkpoint-dir`` (or ``$CLOUDFIT_LOCAL_CHECKPOINT_DIR``) rank 0 writes to local disk
 and a background thread uploads the file to ``--checkpoint-dir`` (a bucket mounted on every VM):
 no rank waits on FUSE. Files are ``ckpt-<step>.pt``, written atomically, the two newest kept; at
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(args.precision) if cuda else None
     scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
 
-    from cloudfit.executors.checkpointing import young_daly_s
+    from cloudfit.spot.checkpointing import young_daly_s
 
     interval_s = float(args.checkpoint_interval_s)
     progress: dict[str, Any] = {

@@ -191,7 +191,7 @@ def _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoi
     from cloudfit.errors import UsageError
     from cloudfit.executors import get_executor
     from cloudfit.executors.base import JobSpec, RunSpec, check_name, default_name, plan_configs
-    from cloudfit.executors.checkpointing import planned_interval
+    from cloudfit.spot.checkpointing import planned_interval
 
     w = plan.workload
     if not command:

@@ -153,7 +153,10 @@ class LLMSpace(Space):
         if groups is not None:
             first, inverse = groups
             W, sig, Lam, sp, C, R = W[first], sig[first], Lam[first], sp[first], C[first], R[first]
-        S = np.where(sp, ov.start_spot_s, ov.start_on_demand_s) / 3600.0
+        from cloudfit.spot import capacity
+
+        S = capacity.startup_seconds(n[first] if groups is not None else n, sp,
+                                     {True: ov.start_spot_s, False: ov.start_on_demand_s}) / 3600.0
         with np.errstate(all="ignore"):
             out = sm._assess_rows(W, sig, Lam, S, C, R, deadline_hours)
             lost = ~np.isfinite(out["hours_p90"]) | ~np.isfinite(out["hours"])
@@ -164,9 +167,16 @@ class LLMSpace(Space):
             if groups is not None:
                 out = {k: v[inverse] for k, v in out.items()}
         teardown = price * (TEARDOWN_S / 3600.0)
-        return Priced(cost_usd=sm.bill(price, out["hours"]) + teardown,
-                      cost_p90_usd=sm.bill(price, out["hours_p90"]) + teardown, **out,
-                      reserve_usd=price * (GUARD_INTERVAL_S / 3600.0))
+        cost, cost90 = sm.bill(price, out["hours"]) + teardown, sm.bill(price, out["hours_p90"]) + teardown
+        # stockouts: waiting for capacity adds time (not billed) and deadline risk, as in Space._assess
+        gpus = np.atleast_1d(self.gpus_per_node[sel]) * n
+        wait, wait90, factor = capacity.wait_terms(gpus, np.atleast_1d(self.spot[sel]), out["hours"], deadline_hours,
+                                                   np.atleast_1d(self.zones_offering[sel]))
+        out["hours"], out["hours_p90"] = out["hours"] + wait, out["hours_p90"] + wait90
+        out["overhead_hours"] = out["overhead_hours"] + wait
+        out["p_on_time"] = out["p_on_time"] * factor
+        return Priced(cost_usd=cost, cost_p90_usd=cost90, **out,
+                      reserve_usd=price * (GUARD_INTERVAL_S / 3600.0), wait_hours=wait)
 
     def layout_of(self, i: int):
         """The best layout of candidate ``i`` (a ``cloudfit.llm.layout.Layout``)."""

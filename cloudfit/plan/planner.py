@@ -77,7 +77,7 @@ def recommend(
     if knee:
         from cloudfit.plan.knee import knee_order
 
-        a0 = space.assess(problem.deadline_hours)
+        a0 = space.assess(problem)
         knee_ranked = knee_order(a0, problem, None if result.searcher == "exhaustive" else result.order)
     # the best few of the ranking are enough: take a longer head only if it runs out
     n = 4 * (N_ALTERNATIVES + 1)

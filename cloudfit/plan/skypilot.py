@@ -48,8 +48,8 @@ def _bucket_name(model: str) -> str:
 def skypilot_task(plan: Plan, *, bucket: str | None = None, steps_command: str | None = None,
                   batch_size_per_device: int | None = None) -> dict[str, Any]:
     """A SkyPilot task (as a dict, for YAML) that runs cloudfit's trainer on the plan's configs."""
-    from cloudfit.executors.checkpointing import planned_interval
-    from cloudfit.executors.gcp.bodies import pip_spec
+    from cloudfit.spot.checkpointing import planned_interval
+    from cloudfit.endpoints import pip_spec
 
     w = plan.workload
     configs: list[ClusterConfig] = []

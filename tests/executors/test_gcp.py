@@ -362,7 +362,7 @@ def test_the_vms_get_this_very_cloudfit_as_a_wheel_in_metadata(fake, gcp, tmp_pa
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
                     str(target), str(wheel)], check=True, capture_output=True, timeout=120)
-    out = subprocess.run([sys.executable, "-c", "import cloudfit, cloudfit.train, cloudfit.executors.checkpointing as c; "
+    out = subprocess.run([sys.executable, "-c", "import cloudfit, cloudfit.train, cloudfit.spot.checkpointing as c; "
                           "print(cloudfit.__version__, cloudfit.__file__)"],
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(target)}, capture_output=True, text=True,
                          timeout=120, cwd=tmp_path)

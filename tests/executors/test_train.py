@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cloudfit import train
-from cloudfit.executors.checkpointing import MIN_INTERVAL_S, young_daly_s
+from cloudfit.spot.checkpointing import MIN_INTERVAL_S, young_daly_s
 
 
 def _run(tmp_path: Path, *extra: str, steps: int = 300, monkeypatch=None) -> tuple[list[Path], int, dict]:

@@ -6,43 +6,25 @@ and ``NodeSpec.plan()`` the line ``--dry-run`` prints for it.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cloudfit import __version__
+from cloudfit.endpoints import ENV_PIP_SPEC, pip_spec, strip_credentials  # noqa: F401  (re-exported)
 from cloudfit.errors import UsageError
 from cloudfit.executors.base import NodePlan, RunSpec
 from cloudfit.types import ClusterConfig
 
 #: Deep Learning VM image family with PyTorch, CUDA 12.9 and the NVIDIA 580 driver preinstalled.
 DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/pytorch-2-9-cu129-ubuntu-2404-nvidia-580"
-ENV_PIP_SPEC = "CLOUDFIT_PIP_SPEC"  # what the VMs pip-install instead of the launcher's own cloudfit
 BOOT_DISK_GB = 200
 RDZV_PORT = 29400
 LAUNCH_LABEL = "cloudfit-launch"  # per-launch identity (a UUID) beside the cluster name
 #: N1 shapes take GPUs as guest accelerators; these are their Compute Engine type names.
 N1_ACCELERATOR_TYPES = {"T4": "nvidia-tesla-t4", "V100": "nvidia-tesla-v100", "P100": "nvidia-tesla-p100",
                         "P4": "nvidia-tesla-p4", "K80": "nvidia-tesla-k80"}
-
-_CRED = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")
-
-
-def strip_credentials(text: str) -> str:
-    """``https://user:token@host/x`` → ``https://host/x`` anywhere in ``text`` (pip specs, URLs)."""
-    return _CRED.sub(r"\1", text)
-
-
-def pip_spec() -> str:
-    """What the VMs pip-install: ``$CLOUDFIT_PIP_SPEC`` (credentials stripped: they would land in
-    instance metadata) or this very cloudfit version."""
-    raw = os.environ.get(ENV_PIP_SPEC)
-    if raw:
-        return strip_credentials(raw.strip())
-    return f"cloudfit=={__version__}"
-
 
 def accelerator_type(machine_type: str, accelerator: str) -> str | None:
     """Compute Engine accelerator type to attach, or None when the machine type has its GPUs built in."""

@@ -1,0 +1,50 @@
+"""The VMs' wheel leaves out planning code: only what the trainers never import may be left out."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from cloudfit.executors.gcp import wheel
+
+PACKAGE = Path(wheel.__file__).resolve().parents[2]
+
+
+def _module_files() -> dict[str, Path]:
+    out = {}
+    for p in PACKAGE.rglob("*.py"):
+        name = ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts)
+        out[name[: -len(".__init__")] if name.endswith(".__init__") else name] = p
+    return out
+
+
+def _closure(roots: list[str]) -> set[str]:
+    mods, seen, stack = _module_files(), set(), list(roots)
+    while stack:
+        m = stack.pop()
+        if m in seen or m not in mods:
+            continue
+        seen.add(m)
+        parts = m.split(".")
+        stack += [".".join(parts[:i]) for i in range(1, len(parts))]
+        for node in ast.walk(ast.parse(mods[m].read_text())):  # lazy imports inside functions too
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cloudfit"):
+                stack.append(node.module)
+                stack += [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                stack += [a.name for a in node.names if a.name.startswith("cloudfit")]
+    return seen
+
+
+def test_nothing_the_trainers_import_is_left_out_of_the_wheel():
+    files = _module_files()
+    needed = _closure(["cloudfit.train", "cloudfit.train_llm"])
+    shipped = {rel for rel, _ in wheel._files(PACKAGE)}
+    missing = sorted(m for m in needed if files[m].relative_to(PACKAGE.parent).as_posix() not in shipped)
+    assert not missing, f"the VMs' wheel leaves out modules the trainers import: {missing}"
+    assert "cloudfit/cli/main.py" not in shipped and "cloudfit/plan/planner.py" not in shipped  # planning stays home
+
+
+def test_the_wheel_fits_instance_metadata():
+    _, data = wheel.runtime_wheel()
+    assert len(data) * 4 / 3 < wheel.MAX_METADATA_BYTES  # base64 in metadata
