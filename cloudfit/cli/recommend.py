@@ -154,8 +154,8 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
             rows.append([str(r), o.zone, o.machine_type, f"{o.accelerators_per_node}×{o.accelerator}", str(c.nodes),
                          "yes" if c.spot else "no", f"{e.samples_per_second:,.0f} ({e.low:,.0f}–{e.high:,.0f})",
                          format_hours(e.hours), money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}"])
-    else:  # narrower: GPUs × nodes in one column; drop samples/s, P90 $, machine type as the width needs
-        cols = [Column("#", "right"), Column("zone"), Column("machine type", keep=3), Column("GPUs × nodes"),
+    else:  # narrower: GPUs × nodes in one column; drop samples/s, P90 $, machine type, # as the width needs
+        cols = [Column("#", "right", keep=4), Column("zone"), Column("machine type", keep=3), Column("GPUs × nodes"),
                 Column("spot"), Column("samples/s", "right", keep=1), Column("time", "right"),
                 Column("exp. $", "right"), Column("P90 $", "right", keep=2), Column("on time", "right")]
         rows = []

@@ -84,7 +84,7 @@ def recommend_llm(*, model, profile, samples, epochs, dataset_size, deadline, bu
         print_json({"plan": plan_to_dict(plan), "candidates": rows,
                     "layouts": plan.layout["ranking"]})
         return
-    _render(plan, shown, seq_len, out, plot, emit_skypilot)
+    _render(plan, shown, seq_len, out, plot, emit_skypilot, wide=wide)
 
 
 def _layout_of(plan, i: int) -> dict:
@@ -112,21 +112,24 @@ def _distinct(plan, k: int) -> list:
     return out
 
 
-def _short(text: str) -> str:
-    """The layout without its defaults, for a table cell."""
+def _short(text: str, compact: bool = False) -> str:
+    """The layout without its defaults, for a table cell; ``compact``: only the parallel degrees and the
+    checkpointing (micro-batch and accumulation are in the "Layout #1" line under the table)."""
     keep = []
     for part in text.split(","):
         k, v = part.split("=")
         if (k in ("tp", "pp", "cp", "vp") and v == "1") or k in ("schedule", "zero") or (k == "dp" and v == "1"):
             continue
-        keep.append(part)
+        if compact and k in ("mb", "ga"):
+            continue
+        keep.append(f"ac={v[:3]}" if compact and k == "ac" else part)
     return ",".join(keep)
 
 
-def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None, sky: Path | None) -> None:
-    from rich.table import Table
-
+def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None, sky: Path | None, *,
+            wide: bool = False, con=None) -> None:
     from cloudfit.cli.render import console, money
+    from cloudfit.cli.table import WIDE_COLUMNS, Column, fit, print_table
     from cloudfit.units import format_hours
 
     w, L = plan.workload, plan.layout
@@ -135,23 +138,35 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
         limits.append(f"deadline {format_hours(w.deadline_hours)} at {w.confidence:.0%}")
     if w.budget_usd is not None:
         limits.append(f"budget {money(w.budget_usd)}")
-    con = console()
+    con = con or console()
     ft = f"LoRA r={L['lora_rank']}" if L["finetune"] == "lora" else "full training"
     title = (f"{w.model} ({ft}, {L['precision']}): {L['tokens']:.3g} tokens at {seq_len:,}/sequence, "
              f"{' and '.join(limits)}, minimising {'cost' if w.objective == 'cost' else 'time'}")
-    t = Table(title=title, title_justify="left")
-    for col, just in [("#", "right"), ("zone", "left"), ("machine type", "left"), ("GPUs/node", "left"),
-                      ("nodes", "right"), ("spot", "left"), ("layout", "left"), ("tokens/s", "right"),
-                      ("MFU", "right"), ("time", "right"), ("exp. $", "right"), ("P90 $", "right"),
-                      ("P(on time)", "right")]:
-        t.add_column(col, justify=just, no_wrap=col in ("zone", "machine type", "layout"))  # type: ignore[arg-type]
+    width = con.width
+    if wide or width >= WIDE_COLUMNS:
+        cols = [Column("#", "right"), Column("zone"), Column("machine type"), Column("GPUs/node"),
+                Column("nodes", "right"), Column("spot"), Column("layout"), Column("tokens/s", "right"),
+                Column("MFU", "right"), Column("time", "right"), Column("exp. $", "right"), Column("P90 $", "right"),
+                Column("P(on time)", "right")]
+    else:  # narrower: GPUs × nodes in one column; drop tokens/s, P90 $, machine type, MFU, zone as the width needs
+        cols = [Column("#", "right", keep=6), Column("zone", keep=5), Column("machine type", keep=3), Column("GPUs × nodes"),
+                Column("spot"), Column("layout"), Column("tokens/s", "right", keep=1), Column("MFU", "right", keep=4),
+                Column("time", "right"), Column("exp. $", "right"), Column("P90 $", "right", keep=2),
+                Column("on time", "right")]
+    rows = []
     for r, (i, e) in enumerate(shown, 1):
         c, o = e.config, e.config.offering
         mfu = f"{_layout_of(plan, i)['mfu']:.0%}"
-        t.add_row(str(r), o.zone, o.machine_type, f"{o.accelerators_per_node}×{o.accelerator}", str(c.nodes),
-                  "yes" if c.spot else "no", _short(_layout_text(plan, i)), f"{e.samples_per_second * seq_len:,.0f}",
-                  mfu, format_hours(e.hours), money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}")
-    con.print(t)
+        common = [_short(_layout_text(plan, i), compact=not (wide or width >= WIDE_COLUMNS)), f"{e.samples_per_second * seq_len:,.0f}", mfu, format_hours(e.hours),
+                  money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}"]
+        if wide or width >= WIDE_COLUMNS:
+            rows.append([str(r), o.zone, o.machine_type, f"{o.accelerators_per_node}×{o.accelerator}", str(c.nodes),
+                         "yes" if c.spot else "no", *common])
+        else:
+            gpus = f"{o.accelerators_per_node}×{o.accelerator}" + (f" ×{c.nodes}" if c.nodes > 1 else "")
+            rows.append([str(r), o.zone, o.machine_type, gpus, "yes" if c.spot else "no", *common])
+    t, dropped = fit(title, cols, rows, width, wide=wide)
+    print_table(con, t)
     con.print(f"Layout #1: {L['text']} — {L['tokens_per_second']:,.0f} tokens/s, {L['mfu']:.0%} MFU, "
               f"{L['memory_gib_per_device']:,.1f} of {L['memory_capacity_gib']:g} GiB per GPU, global batch "
               f"{L['global_batch']:,} × {seq_len:,} tokens, {L['steps']:,} steps.")
@@ -175,3 +190,5 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
     for label, path in (("Plan", out), ("Pareto plot", plot), ("SkyPilot task", sky)):
         if path is not None:
             con.print(f"{label} written to {path}")
+    if dropped:
+        con.print(f"[dim](left out at {width} columns: {', '.join(dropped)}; --wide shows every column)[/dim]")

@@ -1,0 +1,33 @@
+"""The large-model recommend table at 80 and 100 columns: columns are dropped, never cut."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from cloudfit.cli.recommend_llm import _distinct, _layout_text, _render, _short
+from cloudfit.cli.render import money
+from cloudfit.llm import zoo
+from cloudfit.plan.llm import LLMJob, recommend_llm
+from cloudfit.units import format_hours
+from cloudfit.workload import make_workload
+
+
+@pytest.fixture(scope="module")
+def plan():
+    job = LLMJob(zoo.get("llama3-8b"), 1e11, 8192)
+    w = make_workload(model="llama3-8b", samples=1e11 / 8192, deadline="7d", precision="bf16")
+    return recommend_llm(w, job)
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_llm_table_fits_without_cutting(plan, width):
+    con = Console(width=width, record=True, highlight=False, soft_wrap=False, file=open("/dev/null", "w"))
+    shown = _distinct(plan, 5)
+    _render(plan, shown, 8192, None, None, None, con=con)
+    table = con.export_text().split("Layout #1")[0]
+    assert "…" not in table
+    assert max(len(line.rstrip()) for line in table.splitlines()) <= width
+    for i, e in shown:  # every row's layout, time and expected cost in full
+        assert _short(_layout_text(plan, i), compact=width < 140) in table
+        assert format_hours(e.hours) in table and money(e.cost_usd) in table
