@@ -306,6 +306,9 @@ class Plan:
     explanation: str = ""  # why the chosen config beats the runner-up, in one sentence
     sensitivity: str = ""  # what relaxing the limit would buy, in one sentence
     schema_version: int = 1
+    #: Large-model plans only (``cloudfit.plan.llm``): the parallel layout of the chosen cluster and what a
+    #: launcher needs to run it (model shape, sequence length, global batch, trainer arguments, checkpoints).
+    layout: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable(self)

@@ -152,6 +152,48 @@ NOTEBOOKS: dict[str, list[tuple[str, str]]] = {
                  "plan = recommend(w)\nprint(plan.explanation)\nplan.to_frame().head(5)"),
         ("code", "from cloudfit import plot\nplot.pareto(plan)"),
     ],
+    "05_llm_planning.ipynb": [
+        ("md", "# Planning a large model: layouts × GPUs × cost\n\nLlama-3-70B, 1e11 tokens at 8,192 per sequence, on "
+               "A3 Mega VMs (8 × H100, 1,800 Gbps between nodes). For every node count, cloudfit enumerates every "
+               "parallel layout (FSDP / TP / PP / CP degrees, micro-batch, activation checkpointing), keeps those that "
+               "fit in memory and times them with the step model — then prices the fastest. (A few seconds.)"),
+        ("code", SETUP),
+        ("code", "import numpy as np\nfrom cloudfit import catalog\nfrom cloudfit.llm import space as lsp, zoo\n"
+                 "from cloudfit.llm.stats import token_stats\n"
+                 "shape, st = zoo.get('llama3-70b'), token_stats(zoo.get('llama3-70b'), 8192)\n"
+                 "off = min((o for o in catalog.load().offerings if o.machine_type == 'a3-megagpu-8g'), "
+                 "key=lambda o: o.price_per_hour)\n"
+                 "hw = lsp.HardwareShape('H100-MEGA', 8, lsp.node_network_gbps(off.machine_type, off.accelerator, 8, off.vcpus), 8, 80.0)\n"
+                 "batch = lsp.default_global_batch(8192)\n"
+                 "best = lsp.search_catalog(st, shape, [hw], 32, global_batch=batch)\n"
+                 "fsdp = lsp.search_catalog(st, shape, [hw], 32, global_batch=batch, constraints={'tp': 1, 'pp': 1, 'cp': 1})\n"
+                 "rows = []\nfor n in range(1, 33):\n"
+                 "    for name, r in (('best', best), ('FSDP only', fsdp)):\n"
+                 "        tps = r.tokens_per_second[0, n - 1]\n"
+                 "        if tps > 0:\n"
+                 "            hours = 1e11 / tps / 3600\n"
+                 "            rows.append({'nodes': n, 'GPUs': 8 * n, 'search': name, 'layout': r.layout(0, n).describe(),\n"
+                 "                         'tokens/s': tps, 'MFU': r.mfu[0, n - 1], 'GiB/GPU': r.memory_gib[0, n - 1],\n"
+                 "                         'days': hours / 24, 'cost $': hours * n * off.price_per_hour})\n"
+                 "df = pd.DataFrame(rows)\nprint(off.machine_type, off.zone, f'${off.price_per_hour:,.2f}/h per node')\n"
+                 "df[df.search == 'best'].round(2).head(32)"),
+        ("md", "## What the layout buys\nThe fastest layout against pure FSDP (no tensor or pipeline parallelism) at each "
+               "cluster size: throughput, and the on-demand cost of the whole run."),
+        ("code", "import matplotlib.pyplot as plt\nfig, ax = plt.subplots(1, 2, figsize=(11, 4))\n"
+                 "for name, g in df.groupby('search'):\n"
+                 "    ax[0].plot(g['GPUs'], g['tokens/s'], marker='o', ms=3, label=name)\n"
+                 "    ax[1].plot(g['GPUs'], g['cost $'], marker='o', ms=3, label=name)\n"
+                 "ax[0].set(xlabel='GPUs', ylabel='tokens/s', title='llama3-70b on a3-megagpu-8g')\n"
+                 "ax[1].set(xlabel='GPUs', ylabel='$ for 1e11 tokens (on-demand)')\nax[0].legend(); ax[1].legend(); fig.tight_layout()"),
+        ("md", "## The ranking at one size\nThe ten fastest layouts that fit on 16 nodes (128 GPUs)."),
+        ("code", "pd.DataFrame(lsp.rank_layouts(st, shape, hw, 16, global_batch=batch, top=10)).round(3)"),
+        ("md", "## The plan\nThe whole recommendation over US regions, spot allowed, within 30 days: the cluster, its "
+               "layout and why, checkpoints and restarts of a sharded job priced in."),
+        ("code", "from cloudfit.plan.llm import LLMJob, recommend_llm\nfrom cloudfit.workload import make_workload\n"
+                 "job = LLMJob(shape, 1e11, 8192)\n"
+                 "w = make_workload(model='llama3-70b', samples=1e11 / 8192, deadline='30d', regions=['us-*'], precision='bf16')\n"
+                 "plan = recommend_llm(w, job)\nprint(plan.explanation)\nprint(plan.layout['checkpoint'])\nplan.to_frame().head(5)"),
+    ],
 }
 
 

@@ -10,10 +10,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 # PNG outputs each notebook must show (one per plot cell)
-FIGURES = {"01_quickstart": 1, "02_model_accuracy": 2, "03_tradeoffs": 3, "04_profile_your_model": 1}
+FIGURES = {"01_quickstart": 1, "02_model_accuracy": 2, "03_tradeoffs": 3, "04_profile_your_model": 1,
+           "05_llm_planning": 1}
 
 
-def test_the_four_notebooks_are_there_and_committed_without_outputs():
+def test_the_notebooks_are_there_and_committed_without_outputs():
     import nbformat
 
     assert [p.stem for p in NOTEBOOKS] == list(FIGURES)

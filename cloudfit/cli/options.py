@@ -29,6 +29,15 @@ CONFIDENCE = typer.Option(0.9, "--confidence", help="Required probability of mee
 PRECISION = typer.Option("fp16", "--precision", help="Training precision: fp32, tf32, fp16 (mixed), bf16, fp8.")
 BATCH_SIZE = typer.Option(None, "--batch-size", help="Batch per device (default: the profile's).")
 
+# Large-model token workloads (``recommend --tokens``; see cloudfit.cli.recommend_llm)
+TOKENS = typer.Option(None, "--tokens", help="LLM: total training tokens, e.g. 1e11 (samples = tokens ÷ --seq-len).")
+SEQ_LEN = typer.Option(8192, "--seq-len", help="LLM: tokens per sequence.")
+FINETUNE = typer.Option("full", "--finetune", help="LLM: full (all parameters train) or lora (frozen base + adapters).")
+LORA_RANK = typer.Option(16, "--lora-rank", help="LLM: rank of the LoRA adapters.")
+CONFIG = typer.Option(None, "--config", help="LLM: a Hugging Face config.json of your own decoder.", dir_okay=False)
+LAYOUT = typer.Option(None, "--layout", help="LLM: pin layout degrees, e.g. 'tp=8,ac=full' (the rest searched); auto = search all.")
+GLOBAL_BATCH = typer.Option(None, "--global-batch", help="LLM: sequences per optimizer step (default ≈4M tokens; ≈1M for LoRA).")
+
 
 def split(values: Optional[list[str]]) -> list[str]:
     """Accept repeated options and comma-separated lists alike."""

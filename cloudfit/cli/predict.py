@@ -10,7 +10,8 @@ from cloudfit.cli.render import console, print_json
 
 
 def predict(
-    profile: str = typer.Option(..., "--profile", "-p", help="Profile file, or a shipped profile name (e.g. resnet50)."),
+    profile: Optional[str] = typer.Option(None, "--profile", "-p",
+                                          help="Profile file, or a shipped profile name (e.g. resnet50)."),
     accelerator: str = typer.Option(..., "--accelerator", "-a", help="Accelerator, e.g. H100, A100-80GB, L4, T4."),
     count: int = typer.Option(1, "--count", "-c", help="Accelerators per node."),
     nodes: int = typer.Option(1, "--nodes", "-n", help="Nodes (VMs)."),
@@ -20,9 +21,26 @@ def predict(
         None, "--machine-type", help="VM machine type: sets the inter-node network (default: the catalog's largest VM)."),
     network_gbps: Optional[float] = typer.Option(None, "--network-gbps", help="Inter-node network cap in Gbit/s."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="LLM zoo model (e.g. llama3-8b): large-model path."),
+    config: Optional[str] = typer.Option(None, "--config", help="A decoder's Hugging Face config.json (large-model path)."),
+    seq_len: int = typer.Option(8192, "--seq-len", help="LLM: tokens per sequence."),
+    layout: str = typer.Option("auto", "--layout", help="LLM: e.g. fsdp=128,tp=1,pp=1,cp=1,ac=selective, or auto."),
+    finetune: str = typer.Option("full", "--finetune", help="LLM: full or lora."),
+    lora_rank: int = typer.Option(16, "--lora-rank", help="LLM: LoRA adapter rank (with --finetune lora)."),
 ) -> None:
     """Predict samples/s (with a 10–90% band) of a profiled model on COUNT × ACCELERATOR × NODES."""
     from cloudfit.errors import UsageError
+
+    if model is not None or config is not None:
+        if profile is not None:
+            raise UsageError("give either --profile (a profiled model) or --model/--config (an LLM), not both")
+        _predict_llm(model=model, config=config, accelerator=accelerator, count=count, nodes=nodes,
+                     precision="bf16" if precision == "fp16" else precision, batch_size=batch_size or 1,
+                     seq_len=seq_len, layout=layout, finetune=finetune, lora_rank=lora_rank,
+                     machine_type=machine_type, network_gbps=network_gbps, as_json=as_json)
+        return
+    if profile is None:
+        raise UsageError("give --profile (a profiled model) or --model NAME / --config config.json (an LLM)")
     from cloudfit.perf import model as perf
     from cloudfit.profiling import io as pio
 
@@ -65,3 +83,32 @@ def predict(
     c.print(f"  step {p.step_time_s * 1e3:,.1f} ms = compute {p.compute_s * 1e3:,.1f} ms + communication "
             f"{p.communication_s * 1e3:,.1f} ms")
     c.print(f"  basis: {p.basis}")
+
+
+def _predict_llm(*, model, config, accelerator, count, nodes, precision, batch_size, seq_len, layout, finetune,
+                 lora_rank, machine_type, network_gbps, as_json) -> None:
+    """The large-model branch of ``cloudfit predict`` (``--model llama3-8b`` / ``--config``)."""
+    from cloudfit.llm.predict import predict as llm_predict
+
+    p = llm_predict(model, accelerator, config=config, gpus_per_node=count, nodes=nodes, precision=precision,
+                    seq_len=seq_len, batch_size=batch_size, layout=layout, finetune=finetune, lora_rank=lora_rank,
+                    machine_type=machine_type, network_gbps=network_gbps)
+    out = p.to_dict()
+    if as_json:
+        print_json(out)
+        return
+    c = console()
+    where = f"{nodes} × {count}× {p.accelerator}" if nodes > 1 else f"{count}× {p.accelerator}"
+    c.print(f"{p.model} on {where} ({precision}, seq {seq_len:,}, {finetune}); layout {p.layout.describe()}")
+    if not p.fits:
+        c.print(f"  {p.memory.reason}")
+    c.print(f"  {p.tokens_per_second:,.0f} tokens/s ({p.tokens_per_second / p.gpus:,.0f} per GPU; 10–90%: "
+            f"{p.low:,.0f} – {p.high:,.0f}), {p.samples_per_second:,.2f} samples/s, MFU {p.mfu * 100:.1f}%")
+    b = p.breakdown
+    c.print(f"  step {b['step_s']:,.3f} s = compute {b['compute_s']:,.3f} + exposed TP {b['exposed_tp_s']:,.3f} "
+            f"FSDP {b['exposed_fsdp_s']:,.3f} DP {b['exposed_dp_s']:,.3f} PP {b['exposed_pp_s']:,.3f} "
+            f"CP {b['exposed_cp_s']:,.3f} + bubble {b['bubble_s']:,.3f} + other {b['optimizer_and_overhead_s']:,.3f}")
+    m = p.memory
+    c.print(f"  memory {m.total_gib:,.1f} of {m.capacity_gib:,.0f} GiB per GPU: weights {m.weights_gib:,.1f}, "
+            f"grads {m.gradients_gib:,.1f}, optimizer {m.optimizer_gib:,.1f}, activations {m.activations_gib:,.1f}, "
+            f"logits {m.logits_gib:,.1f}, buffers {m.buffers_gib:,.1f}, overhead {m.overhead_gib:,.1f}")

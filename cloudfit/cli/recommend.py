@@ -45,8 +45,22 @@ def recommend(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write plan.json here (the input of `cloudfit launch`).", dir_okay=False),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Save the cost × time Pareto front as a PNG.", dir_okay=False),
     emit_skypilot: Optional[Path] = typer.Option(None, "--emit-skypilot", help="Write a SkyPilot task YAML for the chosen config.", dir_okay=False),
+    tokens: Optional[float] = opts.TOKENS,
+    seq_len: int = opts.SEQ_LEN,
+    finetune: str = opts.FINETUNE,
+    lora_rank: int = opts.LORA_RANK,
+    config: Optional[Path] = opts.CONFIG,
+    layout: Optional[str] = opts.LAYOUT,
+    global_batch: Optional[int] = opts.GLOBAL_BATCH,
 ) -> None:
     """Recommend the cluster to train on: cheapest under --deadline, fastest under --budget."""
+    params = dict(locals())
+    from cloudfit.cli.recommend_llm import is_llm_request
+
+    if is_llm_request(model=model, profile=profile, tokens=tokens, config=config, layout=layout):
+        from cloudfit.cli.recommend_llm import recommend_llm  # a large-model token workload
+
+        return recommend_llm(**params)
     from cloudfit.errors import UsageError
 
     mode = opts.spot_mode(spot, spot_only)

@@ -56,11 +56,21 @@ def plan_from_dict(d: Any, *, source: str = "plan") -> Plan:
             explanation=str(d.get("explanation", "")),
             sensitivity=str(d.get("sensitivity", "")),
             schema_version=version,
+            layout=_layout(d.get("layout"), source),
         )
     except KeyError as e:
         raise PlanError(f"{source}: plan is missing field {e.args[0]!r}") from None
     except (TypeError, ValueError, AttributeError) as e:
         raise PlanError(f"{source}: plan has a malformed field ({e})") from None
+
+
+def _layout(v: Any, source: str) -> dict | None:
+    """The optional large-model layout block (``Plan.layout``): a JSON object with the layout text."""
+    if v is None:
+        return None
+    if not isinstance(v, dict) or not isinstance(v.get("text"), str):
+        raise PlanError(f"{source}: plan field 'layout' must be an object with the layout 'text'")
+    return v
 
 
 def load_plan(path: str | Path) -> Plan:

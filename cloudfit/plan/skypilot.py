@@ -71,6 +71,18 @@ def skypilot_task(plan: Plan, *, bucket: str | None = None, steps_command: str |
                "--checkpoint-dir", CHECKPOINT_MOUNT, "--checkpoint-interval-s", f"{interval_s:.0f}",
                "--hazard-per-hour", f"{hazard:.6g}", "--local-checkpoint-dir", "/tmp/cloudfit-ckpt-local",
                "--progress-file", "/tmp/cloudfit-progress.json"]
+    if steps_command is None and plan.layout:  # a large-model plan: torchrun runs the plan's layout
+        launch = plan.layout["launch"]  # (or the nearest layout cloudfit.train_llm runs: no pp/cp there)
+        args = launch["args"] if launch.get("runnable", True) or not launch.get("runnable_args") else launch["runnable_args"]
+        steps_command = (
+            "set -e\n"
+            'MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)\n'
+            "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n"
+            'python -m torch.distributed.run --nnodes="$SKYPILOT_NUM_NODES" '
+            '--nproc-per-node="$SKYPILOT_NUM_GPUS_PER_NODE" --node-rank="$SKYPILOT_NODE_RANK" '
+            '--master-addr="$MASTER_ADDR" --master-port=29500 '
+            "-m cloudfit.train_llm " + " ".join(shlex.quote(str(a)) for a in args)
+            + f" --checkpoint-dir {CHECKPOINT_MOUNT} --progress-file /tmp/cloudfit-progress.json\n")
     run = steps_command or (
         "set -e\n"
         'MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)\n'

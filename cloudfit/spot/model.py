@@ -443,7 +443,8 @@ def _assess_rows(W, sig, Lam, S, C, R, deadline_hours) -> dict[str, np.ndarray]:
     risky = Lam > 0
     if np.any(risky):
         i = np.flatnonzero(risky)
-        p90_r, p_on_r = _spot_distribution(W[i], sig[i], q[i], m1[i], v1[i], Lam[i] * q[i], S[i], R, deadline_hours)
+        p90_r, p_on_r = _spot_distribution(W[i], sig[i], q[i], m1[i], v1[i], Lam[i] * q[i], S[i],
+                                           R[i] if np.ndim(R) else R, deadline_hours)  # R per row (LLM restarts)
         # revocations only add time: never better than the same run without them
         p90[i], p_on[i] = np.maximum(p90_r, p90[i]), np.minimum(p_on_r, p_on[i])
     return {"hours": hours, "hours_p90": p90, "p_on_time": p_on, "expected_preemptions": preemptions,

@@ -1,0 +1,175 @@
+"""``cloudfit recommend`` for large-model token workloads (``--tokens``, ``--config``, an LLM ``--model``):
+the cluster and its parallel layout. The library work is ``cloudfit.plan.llm``; this module parses and renders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def is_llm_request(*, model, profile, tokens, config, layout) -> bool:
+    """A token workload: --tokens, --config or --layout given, or --model names an LLM of the zoo."""
+    if tokens is not None or config is not None or layout is not None:
+        return True
+    if model is None or profile is not None:
+        return False
+    from cloudfit.llm.zoo import is_llm
+
+    return is_llm(model)
+
+
+def recommend_llm(*, model, profile, samples, epochs, dataset_size, deadline, budget, objective, regions,
+                  accelerators, spot, spot_only, max_nodes, catalog_path, confidence, precision, batch_size, top,
+                  search, trials, seed, as_json, out, plot, emit_skypilot, tokens, seq_len, finetune, lora_rank,
+                  config, layout, global_batch) -> None:
+    from cloudfit.cli import options as opts
+    from cloudfit.cli.render import print_json
+    from cloudfit.errors import UsageError
+    from cloudfit.llm.predict import tokens_to_samples
+    from cloudfit.llm.zoo import resolve
+    from cloudfit.plan.llm import LLMJob, recommend_llm as plan_llm
+    from cloudfit.workload import make_workload
+
+    if profile is not None or samples is not None or epochs is not None or dataset_size is not None:
+        raise UsageError("a large-model workload is given in --tokens (with --seq-len), not --profile/--samples/--epochs")
+    if batch_size is not None:
+        raise UsageError("for a large model give --global-batch (sequences per step), not --batch-size")
+    if search != "exhaustive":
+        raise UsageError("large-model recommend searches exhaustively (every offering × nodes × layout)")
+    if tokens is None:
+        raise UsageError("give --tokens N for a large-model workload, e.g. --tokens 1e11")
+    if finetune not in ("full", "lora"):
+        raise UsageError(f"--finetune must be full or lora, got {finetune!r}")
+    if finetune == "lora" and lora_rank < 1:
+        raise UsageError(f"--lora-rank must be at least 1, got {lora_rank}")
+    if global_batch is not None and global_batch < 1:
+        raise UsageError(f"--global-batch must be at least 1, got {global_batch}")
+    if top < 1:
+        raise UsageError(f"--top must be at least 1, got {top}")
+    samples_n = tokens_to_samples(tokens, seq_len)
+    shape = resolve(model, config)
+    prec = "bf16" if precision == "fp16" else precision  # fp16 is the CNN default; LLMs train in bf16 or fp8
+    if prec not in ("bf16", "fp8"):
+        raise UsageError(f"--precision must be bf16 or fp8 for a large model, got {precision!r}")
+    if shape.learned_positions and seq_len > shape.learned_positions:
+        raise UsageError(f"{shape.name} has {shape.learned_positions} learned positions; --seq-len {seq_len} is longer")
+    workload = make_workload(
+        model=shape.name, samples=samples_n, deadline=deadline, budget=budget, objective=objective,
+        regions=opts.split(regions), accelerators=opts.split(accelerators), spot=opts.spot_mode(spot, spot_only),
+        max_nodes=max_nodes, confidence=confidence, precision=prec)
+    job = LLMJob(shape, float(tokens), seq_len, finetune, lora_rank, global_batch, layout, prec)
+    plan = plan_llm(workload, job, catalog=catalog_path)
+    shown = _distinct(plan, top)
+    if out is not None:
+        from cloudfit.plan.io import save_plan
+
+        save_plan(plan, out)
+    if emit_skypilot is not None:
+        from cloudfit.cli.recommend import _write_skypilot
+
+        _write_skypilot(plan, emit_skypilot)
+    if plot is not None:
+        from cloudfit import plot as plotting
+
+        plotting.save(plotting.pareto(plan), plot)
+    if as_json:
+        from cloudfit.plan.io import plan_to_dict
+
+        rows = []
+        for i, e in shown:
+            lo = _layout_of(plan, i)
+            rows.append({**e.row(), "tokens_per_second": e.samples_per_second * seq_len, "layout": lo["text"],
+                         "mfu": lo["mfu"], "memory_gib_per_device": lo["memory_gib_per_device"]})
+        print_json({"plan": plan_to_dict(plan), "candidates": rows,
+                    "layouts": plan.layout["ranking"]})
+        return
+    _render(plan, shown, seq_len, out, plot, emit_skypilot)
+
+
+def _layout_of(plan, i: int) -> dict:
+    """text, tokens_per_second, mfu, memory of candidate ``i`` (0 = chosen) of the plan."""
+    L = plan.layout
+    return L if i == 0 else L["alternatives"][i - 1]
+
+
+def _layout_text(plan, i: int) -> str:
+    return _layout_of(plan, i)["text"]
+
+
+def _distinct(plan, k: int) -> list:
+    """(index in plan.candidates(), estimate), best first, one per (machine type, nodes, spot, region)."""
+    seen, out = set(), []
+    for i, e in enumerate(plan.candidates()):
+        c = e.config
+        key = (c.offering.machine_type, c.nodes, c.spot, c.offering.region)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((i, e))
+        if len(out) == k:
+            break
+    return out
+
+
+def _short(text: str) -> str:
+    """The layout without its defaults, for a table cell."""
+    keep = []
+    for part in text.split(","):
+        k, v = part.split("=")
+        if (k in ("tp", "pp", "cp", "vp") and v == "1") or k in ("schedule", "zero") or (k == "dp" and v == "1"):
+            continue
+        keep.append(part)
+    return ",".join(keep)
+
+
+def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None, sky: Path | None) -> None:
+    from rich.table import Table
+
+    from cloudfit.cli.render import console, money
+    from cloudfit.units import format_hours
+
+    w, L = plan.workload, plan.layout
+    limits = []
+    if w.deadline_hours is not None:
+        limits.append(f"deadline {format_hours(w.deadline_hours)} at {w.confidence:.0%}")
+    if w.budget_usd is not None:
+        limits.append(f"budget {money(w.budget_usd)}")
+    con = console()
+    ft = f"LoRA r={L['lora_rank']}" if L["finetune"] == "lora" else "full training"
+    title = (f"{w.model} ({ft}, {L['precision']}): {L['tokens']:.3g} tokens at {seq_len:,}/sequence, "
+             f"{' and '.join(limits)}, minimising {'cost' if w.objective == 'cost' else 'time'}")
+    t = Table(title=title, title_justify="left")
+    for col, just in [("#", "right"), ("zone", "left"), ("machine type", "left"), ("GPUs/node", "left"),
+                      ("nodes", "right"), ("spot", "left"), ("layout", "left"), ("tokens/s", "right"),
+                      ("MFU", "right"), ("time", "right"), ("exp. $", "right"), ("P90 $", "right"),
+                      ("P(on time)", "right")]:
+        t.add_column(col, justify=just, no_wrap=col in ("zone", "machine type", "layout"))  # type: ignore[arg-type]
+    for r, (i, e) in enumerate(shown, 1):
+        c, o = e.config, e.config.offering
+        mfu = f"{_layout_of(plan, i)['mfu']:.0%}"
+        t.add_row(str(r), o.zone, o.machine_type, f"{o.accelerators_per_node}×{o.accelerator}", str(c.nodes),
+                  "yes" if c.spot else "no", _short(_layout_text(plan, i)), f"{e.samples_per_second * seq_len:,.0f}",
+                  mfu, format_hours(e.hours), money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}")
+    con.print(t)
+    con.print(f"Layout #1: {L['text']} — {L['tokens_per_second']:,.0f} tokens/s, {L['mfu']:.0%} MFU, "
+              f"{L['memory_gib_per_device']:,.1f} of {L['memory_capacity_gib']:g} GiB per GPU, global batch "
+              f"{L['global_batch']:,} × {seq_len:,} tokens, {L['steps']:,} steps.")
+    if plan.explanation:
+        con.print(f"Why #1: {plan.explanation}")
+    ck = L["checkpoint"]
+    every = f"every {format_hours(ck['interval_h'])}" if ck.get("interval_h") and plan.chosen.config.spot else "at the end"
+    con.print(f"Checkpoints: {ck['bytes'] / 1e9:,.1f} GB (sharded over {L['gpus']} ranks), {ck['write_s']:,.0f} s to "
+              f"write, {every}; a restart costs {ck['restart_s'] / 60:,.1f} min.")
+    if L["launch"]["note"]:
+        con.print(f"[yellow]Note: {L['launch']['note']}.[/yellow]")
+    if plan.sensitivity:
+        con.print(f"Sensitivity: {plan.sensitivity}")
+    p = plan.provenance
+    ex = sum(p.get("excluded", {}).values())
+    note = f"; {ex:,} left out ({'; '.join(p['excluded'])})" if ex else ""
+    con.print(f"[dim]Searched {p.get('space_size', 0):,} configurations × {p.get('layouts_enumerated', 0):,} layouts "
+              f"({p.get('layouts_fit', 0):,} fit in memory; {p.get('layouts_evaluated', 0):,} timed, the rest dominated)"
+              f"{note}. "
+              f"Prediction basis: {p.get('prediction_basis') or '—'}.[/dim]")
+    for label, path in (("Plan", out), ("Pareto plot", plot), ("SkyPilot task", sky)):
+        if path is not None:
+            con.print(f"{label} written to {path}")

@@ -1,0 +1,144 @@
+"""Fit the step model's constants to the public LLM runs (deterministic least squares in log space).
+
+``fit(table) -> Constants``: per accelerator × precision efficiency, per-framework efficiency and overlap
+constants, the GEMM-size saturations (t0, alpha, w0, beta_w), attention efficiency, recompute cost, NIC parallelism, per-layer launch time, per-step overhead, achieved network
+fraction, CP overlap and pipeline send exposure; each pulled weakly toward its physical prior (so a constant the
+training rows cannot see stays at its prior). Rows are weighted so that every source counts equally.
+Then the efficiency prior for accelerators the fit has not seen: a per-precision intercept and one slope in
+log(memory bandwidth ÷ peak), fitted on the per-accelerator efficiencies.
+``write(constants, band)`` stores ``cloudfit/llm/calibration.json`` (``scripts/fit_llm.py`` does both).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from cloudfit.llm.data import Table, predict_table
+from cloudfit.llm.step import FRAMEWORKS, Constants
+
+PRIOR = Constants()
+PRIOR_WEIGHT = 0.05
+
+
+def _logit(p):
+    p = min(max(p, 1e-4), 1 - 1e-4)
+    return math.log(p / (1 - p))
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def _spec(t: Table):
+    """(name, to-constant transform, prior value in the fitted space) for every free parameter."""
+    keys = sorted(set(t.keys))
+    fws = sorted(set(t.framework))
+    spec = []
+    for k in keys:
+        prec = k.split("/")[1]
+        spec.append((("eff", k), "exp", math.log(PRIOR.eff_prior.get(prec, 0.5))))
+    for f in fws:
+        if f != "fsdp":
+            spec.append((("fw_eff", f), "exp", 0.0))
+        spec.append((("tp_exposed", f), "sig", _logit(PRIOR.tp_exposed[f])))
+        spec.append((("dp_overlap", f), "sig", _logit(PRIOR.dp_overlap[f])))
+        spec.append((("fsdp_overlap", f), "sig", _logit(PRIOR.fsdp_overlap[f])))
+        spec.append((("attn_eff", f), "exp", math.log(PRIOR.attn_eff[f])))
+    for name, kind, val in (("t0", "exp", math.log(PRIOR.t0)), ("alpha", "exp", math.log(PRIOR.alpha)),
+                            ("w0", "exp", math.log(PRIOR.w0)), ("beta_w", "exp", math.log(PRIOR.beta_w)),
+                            ("recompute", "sig", _logit(0.95)), ("nic_parallel", "sig", _logit(PRIOR.nic_parallel)),
+                            ("nvlink_eff", "exp", 0.0),
+                            ("tau_s", "exp", math.log(PRIOR.tau_s)),
+                            ("step_overhead_s", "exp", math.log(PRIOR.step_overhead_s)),
+                            ("net_eff", "sig", _logit(PRIOR.net_eff)), ("cp_overlap", "sig", _logit(PRIOR.cp_overlap)),
+                            ("p2p_exposed", "exp", 0.0)):
+        spec.append(((name,), kind, val))
+    return spec
+
+
+def _constants(theta, spec, base: Constants) -> Constants:
+    d = base.to_dict()
+    d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in d.items()}
+    for (name, kind, _), x in zip(spec, theta):
+        v = math.exp(x) if kind == "exp" else _sigmoid(x)
+        if len(name) == 2:
+            d[name[0]][name[1]] = v
+        else:
+            d[name[0]] = v
+    return Constants.from_dict(d)
+
+
+def _weights(t: Table) -> np.ndarray:
+    src = t.column("source")
+    w = np.ones(len(src))
+    for s in set(src):
+        m = src == s
+        w[m] = 1.0 / m.sum()
+    return w * len(set(src)) / w.sum() * len(src) / len(set(src)) / len(src) * len(set(src))
+
+
+def fit(t: Table, *, base: Constants | None = None) -> Constants:
+    """Constants fitted to table ``t`` (deterministic: fixed start at the priors, trust-region least squares)."""
+    from scipy.optimize import least_squares
+
+    base = base or PRIOR
+    spec = _spec(t)
+    x0 = np.array([s[2] for s in spec])
+    w = np.sqrt(_weights(t))
+    logm = np.log(t.measured)
+
+    def resid(theta):
+        c = _constants(theta, spec, base)
+        pred = predict_table(t, c)["tokens_per_second"]
+        r = w * (np.log(np.maximum(pred, 1e-9)) - logm)
+        return np.concatenate([r, PRIOR_WEIGHT * (theta - x0)])
+
+    sol = least_squares(resid, x0, method="trf", x_scale=1.0, diff_step=1e-4, max_nfev=400, xtol=1e-8, ftol=1e-10)
+    c = _constants(sol.x, spec, base)
+    return _fit_eff_prior(c, t)
+
+
+def _fit_eff_prior(c: Constants, t: Table) -> Constants:
+    """Per-precision intercept + one slope in log(bw/peak ÷ H100's) over the fitted per-accelerator efficiencies."""
+    bw = {k: b for k, b in zip(t.keys, t.bw_per_tflop)}
+    keys = sorted(c.eff)
+    if not keys:
+        return c
+    precs = sorted({k.split("/")[1] for k in keys})
+    X, y = [], []
+    for k in keys:
+        prec = k.split("/")[1]
+        ref = 3350.0 / (1979.0 if prec == "fp8" else 989.0)
+        X.append([1.0 if prec == p else 0.0 for p in precs] + [math.log(bw[k] / ref)])
+        y.append(math.log(c.eff[k]))
+    X, y = np.array(X), np.array(y)
+    ridge = np.diag([1e-3] * len(precs) + [1.0])  # slope shrunk toward 0 (few accelerators)
+    beta = np.linalg.solve(X.T @ X + ridge, X.T @ y)
+    prior = dict(c.eff_prior)
+    for i, p in enumerate(precs):
+        prior[p] = float(math.exp(beta[i]))
+    if "bf16" in prior:
+        prior["fp16"] = prior["bf16"]
+    return replace(c, eff_prior=prior, eff_bw_slope=float(beta[-1]))
+
+
+def band_from_residuals(log_ratios: np.ndarray) -> tuple[float, float]:
+    """10% / 90% quantiles of log(measured ÷ predicted) from cross-validation: the prediction band."""
+    q = np.quantile(np.asarray(log_ratios), [0.1, 0.9])
+    return float(q[0]), float(q[1])
+
+
+def write(c: Constants, path: str | Path, *, rows: int, source_digest: str, cv: dict | None = None) -> Path:
+    doc = {"schema_version": 1, "constants": c.to_dict(), "training": {"rows": rows, "measurements_sha256": source_digest},
+           "cv": cv or {}}
+    text = json.dumps(doc, indent=1, sort_keys=True)
+    doc["version"] = "llm-" + hashlib.sha256(text.encode()).hexdigest()[:10]
+    p = Path(path)
+    p.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return p

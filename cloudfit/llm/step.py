@@ -1,0 +1,187 @@
+"""Step time of one training step of a layout: compute, exposed communication, pipeline bubble.
+
+Vectorised: every layout field and hardware figure may be a numpy array (broadcast together), so a
+layout search can price thousands of candidates in one call (``step_time``). ``cloudfit.llm.predict``
+wraps it for one layout.
+
+Per step (one optimizer step of the global batch), for the slowest pipeline stage:
+- compute: hardware FLOPs of one micro-batch on the stage ÷ (dense peak × efficiency). Efficiency =
+  ``eff(accelerator, precision)`` × a saturation in the GEMM size per GPU, x = tokens per micro-batch ÷ cp
+  and in the width hidden ÷ tp: 1 / (1 + (t0 / tokens)^alpha) / (1 + (w0 / width)^beta_w); attention runs at
+  ``attn_eff`` of the GEMM rate. Hardware FLOPs add recomputation (full: ``recompute`` × one forward).
+- TP: 4 collectives per layer and micro-batch (2 forward, 2 backward; + 2 when the forward is recomputed),
+  each moving 2(tp−1)/tp × micro-batch activations over NVLink inside the NVLink domain, else over the
+  node network; ``tp_exposed`` of it is not hidden (fitted per framework).
+- CP: a K/V ring per layer (forward K and V, backward K, V, dK, dV: 3 × (cp−1) chunks), hidden behind the
+  attention compute up to ``cp_overlap``.
+- FSDP / ZeRO: ZeRO-3 all-gathers weights forward and backward and reduce-scatters gradients every
+  micro-batch (3 passes of (s−1)/s × the stage's bf16 weights ÷ tp); ZeRO-2 all-gathers and reduce-scatters
+  every micro-batch (2 passes); ZeRO-0/1 all-reduce (or reduce-scatter + all-gather) once per step.
+  Per-micro-batch traffic hides behind that micro-batch's compute up to ``fsdp_overlap``; per-step traffic
+  behind the last micro-batch's backward up to ``dp_overlap``. HSDP adds a replica all-reduce per step.
+- PP: bubble (pp − 1) / vp × (micro-batch stage time) — i.e. (p−1)/(m+p−1) of the step for 1F1B — plus
+  point-to-point activation sends between stages (forward and backward, × vp when interleaved).
+- optimizer: AdamW reads and writes ~32 bytes per local parameter at memory bandwidth; plus a fixed
+  per-step overhead and ``tau`` seconds per layer and micro-batch (kernel launches, small ops).
+Collectives across nodes run at the per-GPU share of the node's network (node Gbit/s ÷ 8 ÷ GPUs per node)
+× ``net_eff``; inside the NVLink domain at NCCL's bus bandwidth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+#: Frameworks the public runs used; each gets its own overlap constants.
+FRAMEWORKS = ("megatron", "megatron-deepspeed", "fsdp")
+
+
+@dataclass(frozen=True)
+class Constants:
+    """The calibrated constants of the step model (``cloudfit/llm/calibration.json`` ships the fitted ones)."""
+
+    eff: dict = field(default_factory=dict)  # "ACC/precision" → peak efficiency (large GEMMs)
+    eff_prior: dict = field(default_factory=lambda: {"bf16": 0.62, "fp8": 0.42, "fp16": 0.62, "fp32": 0.5,
+                                                     "tf32": 0.5})
+    eff_bw_slope: float = 0.0  # log-eff per log(memory bandwidth ÷ peak), for unmeasured accelerators
+    t0: float = 512.0  # tokens per micro-batch (per GPU) at half efficiency
+    alpha: float = 1.0
+    w0: float = 256.0  # hidden ÷ tp at half efficiency
+    beta_w: float = 1.0
+    attn_eff: dict = field(default_factory=lambda: {"megatron": 0.7, "megatron-deepspeed": 0.7, "fsdp": 0.7})
+    recompute: float = 1.0  # share of one forward pass a full recompute costs in time
+    nic_parallel: float = 0.5  # cross-node bandwidth × (group ranks per node)^nic_parallel
+    tau_s: float = 2.0e-4  # seconds per layer per micro-batch
+    step_overhead_s: float = 0.05
+    net_eff: float = 0.7  # achieved ÷ nominal inter-node bandwidth
+    nvlink_eff: float = 1.0
+    tp_exposed: dict = field(default_factory=lambda: {"megatron": 0.5, "megatron-deepspeed": 1.0, "fsdp": 1.0})
+    dp_overlap: dict = field(default_factory=lambda: {"megatron": 0.9, "megatron-deepspeed": 0.0, "fsdp": 0.9})
+    fsdp_overlap: dict = field(default_factory=lambda: {"megatron": 0.9, "megatron-deepspeed": 0.9, "fsdp": 0.9})
+    fw_eff: dict = field(default_factory=lambda: {"megatron": 1.0, "megatron-deepspeed": 1.0, "fsdp": 1.0})
+    cp_overlap: float = 0.8
+    p2p_exposed: float = 1.0
+    band: tuple = (-0.15, 0.12)  # 10% / 90% quantiles of log(measured ÷ predicted) (grouped CV)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Constants":
+        keys = cls.__dataclass_fields__.keys()
+        return cls(**{k: v for k, v in d.items() if k in keys})
+
+    def efficiency(self, accelerator: str, precision: str, bw_per_tflop: float, framework: str = "fsdp") -> float:
+        """Large-GEMM efficiency of ``accelerator`` at ``precision`` under ``framework``: fitted, else the prior
+        for the precision scaled by (memory GB/s per TFLOP ÷ H100's at that precision)^eff_bw_slope."""
+        key = f"{accelerator}/{precision}"
+        fw = float(self.fw_eff.get(framework, 1.0))
+        if key in self.eff:
+            return float(self.eff[key]) * fw
+        base = self.eff_prior.get(precision, 0.5)
+        ref = 3350.0 / (1979.0 if precision == "fp8" else 989.0)
+        return float(base * (bw_per_tflop / ref) ** self.eff_bw_slope) * fw
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+def _ring(n, bytes_, bw_gbs):
+    """Seconds of a ring all-reduce of ``bytes_`` over ``n`` ranks at ``bw_gbs`` GB/s (0 when n = 1)."""
+    n = _f(n)
+    return np.where(n > 1, 2.0 * (n - 1.0) / np.maximum(n, 1.0) * _f(bytes_) / (_f(bw_gbs) * 1e9), 0.0)
+
+
+def _pass(n, bytes_, bw_gbs):
+    """Seconds of one all-gather or reduce-scatter pass (half a ring all-reduce)."""
+    return 0.5 * _ring(n, bytes_, bw_gbs)
+
+
+def step_time(*, layers, hidden, kv_dim, seq_len, vocab, layer_params, stage_extra_params, params,
+              layer_matmul_flops, layer_attention_flops, head_flops,
+              tp, pp, cp, vp, dp_replicate, dp_shard, zero, micro_batch, grad_accum, ac_code,
+              peak_tflops, efficiency, memory_gbs, intra_gbs, node_gbps, gpus_per_node, nvlink_domain,
+              tp_exposed, dp_overlap, fsdp_overlap, attn_eff, c: Constants, lora=False) -> dict:
+    """Vectorised step time of a layout (arrays broadcast). Returns a dict of arrays, seconds per step.
+
+    Keys: ``step_s``, ``compute_s``, ``tp_s``, ``cp_s``, ``fsdp_s``, ``dp_s``, ``pp_p2p_s``, ``bubble_s``,
+    ``other_s`` (optimizer + overheads); exposed (not hidden) parts only.
+    """
+    L = _f(layers)
+    tp, pp, cp, vp = _f(tp), _f(pp), _f(cp), _f(vp)
+    dpr, dps, zero = _f(dp_replicate), _f(dp_shard), _f(zero)
+    mb, ga, ac = _f(micro_batch), _f(grad_accum), _f(ac_code)
+    S, h = _f(seq_len), _f(hidden)
+    gpn = _f(gpus_per_node)
+    stage_layers = np.ceil(L / pp)
+    tokens_mb = mb * S / cp  # tokens of one micro-batch on one GPU's sequence shard
+    # --- compute ----------------------------------------------------------------------------
+    mm, att, head = _f(layer_matmul_flops), _f(layer_attention_flops), _f(head_flops)
+    bwd_factor = np.where(lora, 2.0, 3.0)  # LoRA: no weight gradients of the frozen base
+    fwd_layer = mm + att
+    a_eff = _f(attn_eff)
+    # matmul-equivalent FLOPs: attention runs at attn_eff of the GEMM rate; full recompute re-runs
+    # ``c.recompute`` of a forward pass
+    layer_hw = (bwd_factor * mm + 3.0 * att / a_eff
+                + np.where(ac == 2, c.recompute * (mm + att / a_eff), 0.0))
+    head_hw = bwd_factor * head  # the LM head sits on the last stage (the slowest one)
+    stage_flops_per_token = stage_layers * layer_hw + head_hw
+    sat = (1.0 / (1.0 + (c.t0 / np.maximum(tokens_mb, 1.0)) ** c.alpha)
+           / (1.0 + (c.w0 / np.maximum(h / tp, 1.0)) ** c.beta_w))
+    flops_rate = _f(peak_tflops) * 1e12 * _f(efficiency) * sat
+    t_mb = tokens_mb * stage_flops_per_token / (tp * flops_rate)
+    t_attn_layer = tokens_mb * 3.0 * att / a_eff / (tp * flops_rate)
+    t_launch = c.tau_s * stage_layers
+    # --- bandwidths ---------------------------------------------------------------------------
+    inter = _f(node_gbps) / 8.0 / gpn * c.net_eff  # GB/s: one GPU's share of its node's network
+    intra = _f(intra_gbs) * c.nvlink_eff
+    dom = _f(nvlink_domain)
+
+    def across(group, stride):
+        """Bus bandwidth of a collective over ``group`` ranks spaced ``stride`` apart (rank order tp, cp, dp, pp):
+        NVLink inside the domain, else the per-GPU network share × (group ranks per node)^nic_parallel."""
+        per_node = np.clip(gpn / np.maximum(stride, 1.0), 1.0, np.maximum(group, 1.0))
+        return np.where(group * stride <= dom, intra, np.minimum(intra, inter * per_node ** c.nic_parallel))
+
+    bw_tp = across(tp, 1.0)
+    bw_cp = across(cp, tp)
+    bw_dp = across(dpr * dps, tp * cp)
+    bw_shard = across(dps, tp * cp)
+    bw_pp = np.where(tp * cp * dpr * dps >= gpn, inter, intra)
+    # --- tensor parallel ----------------------------------------------------------------------
+    act_bytes = tokens_mb * h * 2.0
+    n_coll = 4.0 + np.where(ac == 2, 2.0, 0.0)
+    t_tp_mb = stage_layers * n_coll * _ring(tp, act_bytes, bw_tp) * _f(tp_exposed)
+    # --- context parallel -----------------------------------------------------------------------
+    kv_bytes = tokens_mb * 2.0 * _f(kv_dim) * 2.0 / tp
+    t_cp_layer = 3.0 * np.maximum(cp - 1.0, 0.0) * kv_bytes / (bw_cp * 1e9) * np.where(cp > 1, 1.0, 0.0)
+    t_cp_mb = stage_layers * np.maximum(t_cp_layer - c.cp_overlap * t_attn_layer, 0.0)
+    # --- data parallel / sharding ---------------------------------------------------------------
+    stage_params = stage_layers * _f(layer_params) + np.where(pp > 1, _f(stage_extra_params),
+                                                              _f(params) - L * _f(layer_params))
+    grad_params = np.where(lora, 0.02 * stage_params, stage_params) / tp
+    w_bytes = stage_params / tp * 2.0
+    g_bytes = grad_params * 2.0
+    shard = np.where(zero > 0, dps, 1.0)
+    ag_pass = _pass(shard, w_bytes, bw_shard)
+    rs_pass = _pass(shard, g_bytes, bw_shard)
+    per_mb = np.where(zero >= 3, 2.0 * ag_pass + rs_pass, np.where(zero == 2, ag_pass + rs_pass, 0.0))
+    t_fsdp_mb = np.maximum(per_mb - _f(fsdp_overlap) * t_mb, 0.0) + per_mb / np.maximum(stage_layers, 1.0)
+    dp_step = np.where(zero <= 1, _ring(dpr * dps, g_bytes, bw_dp), 0.0) + _ring(
+        np.where(zero >= 2, dpr, 1.0), g_bytes / shard, across(dpr, tp * cp * dps))
+    t_dp = np.maximum(dp_step - _f(dp_overlap) * (2.0 / 3.0) * t_mb, 0.0)
+    # --- pipeline -------------------------------------------------------------------------------
+    p2p_bytes = tokens_mb * h * 2.0 / tp
+    t_p2p_mb = np.where(pp > 1, 2.0 * vp * p2p_bytes / (bw_pp * 1e9), 0.0) * c.p2p_exposed
+    t_stage_mb = t_mb + t_tp_mb + t_cp_mb + t_fsdp_mb + t_launch + t_p2p_mb
+    bubble = (pp - 1.0) / vp * t_stage_mb
+    # --- optimizer + fixed ----------------------------------------------------------------------
+    opt_params = grad_params / np.where(zero >= 1, dps, 1.0)
+    t_opt = opt_params * 32.0 / (_f(memory_gbs) * 1e9)
+    other = t_opt + c.step_overhead_s + ga * t_launch
+    step = ga * (t_mb + t_tp_mb + t_cp_mb + t_fsdp_mb + t_p2p_mb) + bubble + t_dp + other
+    return {"step_s": step, "compute_s": ga * t_mb, "tp_s": ga * t_tp_mb, "cp_s": ga * t_cp_mb,
+            "fsdp_s": ga * t_fsdp_mb, "dp_s": t_dp, "pp_p2p_s": ga * t_p2p_mb, "bubble_s": bubble,
+            "other_s": other}

@@ -1,0 +1,171 @@
+"""Real gloo ranks under torchrun: FSDP2, TP×FSDP, HSDP, DCP checkpoints, a killed rank, re-sharding.
+
+Each test launches ``python -m torch.distributed.run --standalone`` with ``cloudfit.train_llm`` and
+reads what the trainer leaves: the per-step metrics (JSON lines), the progress JSON and the DCP
+checkpoint folders. A rank is killed with SIGKILL, as a preempted VM would lose it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from cloudfit.train_llm import MARKER, complete_checkpoints
+
+SHAPE = ["--shape", "llama3-8b", "--shrink", "--seq-len", "32", "--micro-batch", "2", "--lr", "3e-3",
+         "--warmup-steps", "3", "--progress-interval-s", "0"]
+
+
+def torchrun(tmp: Path, nproc: int, args: list[str], *, max_restarts: int = 0) -> subprocess.Popen:
+    env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           f"--max-restarts={max_restarts}", "--monitor-interval=0.2", "-m", "cloudfit.train_llm",
+           "--checkpoint-dir", str(tmp / "ckpt"), "--metrics-file", str(tmp / "metrics.jsonl"),
+           "--progress-file", str(tmp / "progress.json"), *SHAPE, *args]
+    log = open(tmp / f"torchrun-{time.monotonic_ns()}.log", "w")
+    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 90) -> int:
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+
+
+def logs(tmp: Path) -> str:
+    return "\n".join(p.read_text()[-3000:] for p in sorted(tmp.glob("torchrun-*.log")))
+
+
+def metrics(tmp: Path) -> list[dict]:
+    path = tmp / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_for_step(tmp: Path, proc: subprocess.Popen, step: int, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if any(m["step"] >= step for m in metrics(tmp)):
+            return
+        assert proc.poll() is None, f"the job ended before step {step}:\n{logs(tmp)}"
+        time.sleep(0.05)
+    raise AssertionError(f"step {step} not reached in {timeout} s:\n{logs(tmp)}")
+
+
+def kill_one_rank(proc: subprocess.Popen) -> int:
+    workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
+               if "cloudfit.train_llm" in " ".join(c.cmdline())]
+    assert workers, "no worker processes found"
+    victim = workers[-1]
+    victim.send_signal(signal.SIGKILL)
+    return victim.pid
+
+
+def mean(xs):
+    xs = list(xs)
+    return sum(xs) / len(xs)
+
+
+def test_fsdp2_loss_goes_down_and_dcp_checkpoints_are_complete(tmp_path):
+    p = torchrun(tmp_path, 2, ["--steps", "16", "--checkpoint-every", "4", "--ac", "full", "--grad-accum", "2"])
+    assert finish(p) == 0, logs(tmp_path)
+    ms = metrics(tmp_path)
+    assert [m["step"] for m in ms] == list(range(1, 17))
+    assert {m["layout"] for m in ms} == {"fsdp=2,tp=1,pp=1,cp=1,ac=full,mb=2,ga=2"}
+    assert mean(m["loss"] for m in ms[-3:]) < mean(m["loss"] for m in ms[:3]) - 1.0, [m["loss"] for m in ms]
+    done = complete_checkpoints(tmp_path / "ckpt")
+    assert [s for s, _ in done] == [16, 12]  # the two newest are kept
+    for _, d in done:
+        assert (d / ".metadata").is_file() and len(list(d.glob("*.distcp"))) == 2  # one shard file per rank
+        marker = json.loads((d / MARKER).read_text())
+        assert marker["layout"]["world_size"] == 2 and marker["layout"]["dp_shard"] == 2
+    prog = json.loads((tmp_path / "progress.json").read_text())
+    assert prog["state"] == "completed" and prog["step"] == 16 and prog["world_size"] == 2
+    assert prog["tokens_per_second"] > 0 and prog["tokens_seen"] == 16 * 2 * 2 * 32 * 2
+    assert prog["layout"]["dp_shard"] == 2 and prog["restart"] == 0 and prog["resumes"] == 0
+
+
+@pytest.mark.slow
+def test_killed_rank_restarts_on_the_same_world_size_and_resumes(tmp_path):
+    """torchrun's elastic agent restarts the group after SIGKILL; the ranks load the newest complete
+    checkpoint and redo the lost steps exactly (same data, same weights and Adam moments)."""
+    p = torchrun(tmp_path, 2, ["--steps", "30", "--checkpoint-every", "8"], max_restarts=1)
+    wait_for_step(tmp_path, p, 12)
+    kill_one_rank(p)
+    assert finish(p) == 0, logs(tmp_path)
+    ms = metrics(tmp_path)
+    first = {m["step"]: m["loss"] for m in ms if m["restart"] == 0}
+    second = {m["step"]: m["loss"] for m in ms if m["restart"] == 1}
+    assert second, "no steps after the restart"
+    resumed_from = min(second) - 1
+    assert resumed_from > 0 and resumed_from % 8 == 0 and resumed_from < max(first), (resumed_from, max(first))
+    redone = sorted(set(first) & set(second))
+    assert redone and all(abs(first[s] - second[s]) < 1e-4 for s in redone), [(first[s], second[s]) for s in redone]
+    assert max(second) == 30
+    losses = [second[s] for s in sorted(second)]
+    assert mean(losses[-3:]) < mean(losses[:3]) < mean(first[s] for s in (1, 2, 3)), losses
+    prog = json.loads((tmp_path / "progress.json").read_text())
+    assert prog["state"] == "completed" and prog["restart"] == 1 and prog["resumes"] == 1
+    assert prog["resumed_from_step"] == resumed_from
+    assert prog["eval_loss_at_resume"] == pytest.approx(prog["eval_loss_at_save"], abs=1e-5)
+
+
+@pytest.mark.slow
+def test_tp_fsdp_2d_mesh_then_resume_on_fewer_ranks_resharded(tmp_path):
+    """tp=2 × fsdp=2 on 4 ranks (a 2-D mesh) loses a rank; the job comes back on 2 ranks as fsdp=2 and
+    DCP re-shards the checkpoint: same weights (equal eval loss), and the loss keeps going down."""
+    p = torchrun(tmp_path, 4, ["--tp", "2", "--dp-shard", "2", "--ac", "selective", "--steps", "24",
+                               "--checkpoint-every", "6"])
+    wait_for_step(tmp_path, p, 8, timeout=90)
+    kill_one_rank(p)
+    assert finish(p) != 0  # no restarts allowed: the 4-rank job is gone
+    before = metrics(tmp_path)
+    assert {m["layout"] for m in before} == {"fsdp=2,tp=2,pp=1,cp=1,ac=selective,mb=2,ga=1"}
+    saved = complete_checkpoints(tmp_path / "ckpt")[0][0]
+    assert saved >= 6
+
+    p = torchrun(tmp_path, 2, ["--steps", "24", "--checkpoint-every", "6"])
+    assert finish(p) == 0, logs(tmp_path)
+    after = [m for m in metrics(tmp_path) if m["world_size"] == 2]
+    assert after[0]["step"] == saved + 1 and after[-1]["step"] == 24
+    assert {m["layout"] for m in after} == {"fsdp=2,tp=1,pp=1,cp=1,ac=none,mb=2,ga=1"}  # AC is no part of a checkpoint
+    prog = json.loads((tmp_path / "progress.json").read_text())
+    assert prog["resumed_from_step"] == saved and prog["resumes"] == 1 and prog["world_size"] == 2
+    assert prog["resumed_from_layout"]["tp"] == 2 and prog["resumed_from_layout"]["world_size"] == 4
+    assert any("re-sharded from 4 ranks" in n for n in prog["notes"])
+    assert prog["eval_loss_at_resume"] == pytest.approx(prog["eval_loss_at_save"], abs=1e-5)
+    first3 = mean(m["loss"] for m in before[:3])
+    at_save = mean(m["loss"] for m in before if saved - 2 <= m["step"] <= saved)
+    post = [m["loss"] for m in after]
+    assert mean(post[:2]) < first3 - 1.0, (first3, post)  # continued, not restarted from scratch
+    assert mean(post[-3:]) < at_save, (at_save, post)
+    assert prog["state"] == "completed" and prog["loss"] < at_save
+    # the 4-rank checkpoint's folder has 4 shard files; the 2-rank one written after the resume has 2
+    done = dict(complete_checkpoints(tmp_path / "ckpt"))
+    assert len(list(done[24].glob("*.distcp"))) == 2
+
+
+@pytest.mark.slow
+def test_hsdp_replicate_times_shard_and_time_based_checkpoints(tmp_path):
+    p = torchrun(tmp_path, 4, ["--dp-replicate", "2", "--dp-shard", "2", "--steps", "10",
+                               "--checkpoint-interval-s", "0.5"])
+    assert finish(p) == 0, logs(tmp_path)
+    ms = metrics(tmp_path)
+    assert {m["layout"] for m in ms} == {"replicate=2,fsdp=2,tp=1,pp=1,cp=1,ac=none,mb=2,ga=1"}
+    assert mean(m["loss"] for m in ms[-3:]) < mean(m["loss"] for m in ms[:3]) - 0.5
+    done = complete_checkpoints(tmp_path / "ckpt")
+    assert done[0][0] == 10 and len(done) == 2 and done[1][0] < 10  # one (or more) by time before the end
