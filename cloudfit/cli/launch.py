@@ -130,6 +130,11 @@ def launch(
 
         preview = dataclasses.replace(preview, notes=tuple(preview.notes) + tuple(f"--trust-plan-prices: {n}"
                                                                                   for n in price_notes[:5]))
+    layout_notes = _layout_notes(spec)
+    if layout_notes:
+        import dataclasses
+
+        preview = dataclasses.replace(preview, notes=tuple(preview.notes) + layout_notes)
     if dry_run:
         if as_json:
             print_json({"dry_run": True, "preview": preview, "budget_usd": budget_usd})
@@ -144,6 +149,8 @@ def launch(
         if not typer.confirm(f"Launch {spec.name} on {backend} for at most {money(budget_usd)}?", default=False, err=True):
             raise typer.Exit(1)
     err = console(stderr=True)
+    for note in layout_notes:  # what the rehearsal (or the runnable layout) changed vs the plan
+        err.print(f"Note: {note}", soft_wrap=True)
     show = _EventPrinter(err)
     with _sigterm_as_interrupt():
         result = executor.run(spec, on_event=show)
@@ -194,6 +201,9 @@ def _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoi
     from cloudfit.executors.checkpointing import planned_interval
 
     w = plan.workload
+    if plan.layout and not command:  # a large-model plan: cloudfit.train_llm runs its layout
+        return _llm_spec_and_executor(plan, backend, budget_usd, name, project, endpoint, checkpoint_dir,
+                                      checkpoint_every, steps, timeout_s, image, check_interval, record=record, store=store)
     if not command:
         from cloudfit.profiling import zoo
 
@@ -224,6 +234,57 @@ def _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoi
     name = check_name(name) if name else default_name(w.model)
     return RunSpec(name=name, configs=configs, job=job, budget_usd=budget_usd, timeout_s=timeout_s,
                    record=record or {}), executor
+
+
+def _llm_spec_and_executor(plan, backend, budget_usd, name, project, endpoint, checkpoint_dir, checkpoint_every,
+                           steps, timeout_s, image, check_interval, *, record=None, store=None):
+    """The job of a large-model plan: ``cloudfit.train_llm`` with the plan's layout (gcp: on every
+    config, re-computed for alternatives of another size) or its local rehearsal (local)."""
+    from cloudfit.errors import UsageError
+    from cloudfit.executors import get_executor
+    from cloudfit.executors.base import JobSpec, RunSpec, check_name, default_name, plan_configs
+    from cloudfit.executors.deadline import deadline_spec
+    from cloudfit.executors.llm_job import LlmJob, label, world_of
+
+    if check_interval is not None and not check_interval > 0:
+        raise UsageError(f"--check-interval must be positive, got {check_interval:g}")
+    llm = LlmJob.from_plan(plan)
+    configs = plan_configs(plan)
+    steps = steps or llm.steps
+    interval_s = llm.checkpoint_interval_s or 3600.0
+    record = dict(record or {})
+    if backend == "local":
+        executor: Any = get_executor("local", interval_s=check_interval, store=store)
+        degrees, args, notes = llm.rehearsal(executor.max_ranks)
+        job = JobSpec(model=llm.shape or "llm", steps=steps, checkpoint_dir=checkpoint_dir,
+                      checkpoint_every=checkpoint_every or max(1, min(10, steps // 3)), llm_args=tuple(args),
+                      world_size=world_of(degrees), precision="fp32", checkpoint_interval_s=interval_s)
+        record["rehearsal"] = {"planned": llm.planned_text, "rehearsed": label(degrees), "notes": notes}
+    else:
+        executor = get_executor("gcp", project=project, endpoint=endpoint, image=image, interval_s=check_interval,
+                                store=store)
+        job = JobSpec(model=llm.shape or "llm", steps=steps, checkpoint_dir=checkpoint_dir,
+                      checkpoint_every=checkpoint_every, llm=llm, precision="bf16", checkpoint_interval_s=interval_s)
+        record["layout"] = {"planned": llm.planned_text, "runs": label(llm.degrees), "notes": list(llm.notes)}
+    name = check_name(name) if name else default_name(llm.shape or plan.workload.model)
+    spec = RunSpec(name=name, configs=configs, job=job, budget_usd=budget_usd, timeout_s=timeout_s, record=record,
+                   deadline=deadline_spec(plan, configs, steps))
+    return spec, executor
+
+
+def _layout_notes(spec) -> tuple[str, ...]:
+    """One line per difference between the plan's layout and what will run."""
+    r = spec.record.get("rehearsal")
+    if r:
+        head = f"rehearsing the plan's layout {r['planned']} as {r['rehearsed']}"
+        return (head,) + tuple(f"rehearsal: {n}" for n in r.get("notes", []))
+    lay = spec.record.get("layout")
+    if lay:
+        d = spec.deadline
+        dl = (f"; deadline kept at run time: {d.deadline_s / 3600:,.1f} h, switching to on-demand "
+              f"{d.on_demand.label()} if the spot cluster falls behind" if d is not None and d.on_demand is not None else "")
+        return (f"cloudfit.train_llm runs layout {lay['runs']} (plan: {lay['planned']}){dl}",) + tuple(lay.get("notes", []))
+    return ()
 
 
 class _EventPrinter:

@@ -85,6 +85,8 @@ class LocalExecutor:
     # ---------------------------------------------------------------- planning
 
     def ranks(self, spec: RunSpec) -> int:
+        if spec.job.world_size:  # a large-model rehearsal: the ranks its (already fitted) layout needs
+            return spec.job.world_size
         return max(1, min(spec.configs[0].accelerators, self.max_ranks))
 
     def _guard(self, spec: RunSpec) -> tuple[Guard, list[PriceSchedule]]:
@@ -108,7 +110,7 @@ class LocalExecutor:
                     f"--max-restarts={self.max_restarts}", "--monitor-interval=0.5"]
         if spec.job.command:
             return launcher + ["--no-python", *spec.job.command]
-        return launcher + ["-m", "cloudfit.train", *spec.job.trainer_args(
+        return launcher + ["-m", spec.job.trainer, *spec.job.trainer_args(
             str(paths["checkpoints"]), stop_file=str(paths["stop"]), stop_at=stop_at, progress_file=str(paths["progress"]),
             progress_every_s=min(spec.job.progress_every_s, 1.0))]  # local disk: cheap, and the guard polls it
 
