@@ -394,6 +394,10 @@ def status(
                         for r in store.resources(name)]
     row["events"] = [{"at": at, "kind": k, "message": m} for at, k, m in store.events(name)]
     row["progress"] = (_live_progress(rec) if not rec.ended else None) or rec.info.get("progress") or {}
+    row["deadline"] = rec.info.get("deadline")
+    row["switches"] = rec.info.get("switches", [])
+    if rec.info.get("rehearsal") or rec.info.get("layout"):
+        row["layout"] = rec.info.get("rehearsal") or rec.info.get("layout")
     if not rec.ended and rec.backend == "gcp":
         row["live_vms"] = _live_vms(name, rec, project, endpoint)
     if as_json:
@@ -410,6 +414,21 @@ def status(
         con.print(f"Progress step {p.get('step')}/{p.get('total_steps')}"
                   + (f", {p['samples_per_second']:,.0f} samples/s" if p.get("samples_per_second") else "")
                   + (f", {p['restart']} restart(s)" if p.get("restart") else ""))
+    if p.get("loss") is not None and p.get("layout"):
+        lay = p["layout"]
+        con.print(f"Layout {lay.get('label', lay) if isinstance(lay, dict) else lay} on {p.get('world_size')} rank(s), "
+                  f"loss {p['loss']:.3f}" + (f", checkpoint at step {p['checkpoint_step']}" if p.get("checkpoint_step") else ""))
+    dl = row.get("deadline") or {}
+    if dl.get("predicted_finish_at"):
+        late = dl["predicted_finish_at"] - dl["deadline_at"]
+        con.print(f"Predicted finish {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(dl['predicted_finish_at']))} "
+                  f"(deadline {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(dl['deadline_at']))}, "
+                  + (f"{-late:,.0f} s early" if late <= 0 else f"{late:,.0f} s late") + f") at "
+                  f"{dl.get('steps_per_second', 0):.3g} steps/s on {dl.get('config')}; on-demand safety net needs "
+                  f"{dl.get('on_demand_needs_s', 0):,.0f} s of the {dl.get('deadline_in_s', 0):,.0f} s left")
+    for sw in row["switches"]:
+        con.print(f"Switched {time.strftime('%H:%M:%S', time.localtime(sw['at']))} to {sw['to']} ({sw['kind']}): {sw['reason']}",
+                  soft_wrap=True)
     if row.get("warning"):
         con.print(f"[yellow]{row['warning']}[/yellow]")
     if "live_vms" in row:

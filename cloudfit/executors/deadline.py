@@ -78,7 +78,7 @@ class DeadlineWatch:
         self.spec, self.total, self.margin_s, self.t0 = spec, total_steps, margin_s, t0
         self.segment: tuple[float, int] | None = None  # (time, step) when the current run segment started
         self.last_step = 0
-        self.rate: float | None = None  # measured steps/s on the current cluster
+        self.rate_per_gpu: float | None = None  # measured steps/s per GPU (kept across a loss: same VMs' speed)
         self.lost_since_check = False
 
     def planned_rate(self, gpus: int | None = None) -> float:
@@ -99,13 +99,12 @@ class DeadlineWatch:
         total = int(progress.get("total_steps") or self.total)
         if step < self.last_step or self.segment is None:
             self.segment = (now, step)
-            if step < self.last_step or self.lost_since_check:
-                self.rate = None
         elif up and step > self.segment[1] and now > self.segment[0]:
-            self.rate = (step - self.segment[1]) / (now - self.segment[0])
+            self.rate_per_gpu = (step - self.segment[1]) / (now - self.segment[0]) / config.accelerators
             self.lost_since_check = False
         self.last_step = step
-        rate = self.rate or self.planned_rate(config.accelerators)
+        measured = self.rate_per_gpu is not None
+        rate = self.rate_per_gpu * config.accelerators if measured else self.planned_rate(config.accelerators)
         od = self.spec.on_demand or config
         od_rate = rate * od.accelerators / config.accelerators
         remaining = max(0, total - step)
@@ -114,19 +113,20 @@ class DeadlineWatch:
         finish = elapsed + remaining / rate + (0.0 if up and not self.lost_since_check else self.spec.restart_s)
         needs = rule_needs_s(remaining, od_rate, self.spec.restart_s, self.margin_s)
         slack = left - needs
-        data = {"step": step, "total_steps": total, "steps_per_second": rate, "measured": self.rate is not None,
+        data = {"step": step, "total_steps": total, "steps_per_second": rate, "measured": measured,
                 "deadline_in_s": left, "on_demand_needs_s": needs, "predicted_finish_s": finish}
         if config.spot and remaining > 0 and slack <= 0:
             why = (f"behind the deadline: {remaining} steps left need {remaining / od_rate:,.0f} s on demand + "
                    f"{self.spec.restart_s:,.0f} s restart + {self.margin_s:g} s check interval = {needs:,.0f} s, "
-                   f"but only {left:,.0f} s are left (at {rate:.3g} steps/s{'' if self.rate else ', planned'})")
+                   f"but only {left:,.0f} s are left (at {rate:.3g} steps/s, {'measured' if measured else 'planned'})")
             return Decision("on-demand", why, finish, slack, data)
         return Decision("stay", "", finish, slack, data)
 
     def holds(self, now: float, step: int, config: ClusterConfig, current: ClusterConfig) -> tuple[bool, str]:
         """Would the deadline still hold after moving to ``config`` now (a smaller cluster), with the
         switch rule's safety net still able to move to on-demand afterwards?"""
-        rate = (self.rate or self.planned_rate(current.accelerators)) * config.accelerators / current.accelerators
+        rate = (self.rate_per_gpu * config.accelerators if self.rate_per_gpu is not None
+                else self.planned_rate(current.accelerators) * config.accelerators / current.accelerators)
         remaining = max(0, self.total - step)
         left = self.spec.deadline_s - (now - self.t0)
         need = remaining / rate + self.spec.restart_s + self.margin_s

@@ -191,3 +191,21 @@ def test_deadline_watch_rule_is_cant_be_lates():
     assert d.action == "on-demand" and d.slack_s < 0 and "behind the deadline" in d.reason
     on_demand = ClusterConfig(offering(), 2, False)
     assert w.observe(46.0, {"step": 5}, on_demand).action == "stay"  # never switches an on-demand cluster
+
+
+def test_status_shows_progress_predicted_finish_and_each_switch(cli, fake, gcp, llm_plan):
+    fake.simulate_job_s = 3.0
+    ex = gcp()
+    threading.Thread(target=lambda: (_when(lambda: _step(fake) >= 75), fake.preempt("st-1"))).start()
+    r = ex.run(_spec(llm_plan, "st", deadline_s=8.0, restart_s=3.0))
+    assert r.reason == "completed" and not r.config.spot
+    out = cli("status", "st")
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "Predicted finish" in text and "deadline" in text
+    assert "(on-demand): behind the deadline" in text and "Progress step" in text
+    j = cli("status", "st", "--json")
+    import json
+
+    row = json.loads(j.output)
+    assert row["switches"][0]["kind"] == "on-demand" and row["deadline"]["predicted_finish_at"]
