@@ -90,6 +90,7 @@ def launch(
     epochs: Optional[float] = typer.Option(None, "--epochs", help="With --model: epochs (with --dataset-size)."),
     dataset_size: Optional[int] = typer.Option(None, "--dataset-size", help="With --model: samples per epoch."),
     as_json: bool = typer.Option(False, "--json", help="Print the preview (--dry-run) or the run's result as JSON to stdout."),
+    ranks: Optional[int] = typer.Option(None, "--ranks", help="local: rehearse on at most this many ranks (default: min(4, CPU cores)); with the same --checkpoint-dir a large-model job resumes re-sharded on another number."),
 ) -> None:
     """Launch a plan: train on a local rehearsal cluster or on Compute Engine, within a budget.
 
@@ -121,9 +122,11 @@ def launch(
         budget_usd = plan.workload.budget_usd or round(c.hours_p90 * c.config.price_per_hour * BUDGET_MARGIN, 2)
     record = {"trust_plan_prices": True, "price_notes": price_notes[:10]} if trust_plan_prices else {}
     store = None if dry_run else _open_store()
+    if ranks is not None and (ranks < 1 or backend != "local"):
+        raise UsageError("--ranks must be at least 1" if ranks < 1 else "--ranks is for --backend local")
     spec, executor = _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoint, checkpoint_dir,
                                         checkpoint_every, steps, None if timeout is None else parse_hours(timeout, "timeout") * 3600,
-                                        image, check_interval, record=record, store=store)
+                                        image, check_interval, record=record, store=store, ranks=ranks)
     preview = executor.preview(spec)  # budget too small → UsageError here, before anything exists
     if price_notes:
         import dataclasses
@@ -194,7 +197,7 @@ def _plan(plan_path, model, samples, epochs, dataset_size, budget_usd):
 
 
 def _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoint, checkpoint_dir, checkpoint_every,
-                       steps, timeout_s, image, check_interval, *, record=None, store=None):
+                       steps, timeout_s, image, check_interval, *, record=None, store=None, ranks=None):
     from cloudfit.errors import UsageError
     from cloudfit.executors import get_executor
     from cloudfit.executors.base import JobSpec, RunSpec, check_name, default_name, plan_configs
@@ -203,7 +206,8 @@ def _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoi
     w = plan.workload
     if plan.layout and not command:  # a large-model plan: cloudfit.train_llm runs its layout
         return _llm_spec_and_executor(plan, backend, budget_usd, name, project, endpoint, checkpoint_dir,
-                                      checkpoint_every, steps, timeout_s, image, check_interval, record=record, store=store)
+                                      checkpoint_every, steps, timeout_s, image, check_interval, record=record, store=store,
+                                      ranks=ranks)
     if not command:
         from cloudfit.profiling import zoo
 
@@ -215,7 +219,7 @@ def _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoi
     if check_interval is not None and not check_interval > 0:
         raise UsageError(f"--check-interval must be positive, got {check_interval:g}")
     if backend == "local":
-        executor: Any = get_executor("local", interval_s=check_interval, store=store)
+        executor: Any = get_executor("local", interval_s=check_interval, store=store, max_ranks=ranks)
         ranks = max(1, min(configs[0].accelerators, executor.max_ranks))
         batch = w.batch_size_per_device or (None if command else info["cpu_batch_size"])
     else:
@@ -237,7 +241,7 @@ def _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoi
 
 
 def _llm_spec_and_executor(plan, backend, budget_usd, name, project, endpoint, checkpoint_dir, checkpoint_every,
-                           steps, timeout_s, image, check_interval, *, record=None, store=None):
+                           steps, timeout_s, image, check_interval, *, record=None, store=None, ranks=None):
     """The job of a large-model plan: ``cloudfit.train_llm`` with the plan's layout (gcp: on every
     config, re-computed for alternatives of another size) or its local rehearsal (local)."""
     from cloudfit.errors import UsageError
@@ -254,7 +258,7 @@ def _llm_spec_and_executor(plan, backend, budget_usd, name, project, endpoint, c
     interval_s = llm.checkpoint_interval_s or 3600.0
     record = dict(record or {})
     if backend == "local":
-        executor: Any = get_executor("local", interval_s=check_interval, store=store)
+        executor: Any = get_executor("local", interval_s=check_interval, store=store, max_ranks=ranks)
         degrees, args, notes = llm.rehearsal(executor.max_ranks)
         job = JobSpec(model=llm.shape or "llm", steps=steps, checkpoint_dir=checkpoint_dir,
                       checkpoint_every=checkpoint_every or max(1, min(10, steps // 3)), llm_args=tuple(args),

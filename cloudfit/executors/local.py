@@ -110,9 +110,12 @@ class LocalExecutor:
                     f"--max-restarts={self.max_restarts}", "--monitor-interval=0.5"]
         if spec.job.command:
             return launcher + ["--no-python", *spec.job.command]
-        return launcher + ["-m", spec.job.trainer, *spec.job.trainer_args(
+        args = spec.job.trainer_args(
             str(paths["checkpoints"]), stop_file=str(paths["stop"]), stop_at=stop_at, progress_file=str(paths["progress"]),
-            progress_every_s=min(spec.job.progress_every_s, 1.0))]  # local disk: cheap, and the guard polls it
+            progress_every_s=min(spec.job.progress_every_s, 1.0))  # local disk: cheap, and the guard polls it
+        if spec.job.trainer == "cloudfit.train_llm":  # one line per step (loss, layout, world size), kept across runs
+            args += ["--metrics-file", str(paths["checkpoints"] / "metrics.jsonl")]
+        return launcher + ["-m", spec.job.trainer, *args]
 
     def preview(self, spec: RunSpec) -> Preview:
         guard, schedules = self._guard(spec)

@@ -209,3 +209,76 @@ def test_status_shows_progress_predicted_finish_and_each_switch(cli, fake, gcp, 
 
     row = json.loads(j.output)
     assert row["switches"][0]["kind"] == "on-demand" and row["deadline"]["predicted_finish_at"]
+
+
+# ------------------------------------------------------------------------------ local: real FSDP2 ranks
+
+def _metrics(ckpt):
+    import json
+
+    return [json.loads(l) for l in (ckpt / "metrics.jsonl").read_text().splitlines() if l.strip()]
+
+
+@pytest.mark.slow
+def test_local_launch_survives_a_killed_rank_then_resumes_resharded_on_fewer_ranks(llm_plan_path, tmp_path):
+    """`cloudfit launch` of the LLM plan: 2 real FSDP2 gloo ranks of cloudfit.train_llm; one is killed
+    (SIGKILL) mid-run and torch elastic resumes from the DCP checkpoint on the same world size; then
+    the same plan relaunched on 1 rank resumes re-sharded from that checkpoint — the loss keeps falling."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    from cloudfit.train_llm import complete_checkpoints
+
+    ckpt = tmp_path / "ckpt"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    base = [sys.executable, "-m", "cloudfit", "launch", str(llm_plan_path), "--backend", "local", "--yes",
+            "--checkpoint-dir", str(ckpt), "--checkpoint-every", "4", "--json"]
+    proc = subprocess.Popen(base + ["--steps", "16", "--ranks", "2", "--name", "lk-a"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _when(lambda: complete_checkpoints(ckpt), timeout=240)
+        killed_after = complete_checkpoints(ckpt)[0][0]
+        workers = _when_value(lambda: [p for p in psutil.Process(proc.pid).children(recursive=True)
+                                       if "cloudfit.train_llm" in " ".join(p.cmdline()) and "torch.distributed.run" not in
+                                       " ".join(p.cmdline())])
+        os.kill(workers[-1].pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    a = json.loads(out)
+    assert a["reason"] == "completed" and a["steps"] == 16 and a["restarts"] >= 1, a
+    assert "rehearsing the plan's layout" in err and "fsdp=2" in err
+    m = _metrics(ckpt)
+    restarted = [x for x in m if x["restart"] >= 1]
+    assert restarted and restarted[0]["resumes"] >= 1 and restarted[0]["world_size"] == 2
+    assert restarted[0]["step"] > killed_after  # resumed after the checkpoint, not from scratch
+    # the same plan and checkpoints on 1 rank: DCP re-shards fsdp=2 → fsdp=1
+    r = subprocess.run(base + ["--steps", "24", "--ranks", "1", "--name", "lk-b"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    b = json.loads(r.stdout)
+    assert b["reason"] == "completed" and b["steps"] == 24
+    m = _metrics(ckpt)
+    one = [x for x in m if x["world_size"] == 1]
+    assert one and one[0]["step"] == 17  # picked up right after run A's last step
+    first = [x["loss"] for x in m[:3]]
+    assert sum(x["loss"] for x in one[-3:]) / 3 < sum(first) / 3 - 0.3  # the loss keeps going down
+    marker = json.loads((complete_checkpoints(ckpt)[0][1] / "COMPLETE.json").read_text())
+    assert marker["layout"]["world_size"] == 1 and marker["step"] == 24
+
+
+def _when_value(f, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = f()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError("timed out")
