@@ -203,7 +203,8 @@ def simulate_deadline_run(seed: int, *, switching: bool) -> DeadlineSimResult:
     0.3, no spot capacity for Exp(0.5–6 h); a deadline of 1.1–2.5× the work plus one restart; a
     budget of 1.2–6× the expected spot cost. The launcher checks every 2–10 min: a preempted
     cluster is recreated on spot when capacity is back (work since the last checkpoint lost); with
-    ``switching``, as soon as time left < remaining work on demand + restart + one check interval,
+    ``switching``, as soon as time left < work left after the newest checkpoint, on demand + restart +
+    one check interval,
     it checkpoints (if up) and moves to on-demand for good. The budget guard (``Guard``) prices every
     cluster before it is created and stops the run before the next check could pass the budget; the
     simulated cloud bills each VM from creation until it is deleted (within the teardown the guard
@@ -288,9 +289,14 @@ def simulate_deadline_run(seed: int, *, switching: bool) -> DeadlineSimResult:
             # preemption within this check interval
             if spot and next_preempt <= t_next:
                 tp = max(next_preempt, t)
-                if tp > up_at:
-                    work = min(work_s, work + (tp - max(t, up_at)) * eff)
-                work = ckpt = ckpt if work < work_s else work  # lost since the checkpoint (unless finished)
+                if tp > up_at and work + (tp - max(t, up_at)) * eff >= work_s:  # it ended before the preemption
+                    finished = max(t, up_at) + (work_s - work) / eff
+                    delete(finished, graceful=True)
+                    return result("completed", finished)
+                if tp > up_at:  # checkpoints written before the preemption survive it
+                    w_tp = work + (tp - max(t, up_at)) * eff
+                    ckpt = max(ckpt, w_tp - w_tp % tau)
+                work = ckpt  # the work since the checkpoint is lost
                 end = min(tp, vm_start + vm_cap)
                 billed += nodes * price() * max(end - vm_start, 60.0) / 3600.0
                 for k in keys:
@@ -303,19 +309,20 @@ def simulate_deadline_run(seed: int, *, switching: bool) -> DeadlineSimResult:
                 return result("budget", None)
             else:
                 if t_next > up_at:
-                    work = min(work_s, work + (t_next - max(t, up_at)) * (eff if spot else od_eff))
+                    rate = eff if spot else od_eff
+                    start = max(t, up_at)
+                    if work + (t_next - start) * rate >= work_s:  # the job ends inside this interval
+                        finished = start + (work_s - work) / rate
+                        delete(finished, graceful=True)
+                        return result("completed", finished)
+                    work = work + (t_next - start) * rate
                     ckpt = max(ckpt, work - (work % tau if spot else work % od_tau))
         t = t_next
-        if work >= work_s - 1e-6:
-            # the job finished inside this interval: when exactly
-            finished = t - (work - work_s) / (eff if spot else od_eff) if keys else t
-            delete(t, graceful=True)
-            return result("completed", finished)
         if keys and guard.should_stop(t):
             delete(t, graceful=True)
             return result("budget", None)
         if switching and spot:
-            remaining = (work_s - (work if keys else ckpt)) / od_eff
+            remaining = (work_s - ckpt) / od_eff  # a preemption any moment takes the work since the checkpoint
             if deadline_s - t < remaining + restart_s + interval:
                 if keys and t > up_at:
                     ckpt = work  # stop = one more checkpoint

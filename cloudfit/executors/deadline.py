@@ -4,9 +4,10 @@ Wu et al. (NSDI'24, "Can't Be Late") show that the safe way to use spot VMs unde
 on spot while there is slack and to move to on-demand *for good* at the last moment the deadline can
 still be made there: when
 
-    time left  <  remaining work at on-demand speed  +  restart overhead  +  one check interval
+    time left  <  work left after the newest checkpoint, at on-demand speed  +  restart overhead  +  one check interval
 
-(the check interval because the rule is next looked at only then). ``DeadlineWatch`` tracks progress
+(the work since the checkpoint because a preemption can take it at any moment; the check interval
+because the rule is next looked at only then). ``DeadlineWatch`` tracks progress
 against the plan from the trainer's progress file (the step, and the newest checkpoint: a lost node
 throws away the work since then), measures the cluster's speed (steps per second of the launcher's
 clock, since the last restart; the plan's speed until it has two readings) and answers, on every
@@ -96,6 +97,9 @@ class DeadlineWatch:
         step = int(progress.get("step") or 0)
         if self.lost_since_check:  # rolled back to the newest checkpoint
             step = min(step, int(progress.get("checkpoint_step") or 0))
+        # the rule counts from the newest checkpoint (a preemption any moment takes the work since then)
+        # when the trainer reports it (cloudfit.train_llm does)
+        safe = min(step, int(progress["checkpoint_step"] or 0)) if "checkpoint_step" in progress else step
         total = int(progress.get("total_steps") or self.total)
         if step < self.last_step or self.segment is None:
             self.segment = (now, step)
@@ -111,12 +115,13 @@ class DeadlineWatch:
         elapsed = now - self.t0
         left = self.spec.deadline_s - elapsed
         finish = elapsed + remaining / rate + (0.0 if up and not self.lost_since_check else self.spec.restart_s)
-        needs = rule_needs_s(remaining, od_rate, self.spec.restart_s, self.margin_s)
+        needs = rule_needs_s(max(0, total - safe), od_rate, self.spec.restart_s, self.margin_s)
         slack = left - needs
         data = {"step": step, "total_steps": total, "steps_per_second": rate, "measured": measured,
                 "deadline_in_s": left, "on_demand_needs_s": needs, "predicted_finish_s": finish}
         if config.spot and remaining > 0 and slack <= 0:
-            why = (f"behind the deadline: {remaining} steps left need {remaining / od_rate:,.0f} s on demand + "
+            why = (f"behind the deadline: {total - safe} steps left after the newest checkpoint need "
+                   f"{(total - safe) / od_rate:,.0f} s on demand + "
                    f"{self.spec.restart_s:,.0f} s restart + {self.margin_s:g} s check interval = {needs:,.0f} s, "
                    f"but only {left:,.0f} s are left (at {rate:.3g} steps/s, {'measured' if measured else 'planned'})")
             return Decision("on-demand", why, finish, slack, data)

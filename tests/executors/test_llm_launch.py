@@ -282,3 +282,21 @@ def _when_value(f, timeout=60.0):
             return v
         time.sleep(0.05)
     raise AssertionError("timed out")
+
+
+@pytest.mark.parametrize("edit, extra, needle", [
+    (lambda d: d["layout"]["launch"]["args"].__setitem__(d["layout"]["launch"]["args"].index("--dp-shard") + 1, "0"),
+     [], "below 1"),
+    (lambda d: d["layout"]["launch"].pop("args"), [], "layout block is malformed"),
+    (lambda d: None, ["--ranks", "0"], "--ranks must be at least 1"),
+    (lambda d: None, ["--ranks", "2", "--backend", "gcp"], "--ranks is for --backend local"),
+])
+def test_bad_llm_launch_input_is_one_line_exit_2(cli, llm_plan_path, tmp_path, edit, extra, needle):
+    import json
+
+    d = json.loads(llm_plan_path.read_text())
+    edit(d)
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(d))
+    r = cli("launch", str(p), "--dry-run", *extra)
+    assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, r.output
