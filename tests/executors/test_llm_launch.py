@@ -300,3 +300,21 @@ def test_bad_llm_launch_input_is_one_line_exit_2(cli, llm_plan_path, tmp_path, e
     p.write_text(json.dumps(d))
     r = cli("launch", str(p), "--dry-run", *extra)
     assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, r.output
+
+
+def test_a_switch_the_budget_cannot_pay_stops_the_run_within_the_budget(fake, gcp, llm_plan):
+    """The deadline rule asks for on-demand (8× the spot price), but the budget left cannot pay one
+    interval of it: the guard wins — the run stops, nothing on-demand is created, spend ≤ budget."""
+    fake.simulate_job_s = 3.0
+    ex = gcp()
+    threading.Thread(target=lambda: (_when(lambda: _step(fake) >= 75), fake.preempt("poor-1"))).start()
+    spec = _spec(llm_plan, "poor", deadline_s=8.0, restart_s=3.0)
+    import dataclasses
+
+    spec = dataclasses.replace(spec, budget_usd=5.0)
+    r = ex.run(spec)
+    assert r.reason == "budget" and r.spend_usd <= 5.0, r
+    assert all(p == "SPOT" for _, p in _provisioning(fake)) and fake.vms() == []
+    rec = ex.store.cluster("poor")
+    assert rec.reason == "budget" and rec.spend_usd <= 5.0
+    assert any("cannot pay" in m for _, _, m in ex.store.events("poor")) or "cannot pay" in r.detail

@@ -350,9 +350,28 @@ class _GcpCluster:
         self.ex.store.update_cluster(self.spec.name, info={"switches": prior})
         self.ex.store.event(self.spec.name, "switch", line)
 
+    def _checkpoint_and_stop(self) -> bool:
+        """Ask the job to checkpoint and exit (up to the grace time); True if it completed meanwhile."""
+        if not self.nodes:
+            return False
+        self.request_stop()
+        end = self.ex.clock() + self.ex.timing.grace_s
+        while self.ex.clock() < end:
+            p = self.poll()
+            if p.state == "completed":
+                return True
+            if p.state in ("stopped", "failed", "down"):
+                break
+            self.ex.sleep(min(self.ex.timing.interval_s, max(0.0, end - self.ex.clock())))
+        return False
+
     def _move_to(self, to: ClusterConfig) -> None:
-        """Tear the cluster down and bring the job up on ``to`` (it resumes from the newest checkpoint)."""
+        """Tear the cluster down and bring the job up on ``to`` (it resumes from the newest checkpoint).
+        The guard prices ``to`` before anything is created: ``BudgetExceeded`` if it cannot pay one
+        interval of it (the supervisor then stops the run — the budget wins over the deadline)."""
         self.teardown()
+        if self.guard.cap_for(self.ex._schedules(to), self.ex.clock()) < self.guard.min_cap_s:
+            raise BudgetExceeded(f"the budget left cannot pay {to.label()}: stopping (checkpoint saved)")
         self.configs.insert(self.config_index + 1, to)
         self.launch(self.config_index + 1)
         self.ex.store.update_cluster(self.spec.name, info={"config": self.config.to_dict(),
@@ -365,6 +384,8 @@ class _GcpCluster:
         to = self.watch.spec.on_demand if self.watch.spec.on_demand is not None else on_demand_config(self.configs, self.config)
         if to.nodes != self.config.nodes or to.offering.machine_type != self.config.offering.machine_type:
             to = on_demand_config(self.configs, self.config)
+        if self._checkpoint_and_stop():  # finished while stopping: nothing to move
+            return
         self._record_switch("on-demand", to, d.reason)
         self.emit(Event("switch", f"moving {self.spec.name} to {to.label()} (on demand); the job resumes from its checkpoint"))
         self._move_to(to)
