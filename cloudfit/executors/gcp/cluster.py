@@ -371,7 +371,9 @@ class _GcpCluster:
         interval of it (the supervisor then stops the run — the budget wins over the deadline)."""
         self.teardown()
         if self.guard.cap_for(self.ex._schedules(to), self.ex.clock()) < self.guard.min_cap_s:
-            raise BudgetExceeded(f"the budget left cannot pay {to.label()}: stopping (checkpoint saved)")
+            msg = f"the budget left cannot pay {to.label()}: stopping (checkpoint saved)"
+            self.ex.store.event(self.spec.name, "budget", msg)
+            raise BudgetExceeded(msg)
         self.configs.insert(self.config_index + 1, to)
         self.launch(self.config_index + 1)
         self.ex.store.update_cluster(self.spec.name, info={"config": self.config.to_dict(),
