@@ -8,6 +8,12 @@ Scaling rule: the plan's ``nodes × accelerators_per_node`` ranks are scaled dow
 ``ranks = min(plan ranks, max_ranks)`` with ``max_ranks = min(4, CPU cores)`` (CUDA devices when
 present) — 2 ranks on a 2-core box. The batch per rank stays the plan's (or the model's default).
 
+A large-model plan (``plan.layout``) runs ``cloudfit.train_llm`` instead: the CLI fits the plan's
+layout to this machine (``LlmJob.rehearsal``: FSDP2 over the ranks, tensor parallel kept at 2 when
+the plan has it and ranks allow, the shape shrunk) and the job's ``world_size`` is the ranks it needs;
+the trainer writes DCP checkpoints and one metrics line per step (``CHECKPOINT_DIR/metrics.jsonl``).
+Relaunching with the same checkpoint folder on another number of ranks (``--ranks``) resumes re-sharded.
+
 Billing rehearsal: the budget guard charges the plan's cluster $/hour (spot or on-demand as
 planned) for wall time, with the same guard as the cloud (check every ``interval_s``, stop —
 checkpoint first — before the next interval could pass the budget). There is no per-VM minimum

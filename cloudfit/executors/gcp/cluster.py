@@ -18,6 +18,14 @@ same cluster name. A preempted node (TERMINATED, or 404 plus a ``compute.instanc
 zone operation) is recreated — node 0 with its old internal IP — and the job resumes from its
 checkpoint. ``down NAME`` deletes the VMs of NAME's recorded launches (``all_with_label=True``:
 every VM carrying the cluster label).
+
+A large-model job's startup script runs ``cloudfit.train_llm`` with the plan's layout for the config
+being created (re-computed for a config of another size). With a deadline (``RunSpec.deadline``), the
+supervisor's ``DeadlineWatch`` (``cloudfit.executors.deadline``: Can't Be Late's rule) may ``switch``
+a spot cluster that fell behind to on-demand — the job checkpoints and stops, the spot VMs go, the
+on-demand cluster (priced by the guard first) resumes from the checkpoint — and when a lost node cannot
+be replaced (no capacity), a large-model job resumes on the nodes left with a re-computed layout if
+the deadline still holds there. Each switch is recorded (``switches`` in the cluster's info, an event).
 """
 
 from __future__ import annotations
