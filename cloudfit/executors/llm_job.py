@@ -41,6 +41,8 @@ class LlmJob:
     checkpoint_interval_s: float | None
     planned_text: str = ""  # the plan's layout, as the planner wrote it
     notes: tuple[str, ...] = field(default_factory=tuple)  # what differs from the plan already (pp/cp → runnable)
+    shape_spec: Mapping[str, Any] = field(default_factory=dict)  # the plan's model shape (for the memory check)
+    capacity_gib: float | None = None  # memory per GPU of the plan's accelerator
 
     @classmethod
     def from_plan(cls, plan) -> "LlmJob":
@@ -70,8 +72,29 @@ class LlmJob:
         notes = () if runnable else (f"the plan's layout {lay.get('text')} needs pipeline/context parallelism; "
                                      f"{TRAINER} runs the nearest layout it can: {_label(degrees)}",)
         gb = degrees["micro_batch"] * degrees["grad_accum"] * degrees["dp_replicate"] * degrees["dp_shard"]
+        cap = lay.get("memory_capacity_gib")
         return cls(tuple(model_args), str(lay.get("model") or ""), seq_len, steps, degrees, gpus, gb,
-                   float(interval_h) * 3600.0 if interval_h else None, str(lay.get("text", "")), notes)
+                   float(interval_h) * 3600.0 if interval_h else None, str(lay.get("text", "")), notes,
+                   dict(lay.get("shape") or {}), float(cap) if isinstance(cap, (int, float)) else None)
+
+    def fits(self, config) -> tuple[bool, str]:
+        """Does the layout for ``config`` fit the GPU's memory (the planner's memory model)? Unknown → True."""
+        if not self.shape_spec or not self.capacity_gib:
+            return True, "memory not checked (the plan carries no shape)"
+        try:
+            from cloudfit.llm.layout import parse
+            from cloudfit.llm.memory import estimate
+            from cloudfit.llm.stats import token_stats
+            from cloudfit.llm.zoo import LLMShape
+
+            d = self.layout_for(config)
+            text = (f"dp={d['dp_replicate']},fsdp={d['dp_shard']},zero=3,tp={d['tp']},mb={d['micro_batch']},"
+                    f"ga={d['grad_accum']},ac={d['ac']}")
+            e = estimate(token_stats(LLMShape(**self.shape_spec), self.seq_len), parse(text, gpus=config.accelerators),
+                         capacity_gib=self.capacity_gib)
+        except Exception as ex:  # a shape this version cannot rebuild: do not block on it
+            return True, f"memory not checked ({ex!s:.60})"
+        return e.fits, f"{e.total_gib:,.1f} of {self.capacity_gib:,.0f} GiB per GPU"
 
     # ---------------------------------------------------------------- layouts
 

@@ -318,3 +318,20 @@ def test_a_switch_the_budget_cannot_pay_stops_the_run_within_the_budget(fake, gc
     rec = ex.store.cluster("poor")
     assert rec.reason == "budget" and rec.spend_usd <= 5.0
     assert any("cannot pay" in m for _, _, m in ex.store.events("poor")) or "cannot pay" in r.detail
+
+
+def test_recomputed_layouts_keep_the_global_batch_and_are_checked_against_memory(llm_plan):
+    from cloudfit.types import ClusterConfig
+
+    job = LlmJob.from_plan(llm_plan)
+    c = llm_plan.chosen.config
+    assert job.layout_for(c) == dict(job.degrees)  # the plan's own layout on the plan's own cluster
+    three = ClusterConfig(c.offering, c.nodes - 1, c.spot)
+    d = job.layout_for(three)
+    assert d["dp_shard"] * d["tp"] == three.accelerators
+    assert d["micro_batch"] * d["grad_accum"] * d["dp_shard"] >= job.global_batch
+    ok, why = job.fits(three)
+    assert ok and "GiB per GPU" in why
+    one = ClusterConfig(c.offering, 1, c.spot)  # llama3-8b states over 8 GPUs only: past 80 GiB
+    ok, why = job.fits(one)
+    assert not ok and "of 80 GiB" in why

@@ -631,6 +631,10 @@ class _GcpCluster:
         if self.spec.job.llm is None or left < 1 or cfg.nodes <= 1:
             return False
         smaller = ClusterConfig(cfg.offering, left, cfg.spot)
+        fits, mem = self.spec.job.llm.fits(smaller)
+        if not fits:
+            self.emit(Event("deadline", f"not resuming on {left} node(s): the layout needs {mem}"))
+            return False
         if self.watch is not None:
             ok, why = self.watch.holds(self.ex.clock(), self.watch.last_step, smaller, cfg)
             if not ok:
@@ -642,7 +646,7 @@ class _GcpCluster:
 
         lay = label(self.spec.job.llm.layout_for(smaller))
         self._record_switch("fewer-nodes", smaller, f"no capacity to replace {n_lost} node(s) ({err}); "
-                                                    f"re-sharded layout {lay}; {why}")
+                                                    f"re-sharded layout {lay} ({mem}); {why}")
         self.emit(Event("shrink", f"resuming on {left} node(s) with layout {lay} from the checkpoint"))
         self._move_to(smaller)
         return True
