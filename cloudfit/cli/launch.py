@@ -90,6 +90,7 @@ def launch(
     epochs: Optional[float] = typer.Option(None, "--epochs", help="With --model: epochs (with --dataset-size)."),
     dataset_size: Optional[int] = typer.Option(None, "--dataset-size", help="With --model: samples per epoch."),
     as_json: bool = typer.Option(False, "--json", help="Print the preview (--dry-run) or the run's result as JSON to stdout."),
+    deadline: Optional[str] = typer.Option(None, "--deadline", help="gcp, large-model plans: keep this deadline from now (e.g. 36h, 5d) instead of the plan's; the launcher moves a spot cluster that falls behind to on-demand."),
     ranks: Optional[int] = typer.Option(None, "--ranks", help="local: rehearse on at most this many ranks (default: min(4, CPU cores)); with the same --checkpoint-dir a large-model job resumes re-sharded on another number."),
 ) -> None:
     """Launch a plan: train on a local rehearsal cluster or on Compute Engine, within a budget.
@@ -127,6 +128,13 @@ def launch(
     spec, executor = _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoint, checkpoint_dir,
                                         checkpoint_every, steps, None if timeout is None else parse_hours(timeout, "timeout") * 3600,
                                         image, check_interval, record=record, store=store, ranks=ranks)
+    if deadline is not None:
+        import dataclasses
+
+        hours = parse_hours(deadline, "deadline")
+        if spec.deadline is None:
+            raise UsageError("--deadline is kept at run time for large-model plans (with a layout) only")
+        spec = dataclasses.replace(spec, deadline=dataclasses.replace(spec.deadline, deadline_s=hours * 3600.0))
     preview = executor.preview(spec)  # budget too small → UsageError here, before anything exists
     if price_notes:
         import dataclasses

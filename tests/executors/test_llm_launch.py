@@ -335,3 +335,18 @@ def test_recomputed_layouts_keep_the_global_batch_and_are_checked_against_memory
     one = ClusterConfig(c.offering, 1, c.spot)  # llama3-8b states over 8 GPUs only: past 80 GiB
     ok, why = job.fits(one)
     assert not ok and "of 80 GiB" in why
+
+
+def test_deadline_option_overrides_the_plans_and_is_shown(cli, fake, llm_plan_path, tmp_path):
+    from tests.executors.plans import write_plan
+    from cloudfit.types import ClusterConfig
+    from tests.executors.plans import offering
+
+    args = ["--backend", "gcp", "--project", PROJECT, "--compute-endpoint", fake.endpoint, "--checkpoint-dir", CKPT]
+    r = cli("launch", str(llm_plan_path), "--dry-run", "--deadline", "36h", *args)
+    assert r.exit_code == 0, r.output
+    assert "deadline kept at run time: 36.0 h" in " ".join(r.output.split())
+    zoo = write_plan(tmp_path / "zoo.json", [ClusterConfig(offering(price=None), 1, True)], budget_usd=5)
+    r = cli("launch", str(zoo), "--dry-run", "--deadline", "36h", *args)
+    assert r.exit_code == 2 and "large-model plans" in r.output
+    assert fake.requests == []
