@@ -90,6 +90,8 @@ def launch(
     epochs: Optional[float] = typer.Option(None, "--epochs", help="With --model: epochs (with --dataset-size)."),
     dataset_size: Optional[int] = typer.Option(None, "--dataset-size", help="With --model: samples per epoch."),
     as_json: bool = typer.Option(False, "--json", help="Print the preview (--dry-run) or the run's result as JSON to stdout."),
+    deadline: Optional[str] = typer.Option(None, "--deadline", help="gcp, large-model plans: keep this deadline from now (e.g. 36h, 5d) instead of the plan's; the launcher moves a spot cluster that falls behind to on-demand."),
+    ranks: Optional[int] = typer.Option(None, "--ranks", help="local: rehearse on at most this many ranks (default: min(4, CPU cores)); with the same --checkpoint-dir a large-model job resumes re-sharded on another number."),
 ) -> None:
     """Launch a plan: train on a local rehearsal cluster or on Compute Engine, within a budget.
 
@@ -121,15 +123,29 @@ def launch(
         budget_usd = plan.workload.budget_usd or round(c.hours_p90 * c.config.price_per_hour * BUDGET_MARGIN, 2)
     record = {"trust_plan_prices": True, "price_notes": price_notes[:10]} if trust_plan_prices else {}
     store = None if dry_run else _open_store()
+    if ranks is not None and (ranks < 1 or backend != "local"):
+        raise UsageError("--ranks must be at least 1" if ranks < 1 else "--ranks is for --backend local")
     spec, executor = _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoint, checkpoint_dir,
                                         checkpoint_every, steps, None if timeout is None else parse_hours(timeout, "timeout") * 3600,
-                                        image, check_interval, record=record, store=store)
+                                        image, check_interval, record=record, store=store, ranks=ranks)
+    if deadline is not None:
+        import dataclasses
+
+        hours = parse_hours(deadline, "deadline")
+        if spec.deadline is None:
+            raise UsageError("--deadline is kept at run time for large-model plans (with a layout) only")
+        spec = dataclasses.replace(spec, deadline=dataclasses.replace(spec.deadline, deadline_s=hours * 3600.0))
     preview = executor.preview(spec)  # budget too small → UsageError here, before anything exists
     if price_notes:
         import dataclasses
 
         preview = dataclasses.replace(preview, notes=tuple(preview.notes) + tuple(f"--trust-plan-prices: {n}"
                                                                                   for n in price_notes[:5]))
+    layout_notes = _layout_notes(spec)
+    if layout_notes:
+        import dataclasses
+
+        preview = dataclasses.replace(preview, notes=tuple(preview.notes) + layout_notes)
     if dry_run:
         if as_json:
             print_json({"dry_run": True, "preview": preview, "budget_usd": budget_usd})
@@ -144,6 +160,8 @@ def launch(
         if not typer.confirm(f"Launch {spec.name} on {backend} for at most {money(budget_usd)}?", default=False, err=True):
             raise typer.Exit(1)
     err = console(stderr=True)
+    for note in layout_notes:  # what the rehearsal (or the runnable layout) changed vs the plan
+        err.print(f"Note: {note}", soft_wrap=True)
     show = _EventPrinter(err)
     with _sigterm_as_interrupt():
         result = executor.run(spec, on_event=show)
@@ -187,13 +205,17 @@ def _plan(plan_path, model, samples, epochs, dataset_size, budget_usd):
 
 
 def _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoint, checkpoint_dir, checkpoint_every,
-                       steps, timeout_s, image, check_interval, *, record=None, store=None):
+                       steps, timeout_s, image, check_interval, *, record=None, store=None, ranks=None):
     from cloudfit.errors import UsageError
     from cloudfit.executors import get_executor
     from cloudfit.executors.base import JobSpec, RunSpec, check_name, default_name, plan_configs
     from cloudfit.spot.checkpointing import planned_interval
 
     w = plan.workload
+    if plan.layout and not command:  # a large-model plan: cloudfit.train_llm runs its layout
+        return _llm_spec_and_executor(plan, backend, budget_usd, name, project, endpoint, checkpoint_dir,
+                                      checkpoint_every, steps, timeout_s, image, check_interval, record=record, store=store,
+                                      ranks=ranks)
     if not command:
         from cloudfit.profiling import zoo
 
@@ -205,7 +227,7 @@ def _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoi
     if check_interval is not None and not check_interval > 0:
         raise UsageError(f"--check-interval must be positive, got {check_interval:g}")
     if backend == "local":
-        executor: Any = get_executor("local", interval_s=check_interval, store=store)
+        executor: Any = get_executor("local", interval_s=check_interval, store=store, max_ranks=ranks)
         ranks = max(1, min(configs[0].accelerators, executor.max_ranks))
         batch = w.batch_size_per_device or (None if command else info["cpu_batch_size"])
     else:
@@ -224,6 +246,57 @@ def _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoi
     name = check_name(name) if name else default_name(w.model)
     return RunSpec(name=name, configs=configs, job=job, budget_usd=budget_usd, timeout_s=timeout_s,
                    record=record or {}), executor
+
+
+def _llm_spec_and_executor(plan, backend, budget_usd, name, project, endpoint, checkpoint_dir, checkpoint_every,
+                           steps, timeout_s, image, check_interval, *, record=None, store=None, ranks=None):
+    """The job of a large-model plan: ``cloudfit.train_llm`` with the plan's layout (gcp: on every
+    config, re-computed for alternatives of another size) or its local rehearsal (local)."""
+    from cloudfit.errors import UsageError
+    from cloudfit.executors import get_executor
+    from cloudfit.executors.base import JobSpec, RunSpec, check_name, default_name, plan_configs
+    from cloudfit.executors.deadline import deadline_spec
+    from cloudfit.executors.llm_job import LlmJob, label, world_of
+
+    if check_interval is not None and not check_interval > 0:
+        raise UsageError(f"--check-interval must be positive, got {check_interval:g}")
+    llm = LlmJob.from_plan(plan)
+    configs = plan_configs(plan)
+    steps = steps or llm.steps
+    interval_s = llm.checkpoint_interval_s or 3600.0
+    record = dict(record or {})
+    if backend == "local":
+        executor: Any = get_executor("local", interval_s=check_interval, store=store, max_ranks=ranks)
+        degrees, args, notes = llm.rehearsal(executor.max_ranks)
+        job = JobSpec(model=llm.shape or "llm", steps=steps, checkpoint_dir=checkpoint_dir,
+                      checkpoint_every=checkpoint_every or max(1, min(10, steps // 3)), llm_args=tuple(args),
+                      world_size=world_of(degrees), precision="fp32", checkpoint_interval_s=interval_s)
+        record["rehearsal"] = {"planned": llm.planned_text, "rehearsed": label(degrees), "notes": notes}
+    else:
+        executor = get_executor("gcp", project=project, endpoint=endpoint, image=image, interval_s=check_interval,
+                                store=store)
+        job = JobSpec(model=llm.shape or "llm", steps=steps, checkpoint_dir=checkpoint_dir,
+                      checkpoint_every=checkpoint_every, llm=llm, precision="bf16", checkpoint_interval_s=interval_s)
+        record["layout"] = {"planned": llm.planned_text, "runs": label(llm.degrees), "notes": list(llm.notes)}
+    name = check_name(name) if name else default_name(llm.shape or plan.workload.model)
+    spec = RunSpec(name=name, configs=configs, job=job, budget_usd=budget_usd, timeout_s=timeout_s, record=record,
+                   deadline=deadline_spec(plan, configs, steps))
+    return spec, executor
+
+
+def _layout_notes(spec) -> tuple[str, ...]:
+    """One line per difference between the plan's layout and what will run."""
+    r = spec.record.get("rehearsal")
+    if r:
+        head = f"rehearsing the plan's layout {r['planned']} as {r['rehearsed']}"
+        return (head,) + tuple(f"rehearsal: {n}" for n in r.get("notes", []))
+    lay = spec.record.get("layout")
+    if lay:
+        d = spec.deadline
+        dl = (f"; deadline kept at run time: {d.deadline_s / 3600:,.1f} h, switching to on-demand "
+              f"{d.on_demand.label()} if the spot cluster falls behind" if d is not None and d.on_demand is not None else "")
+        return (f"cloudfit.train_llm runs layout {lay['runs']} (plan: {lay['planned']}){dl}",) + tuple(lay.get("notes", []))
+    return ()
 
 
 class _EventPrinter:
@@ -327,6 +400,10 @@ def status(
                         for r in store.resources(name)]
     row["events"] = [{"at": at, "kind": k, "message": m} for at, k, m in store.events(name)]
     row["progress"] = (_live_progress(rec) if not rec.ended else None) or rec.info.get("progress") or {}
+    row["deadline"] = rec.info.get("deadline")
+    row["switches"] = rec.info.get("switches", [])
+    if rec.info.get("rehearsal") or rec.info.get("layout"):
+        row["layout"] = rec.info.get("rehearsal") or rec.info.get("layout")
     if not rec.ended and rec.backend == "gcp":
         row["live_vms"] = _live_vms(name, rec, project, endpoint)
     if as_json:
@@ -345,6 +422,21 @@ def status(
         con.print(f"Progress step {p.get('step')}/{p.get('total_steps')}"
                   + (f", {p['samples_per_second']:,.0f} samples/s" if p.get("samples_per_second") else "")
                   + (f", {p['restart']} restart(s)" if p.get("restart") else ""))
+    if p.get("loss") is not None and p.get("layout"):
+        lay = p["layout"]
+        con.print(f"Layout {lay.get('label', lay) if isinstance(lay, dict) else lay} on {p.get('world_size')} rank(s), "
+                  f"loss {p['loss']:.3f}" + (f", checkpoint at step {p['checkpoint_step']}" if p.get("checkpoint_step") else ""))
+    dl = row.get("deadline") or {}
+    if dl.get("predicted_finish_at"):
+        late = dl["predicted_finish_at"] - dl["deadline_at"]
+        con.print(f"Predicted finish {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(dl['predicted_finish_at']))} "
+                  f"(deadline {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(dl['deadline_at']))}, "
+                  + (f"{-late:,.0f} s early" if late <= 0 else f"{late:,.0f} s late") + f") at "
+                  f"{dl.get('steps_per_second', 0):.3g} steps/s on {dl.get('config')}; on-demand safety net needs "
+                  f"{dl.get('on_demand_needs_s', 0):,.0f} s of the {dl.get('deadline_in_s', 0):,.0f} s left")
+    for sw in row["switches"]:
+        con.print(f"Switched {time.strftime('%H:%M:%S', time.localtime(sw['at']))} to {sw['to']} ({sw['kind']}): {sw['reason']}",
+                  soft_wrap=True)
     if row.get("warning"):
         con.print(f"[yellow]{row['warning']}[/yellow]")
     if "live_vms" in row:

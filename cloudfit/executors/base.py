@@ -74,6 +74,14 @@ class JobSpec:
     checkpoint_interval_s: float = 600.0  # the interval the plan priced (re-estimated after the first write)
     hazard_per_hour: float = 0.0  # the cluster's revocation rate, for that re-estimate
     progress_every_s: float = 30.0  # the trainer writes its progress file at most this often
+    # A large-model plan: ``cloudfit.train_llm`` with the plan's layout instead of ``cloudfit.train``.
+    llm: Any = None  # cloudfit.executors.llm_job.LlmJob: the layout per cluster config (gcp)
+    llm_args: tuple[str, ...] = ()  # fixed trainer arguments (the local rehearsal's layout)
+    world_size: int | None = None  # ranks the fixed layout needs (local)
+
+    @property
+    def trainer(self) -> str:
+        return "cloudfit.train_llm" if (self.llm is not None or self.llm_args) else "cloudfit.train"
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -88,8 +96,12 @@ class JobSpec:
             raise UsageError(f"the batch size must be at least 1, got {self.batch_size_per_device}")
 
     def trainer_args(self, checkpoint_dir: str, *, stop_file: str | None = None, stop_at: float | None = None,
-                     progress_file: str | None = None, progress_every_s: float | None = None) -> list[str]:
-        """Arguments of ``python -m cloudfit.train`` for this job."""
+                     progress_file: str | None = None, progress_every_s: float | None = None,
+                     config: ClusterConfig | None = None) -> list[str]:
+        """Arguments of ``python -m cloudfit.train`` (or ``cloudfit.train_llm``, with the layout for
+        ``config``) for this job."""
+        if self.trainer == "cloudfit.train_llm":
+            return self._llm_trainer_args(checkpoint_dir, stop_file, stop_at, progress_file, progress_every_s, config)
         args = ["--model", self.model, "--steps", str(self.steps), "--checkpoint-dir", checkpoint_dir,
                 "--precision", _trainer_precision(self.precision)]
         if self.checkpoint_every:
@@ -103,6 +115,29 @@ class JobSpec:
             args += ["--batch-size", str(self.batch_size_per_device)]
         for k, v in sorted(self.model_options.items()):
             args += ["--model-option", f"{k}={str(v).lower() if isinstance(v, bool) else v}"]
+        if progress_file:
+            args += ["--progress-file", progress_file]
+        if stop_file:
+            args += ["--stop-file", stop_file]
+        if stop_at is not None:
+            args += ["--stop-at", f"{stop_at:.0f}"]
+        return args
+
+
+    def _llm_trainer_args(self, checkpoint_dir, stop_file, stop_at, progress_file, progress_every_s, config) -> list[str]:
+        if self.llm_args:
+            args = list(self.llm_args)
+        elif config is not None:
+            args = self.llm.cluster_args(config)
+        else:
+            args = self.llm.args_for(self.llm.degrees, precision="bf16")
+        args += ["--steps", str(self.steps), "--checkpoint-dir", checkpoint_dir]
+        if self.checkpoint_every:
+            args += ["--checkpoint-every", str(self.checkpoint_every)]
+        else:
+            args += ["--checkpoint-interval-s", f"{self.checkpoint_interval_s:g}"]
+        every = self.progress_every_s if progress_every_s is None else progress_every_s
+        args += ["--progress-interval-s", f"{every:g}"]
         if progress_file:
             args += ["--progress-file", progress_file]
         if stop_file:
@@ -127,6 +162,7 @@ class RunSpec:
     timeout_s: float | None = None
     labels: Mapping[str, str] = field(default_factory=dict)  # extra labels, e.g. {"cloudfit-purpose": "probe"}
     record: Mapping[str, Any] = field(default_factory=dict)  # extra facts for the state store (e.g. trusted prices)
+    deadline: Any = None  # cloudfit.executors.deadline.DeadlineSpec: keep the deadline at run time (gcp)
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -257,11 +293,14 @@ class Timing:
 
 def supervise(running: Running, guard, *, timing: Timing, timeout_s: float | None, emit: EventSink,
               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-              record: Callable[[float, Poll], None] | None = None) -> tuple[str, Poll]:
+              record: Callable[[float, Poll], None] | None = None, watch=None) -> tuple[str, Poll]:
     """Poll ``running`` every ``interval_s`` until the job ends or the guard / timeout stops it.
 
     ``record(spend_usd, poll)`` is called after every poll (the executors write it to the state
-    store, so ``status`` from another process sees the spend). Returns ``(reason, last poll)``.
+    store, so ``status`` from another process sees the spend). ``watch`` (a
+    ``cloudfit.executors.deadline.DeadlineWatch``) keeps the deadline: after every poll it predicts the
+    finish and, when Can't Be Late's rule says so, ``running.switch(decision)`` moves the job to
+    on-demand (the guard still prices every VM: the budget guarantee is the same). Returns ``(reason, last poll)``.
     Always tears down before returning (also on exceptions and Ctrl-C, which re-raise after teardown).
     """
     t0 = clock()
@@ -301,6 +340,22 @@ def supervise(running: Running, guard, *, timing: Timing, timeout_s: float | Non
                 emit(Event("timeout", f"timeout after {tick - t0:.0f} s: checkpointing and stopping"))
                 last = _graceful_stop(running, timing, clock, sleep, last)
                 break
+            if watch is not None and last.state == "running":
+                if last.lost:
+                    watch.lost()
+                d = watch.observe(tick, last.progress, running.config, up=not last.lost)
+                running.deadline_seen(d)
+                if d.action == "on-demand":
+                    emit(Event("switch", f"switching to on-demand: {d.reason}", dict(d.data)))
+                    try:
+                        running.switch(d)
+                    except BudgetExceeded as e:
+                        emit(Event("budget", str(e)))
+                        reason = BUDGET
+                        last = _graceful_stop(running, timing, clock, sleep, last)
+                        break
+                    watch.lost()
+                    last.lost = ()
             if last.lost:
                 emit(Event("lost", f"lost {', '.join(last.lost)}: recreating"))
                 try:
@@ -349,6 +404,8 @@ def _progress_line(p: Mapping[str, Any], spend: float, budget: float) -> str:
     parts = [f"step {step}/{total}" if step is not None else "starting"]
     if sps:
         parts.append(f"{sps:,.0f} samples/s")
+    if isinstance(p.get("loss"), (int, float)):
+        parts.append(f"loss {p['loss']:.3f}")
     if p.get("restart"):
         parts.append(f"restart {p['restart']} (resumed at step {p.get('resumed_from_step', 0)})")
     parts.append(f"${spend:.4f} of ${budget:.4f}")

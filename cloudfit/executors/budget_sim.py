@@ -171,3 +171,172 @@ def _can_recreate(guard: Guard, sched: PriceSchedule, nodes: int, t: float) -> b
 def simulate(n: int, seed: int = 0, **kw) -> list[SimResult]:
     rng = random.Random(seed)
     return [simulate_run(rng, **kw) for _ in range(n)]
+
+
+# ------------------------------------------------------------------------------ the deadline at run time
+
+@dataclass(frozen=True)
+class DeadlineSimResult:
+    budget_usd: float
+    billed_usd: float
+    deadline_h: float
+    finished_h: float | None  # None: not finished (stopped by the budget)
+    reason: str  # completed | budget
+    switched: bool  # moved to on-demand by the rule
+    preemptions: int
+
+    @property
+    def within_budget(self) -> bool:
+        return self.billed_usd <= self.budget_usd * (1 + 1e-9) + 1e-9
+
+    @property
+    def deadline_kept(self) -> bool:
+        return self.finished_h is not None and self.finished_h <= self.deadline_h + 1e-9
+
+
+def simulate_deadline_run(seed: int, *, switching: bool) -> DeadlineSimResult:
+    """One spot job under a deadline and a budget, with or without Can't Be Late's switching rule.
+
+    Draws (the same for both variants of a seed): 1–8 nodes; spot $1–12 per node-hour, on-demand
+    2.5–8× that; 4–96 h of work; checkpoint write 30–300 s at the Young/Daly interval for the
+    cluster's hazard (0.01–0.3 per node-hour); restart 5–20 min; after a preemption, with chance
+    0.3, no spot capacity for Exp(0.5–6 h); a deadline of 1.1–2.5× the work plus one restart; a
+    budget of 1.2–6× the expected spot cost. The launcher checks every 2–10 min: a preempted
+    cluster is recreated on spot when capacity is back (work since the last checkpoint lost); with
+    ``switching``, as soon as time left < work left after the newest checkpoint, on demand + restart +
+    one check interval,
+    it checkpoints (if up) and moves to on-demand for good. The budget guard (``Guard``) prices every
+    cluster before it is created and stops the run before the next check could pass the budget; the
+    simulated cloud bills each VM from creation until it is deleted (within the teardown the guard
+    assumes), preempted or its ``max_run_duration`` expires.
+    """
+    from cloudfit.executors.checkpointing import young_daly_s
+
+    rng = random.Random(seed)
+    nodes = rng.randint(1, 8)
+    spot_price = rng.uniform(1.0, 12.0)
+    od_price = spot_price * rng.uniform(2.5, 8.0)
+    work_s = rng.uniform(4, 96) * 3600.0
+    write_s = rng.uniform(30, 300)
+    restart_s = rng.uniform(300, 1200)
+    hazard = rng.choice([0.01, 0.05, 0.1, 0.3]) * nodes  # per hour, the whole cluster
+    p_outage = 0.3
+    outage_mean_s = rng.uniform(0.5, 6) * 3600.0
+    interval = rng.uniform(120, 600)
+    teardown = rng.uniform(30, 180)
+    deadline_s = work_s * rng.uniform(1.1, 2.5) + restart_s
+    tau = young_daly_s(hazard, write_s)
+    eff = tau / (tau + write_s)  # fraction of up time that trains (the rest writes checkpoints)
+    exp_cost = nodes * spot_price * (work_s / eff) / 3600.0 * 1.2
+    budget = exp_cost * rng.uniform(1.2, 6.0)
+    # spot events drawn up front (so both variants see the same cloud until one of them leaves spot)
+    preempt_gaps = [rng.expovariate(hazard / 3600.0) for _ in range(600)]
+    outages = [rng.expovariate(1.0 / outage_mean_s) if rng.random() < p_outage else 0.0 for _ in range(600)]
+    od_tau = young_daly_s(0.0, write_s)
+    od_eff = od_tau / (od_tau + write_s)
+
+    guard = Guard(budget, interval_s=interval, teardown_s=teardown, min_billed_s=60.0, provision_slack_s=restart_s)
+    billed = 0.0
+    t = 0.0
+    spot = True
+    work = ckpt = 0.0  # training seconds done, and saved in the newest checkpoint
+    preemptions = 0
+    switched = False
+    gen = 0
+    keys: list[str] = []
+    vm_start = 0.0  # when the current VMs started billing
+    vm_cap = 0.0
+    up_at = 0.0  # training starts at (after the restart)
+    next_preempt = math.inf
+    down_until = 0.0  # no spot capacity before this
+
+    def price() -> float:
+        return spot_price if spot else od_price
+
+    def create(now: float) -> bool:
+        nonlocal keys, gen, vm_start, vm_cap, up_at, next_preempt
+        gen += 1
+        keys = [f"g{gen}-n{i}" for i in range(nodes)]
+        try:
+            vm_cap = guard.reserve(keys, [PriceSchedule.constant(price())] * nodes, now)
+        except (BudgetExceeded, BudgetTooSmallError):
+            keys = []
+            return False
+        vm_start = now
+        up_at = now + restart_s
+        next_preempt = (now + preempt_gaps[min(preemptions, len(preempt_gaps) - 1)]) if spot else math.inf
+        return True
+
+    def delete(now: float, *, graceful: bool) -> None:
+        nonlocal billed, keys
+        if not keys:
+            return
+        end = min(now + (rng.uniform(0, teardown) if graceful else 0.0), vm_start + vm_cap)
+        billed += nodes * price() * max(end - vm_start, 60.0) / 3600.0
+        for k in keys:
+            guard.end(k, now + (teardown if graceful else 0.0))
+        keys = []
+
+    def result(reason: str, finished: float | None) -> DeadlineSimResult:
+        return DeadlineSimResult(budget, billed, deadline_s / 3600, None if finished is None else finished / 3600,
+                                 reason, switched, preemptions)
+
+    if not create(0.0):
+        return result("budget", None)
+    while True:
+        t_next = t + interval
+        if keys:
+            # preemption within this check interval
+            if spot and next_preempt <= t_next:
+                tp = max(next_preempt, t)
+                if tp > up_at and work + (tp - max(t, up_at)) * eff >= work_s:  # it ended before the preemption
+                    finished = max(t, up_at) + (work_s - work) / eff
+                    delete(finished, graceful=True)
+                    return result("completed", finished)
+                if tp > up_at:  # checkpoints written before the preemption survive it
+                    w_tp = work + (tp - max(t, up_at)) * eff
+                    ckpt = max(ckpt, w_tp - w_tp % tau)
+                work = ckpt  # the work since the checkpoint is lost
+                end = min(tp, vm_start + vm_cap)
+                billed += nodes * price() * max(end - vm_start, 60.0) / 3600.0
+                for k in keys:
+                    guard.end(k, tp)
+                keys = []
+                down_until = tp + outages[min(preemptions, len(outages) - 1)]
+                preemptions += 1
+            elif t_next > vm_start + vm_cap:  # the VMs reached their max_run_duration: the budget is used up
+                delete(vm_start + vm_cap, graceful=False)
+                return result("budget", None)
+            else:
+                if t_next > up_at:
+                    rate = eff if spot else od_eff
+                    start = max(t, up_at)
+                    if work + (t_next - start) * rate >= work_s:  # the job ends inside this interval
+                        finished = start + (work_s - work) / rate
+                        delete(finished, graceful=True)
+                        return result("completed", finished)
+                    work = work + (t_next - start) * rate
+                    ckpt = max(ckpt, work - (work % tau if spot else work % od_tau))
+        t = t_next
+        if keys and guard.should_stop(t):
+            delete(t, graceful=True)
+            return result("budget", None)
+        if switching and spot:
+            remaining = (work_s - ckpt) / od_eff  # a preemption any moment takes the work since the checkpoint
+            if deadline_s - t < remaining + restart_s + interval:
+                if keys and t > up_at:
+                    ckpt = work  # stop = one more checkpoint
+                work = ckpt
+                delete(t, graceful=True)
+                spot, switched = False, True
+                if not create(t):
+                    return result("budget", None)
+                continue
+        if not keys and (not spot or t >= down_until):
+            work = ckpt
+            if not create(t):
+                return result("budget", None)
+
+
+def simulate_deadline(n: int, seed: int = 0, *, switching: bool) -> list[DeadlineSimResult]:
+    return [simulate_deadline_run(seed * 1_000_003 + i, switching=switching) for i in range(n)]

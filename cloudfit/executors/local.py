@@ -8,6 +8,12 @@ Scaling rule: the plan's ``nodes × accelerators_per_node`` ranks are scaled dow
 ``ranks = min(plan ranks, max_ranks)`` with ``max_ranks = min(4, CPU cores)`` (CUDA devices when
 present) — 2 ranks on a 2-core box. The batch per rank stays the plan's (or the model's default).
 
+A large-model plan (``plan.layout``) runs ``cloudfit.train_llm`` instead: the CLI fits the plan's
+layout to this machine (``LlmJob.rehearsal``: FSDP2 over the ranks, tensor parallel kept at 2 when
+the plan has it and ranks allow, the shape shrunk) and the job's ``world_size`` is the ranks it needs;
+the trainer writes DCP checkpoints and one metrics line per step (``CHECKPOINT_DIR/metrics.jsonl``).
+Relaunching with the same checkpoint folder on another number of ranks (``--ranks``) resumes re-sharded.
+
 Billing rehearsal: the budget guard charges the plan's cluster $/hour (spot or on-demand as
 planned) for wall time, with the same guard as the cloud (check every ``interval_s``, stop —
 checkpoint first — before the next interval could pass the budget). There is no per-VM minimum
@@ -85,6 +91,8 @@ class LocalExecutor:
     # ---------------------------------------------------------------- planning
 
     def ranks(self, spec: RunSpec) -> int:
+        if spec.job.world_size:  # a large-model rehearsal: the ranks its (already fitted) layout needs
+            return spec.job.world_size
         return max(1, min(spec.configs[0].accelerators, self.max_ranks))
 
     def _guard(self, spec: RunSpec) -> tuple[Guard, list[PriceSchedule]]:
@@ -108,9 +116,12 @@ class LocalExecutor:
                     f"--max-restarts={self.max_restarts}", "--monitor-interval=0.5"]
         if spec.job.command:
             return launcher + ["--no-python", *spec.job.command]
-        return launcher + ["-m", "cloudfit.train", *spec.job.trainer_args(
+        args = spec.job.trainer_args(
             str(paths["checkpoints"]), stop_file=str(paths["stop"]), stop_at=stop_at, progress_file=str(paths["progress"]),
-            progress_every_s=min(spec.job.progress_every_s, 1.0))]  # local disk: cheap, and the guard polls it
+            progress_every_s=min(spec.job.progress_every_s, 1.0))  # local disk: cheap, and the guard polls it
+        if spec.job.trainer == "cloudfit.train_llm":  # one line per step (loss, layout, world size), kept across runs
+            args += ["--metrics-file", str(paths["checkpoints"] / "metrics.jsonl")]
+        return launcher + ["-m", spec.job.trainer, *args]
 
     def preview(self, spec: RunSpec) -> Preview:
         guard, schedules = self._guard(spec)

@@ -56,9 +56,14 @@ def skypilot_task(plan: Plan, *, bucket: str | None = None, steps_command: str |
     for e in plan.candidates():
         if skypilot_accelerator(e.config) and e.config not in configs:
             configs.append(e.config)
+    if plan.layout and steps_command is None:  # the layout's arguments are for its own GPU count
+        lay = plan.layout
+        configs = [c for c in configs if c.nodes == lay.get("nodes")
+                   and c.offering.accelerators_per_node == lay.get("gpus_per_node")]
     if not configs:
-        raise UsageError("SkyPilot cannot attach any of the plan's shapes (e.g. a3-edgegpu-8g); "
-                         "re-run recommend with other --accelerators")
+        raise UsageError("SkyPilot cannot attach any of the plan's shapes (e.g. a3-edgegpu-8g)"
+                         + (" with the layout's node and GPU count" if plan.layout else "")
+                         + "; re-run recommend with other --accelerators")
     first = configs[0]
     configs = [c for c in configs if c.nodes == first.nodes
                and c.offering.accelerators_per_node == first.offering.accelerators_per_node]

@@ -212,6 +212,7 @@ class FakeCompute:
         if action == "DELETE":
             del self.instances[key]
             self.guest.pop(key, None)
+            self._stop_seen.pop(key, None)
         else:
             inst["status"] = "TERMINATED"
 
@@ -313,6 +314,7 @@ class FakeCompute:
                 self.instances.pop(key, None)
                 self.guest.pop(key, None)
                 self._running_since.pop(key, None)
+                self._stop_seen.pop(key, None)  # a new VM of the same name has not been asked to stop
 
             return 200, self._new_op(project, zone, "delete", name, on_done=gone, target_id=inst["id"])
         if verb == "setMetadata" and method == "POST":

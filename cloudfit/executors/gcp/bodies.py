@@ -67,8 +67,9 @@ def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: 
     if spec.job.command:
         entry = "--no-python " + " ".join(shlex.quote(a) for a in spec.job.command)
     else:
-        args = spec.job.trainer_args(local)  # stop and progress files come from the script's environment
-        entry = "-m cloudfit.train " + " ".join(shlex.quote(a) for a in args)
+        # stop and progress files come from the script's environment; a large-model job gets the layout for config
+        args = spec.job.trainer_args(local, config=config)
+        entry = f"-m {spec.job.trainer} " + " ".join(shlex.quote(a) for a in args)
     wheel = install.wheel_name if install is not None and install.chunks else ""
     values = {"CLUSTER": spec.name, "NNODES": str(config.nodes), "NPROC": str(config.offering.accelerators_per_node),
               "BUCKET": bucket, "CKPT": local, "PIP_SPEC": "" if wheel else pip_spec() if install is None else install.spec,

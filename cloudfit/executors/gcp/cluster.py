@@ -18,6 +18,14 @@ same cluster name. A preempted node (TERMINATED, or 404 plus a ``compute.instanc
 zone operation) is recreated — node 0 with its old internal IP — and the job resumes from its
 checkpoint. ``down NAME`` deletes the VMs of NAME's recorded launches (``all_with_label=True``:
 every VM carrying the cluster label).
+
+A large-model job's startup script runs ``cloudfit.train_llm`` with the plan's layout for the config
+being created (re-computed for a config of another size). With a deadline (``RunSpec.deadline``), the
+supervisor's ``DeadlineWatch`` (``cloudfit.executors.deadline``: Can't Be Late's rule) may ``switch``
+a spot cluster that fell behind to on-demand — the job checkpoints and stops, the spot VMs go, the
+on-demand cluster (priced by the guard first) resumes from the checkpoint — and when a lost node cannot
+be replaced (no capacity), a large-model job resumes on the nodes left with a re-computed layout if
+the deadline still holds there. Each switch is recorded (``switches`` in the cluster's info, an event).
 """
 
 from __future__ import annotations
@@ -154,13 +162,20 @@ class GcpExecutor:
         }, launcher_pid=os.getpid(), launcher_started=_proc_start())
         cluster = _GcpCluster(self, spec, guard, emit, launch_id=launch_id, install=install)
         started = self.clock()
+        watch = None
+        if spec.deadline is not None:
+            from cloudfit.executors.deadline import DeadlineWatch
+
+            watch = DeadlineWatch(spec.deadline, spec.job.steps, margin_s=self.timing.interval_s, t0=started)
+            cluster.watch = watch
         reason, last = "failed", Poll()
         try:
             cluster.launch(0)
             self.store.update_cluster(spec.name, status=st.RUNNING, info={"config": cluster.config.to_dict(),
                                                                        "zone": cluster.config.offering.zone})
             reason, last = supervise(cluster, guard, timing=self.timing, timeout_s=spec.timeout_s, emit=emit,
-                                     clock=self.clock, sleep=self.sleep, record=st.SpendRecorder(self.store, spec.name))
+                                     clock=self.clock, sleep=self.sleep, record=st.SpendRecorder(self.store, spec.name),
+                                     watch=watch)
         except _NoCapacity as e:
             reason = NO_CAPACITY
             raise LaunchError(str(e)) from None
@@ -174,7 +189,8 @@ class GcpExecutor:
         return RunResult(spec.name, "gcp", reason, guard.accrued(self.clock()), self.clock() - started,
                          cluster.config, steps=int(p.get("step") or 0), total_steps=int(p.get("total_steps") or spec.job.steps),
                          samples_per_second=p.get("samples_per_second"), restarts=int(p.get("restart") or 0),
-                         preemptions=cluster.preemptions, fallbacks=tuple(cluster.fallbacks), detail=last.detail)
+                         preemptions=cluster.preemptions, fallbacks=tuple(cluster.fallbacks),
+                         detail="; ".join([last.detail] * bool(last.detail) + [f"switched: {w}" for w in cluster.switches]))
 
     def _finish(self, name: str, reason: str, guard: Guard, last: Poll) -> None:
         rec = self.store.find_cluster(name)
@@ -306,16 +322,89 @@ class _GcpCluster:
     fallbacks: list[str] = field(default_factory=list)
     stop_at: float | None = None
     script: str = ""
+    configs: list = field(default_factory=list)  # the plan's configs, plus any the deadline rule moved to
+    watch: Any = None  # cloudfit.executors.deadline.DeadlineWatch (None: no deadline to keep)
+    switches: list[str] = field(default_factory=list)
+    _deadline_written: float = -float("inf")
+
+    def __post_init__(self) -> None:
+        self.configs = list(self.spec.configs)
 
     @property
     def config(self) -> ClusterConfig:
-        return self.spec.configs[self.config_index]
+        return self.configs[self.config_index]
+
+    # ---------------------------------------------------------------- the deadline rule
+
+    def deadline_seen(self, d) -> None:
+        """Write the prediction where `cloudfit status` reads it (at most every 2 s of wall time)."""
+        now = time.monotonic()
+        if now - self._deadline_written < 2.0 and d.action == "stay":
+            return
+        self._deadline_written = now
+        since = self.ex.clock() - self.watch.t0
+        self.ex.store.update_cluster(self.spec.name, info={"deadline": {
+            **{k: v for k, v in d.data.items()}, "predicted_finish_at": time.time() - since + d.predicted_finish_s
+            if d.predicted_finish_s is not None else None,
+            "deadline_at": time.time() - since + self.watch.spec.deadline_s, "slack_s": d.slack_s,
+            "config": self.config.label()}})
+
+    def _record_switch(self, kind: str, to: ClusterConfig, why: str) -> None:
+        line = f"{kind}: {self.config.label()} → {to.label()}: {why}"
+        self.switches.append(line)
+        rec = self.ex.store.find_cluster(self.spec.name)
+        prior = list(rec.info.get("switches", [])) if rec is not None else []
+        prior.append({"at": time.time(), "kind": kind, "from": self.config.label(), "to": to.label(), "reason": why})
+        self.ex.store.update_cluster(self.spec.name, info={"switches": prior})
+        self.ex.store.event(self.spec.name, "switch", line)
+
+    def _checkpoint_and_stop(self) -> bool:
+        """Ask the job to checkpoint and exit (up to the grace time); True if it completed meanwhile."""
+        if not self.nodes:
+            return False
+        self.request_stop()
+        end = self.ex.clock() + self.ex.timing.grace_s
+        while self.ex.clock() < end:
+            p = self.poll()
+            if p.state == "completed":
+                return True
+            if p.state in ("stopped", "failed", "down"):
+                break
+            self.ex.sleep(min(self.ex.timing.interval_s, max(0.0, end - self.ex.clock())))
+        return False
+
+    def _move_to(self, to: ClusterConfig) -> None:
+        """Tear the cluster down and bring the job up on ``to`` (it resumes from the newest checkpoint).
+        The guard prices ``to`` before anything is created: ``BudgetExceeded`` if it cannot pay one
+        interval of it (the supervisor then stops the run — the budget wins over the deadline)."""
+        self.teardown()
+        if self.guard.cap_for(self.ex._schedules(to), self.ex.clock()) < self.guard.min_cap_s:
+            msg = f"the budget left cannot pay {to.label()}: stopping (checkpoint saved)"
+            self.ex.store.event(self.spec.name, "budget", msg)
+            raise BudgetExceeded(msg)
+        self.configs.insert(self.config_index + 1, to)
+        self.launch(self.config_index + 1)
+        self.ex.store.update_cluster(self.spec.name, info={"config": self.config.to_dict(),
+                                                           "zone": self.config.offering.zone})
+
+    def switch(self, d) -> None:
+        """Can't Be Late: move a spot cluster that fell behind to on-demand (for good)."""
+        from cloudfit.executors.deadline import on_demand_config
+
+        to = self.watch.spec.on_demand if self.watch.spec.on_demand is not None else on_demand_config(self.configs, self.config)
+        if to.nodes != self.config.nodes or to.offering.machine_type != self.config.offering.machine_type:
+            to = on_demand_config(self.configs, self.config)
+        if self._checkpoint_and_stop():  # finished while stopping: nothing to move
+            return
+        self._record_switch("on-demand", to, d.reason)
+        self.emit(Event("switch", f"moving {self.spec.name} to {to.label()} (on demand); the job resumes from its checkpoint"))
+        self._move_to(to)
 
     # ---------------------------------------------------------------- creation
 
     def launch(self, first: int) -> None:
         """Create the cluster on ``configs[first]``, falling back through the rest on stockout/quota."""
-        for i in range(first, len(self.spec.configs)):
+        for i in range(first, len(self.configs)):
             self.config_index = i
             cfg = self.config
             try:
@@ -526,11 +615,41 @@ class _GcpCluster:
                 n = self._insert(spec, master_ip=head_ip or old_ip, network_ip=old_ip)
                 self._wait_created(n)
             except CAPACITY_ERRORS as e:
+                if self._shrink(len(lost), e):
+                    return
                 self.emit(Event("fallback", f"cannot recreate {name} ({e}): moving the whole cluster"))
                 self.fallbacks.append(f"{self.config.label()}: {e}")
                 self.teardown()
                 self.launch(self.config_index + 1)
                 return
+
+    def _shrink(self, n_lost: int, err: Exception) -> bool:
+        """No capacity to replace lost nodes: a large-model job resumes on the nodes that are left, with
+        a re-computed layout (DCP re-shards the checkpoint), if the deadline still holds there."""
+        cfg = self.config
+        left = cfg.nodes - n_lost
+        if self.spec.job.llm is None or left < 1 or cfg.nodes <= 1:
+            return False
+        smaller = ClusterConfig(cfg.offering, left, cfg.spot)
+        fits, mem = self.spec.job.llm.fits(smaller)
+        if not fits:
+            self.emit(Event("deadline", f"not resuming on {left} node(s): the layout needs {mem}"))
+            return False
+        if self.watch is not None:
+            ok, why = self.watch.holds(self.ex.clock(), self.watch.last_step, smaller, cfg)
+            if not ok:
+                self.emit(Event("deadline", f"not resuming on {left} node(s): {why}"))
+                return False
+        else:
+            why = "no deadline to keep"
+        from cloudfit.executors.llm_job import label
+
+        lay = label(self.spec.job.llm.layout_for(smaller))
+        self._record_switch("fewer-nodes", smaller, f"no capacity to replace {n_lost} node(s) ({err}); "
+                                                    f"re-sharded layout {lay} ({mem}); {why}")
+        self.emit(Event("shrink", f"resuming on {left} node(s) with layout {lay} from the checkpoint"))
+        self._move_to(smaller)
+        return True
 
     def _old_ip(self, name: str) -> str | None:
         for r in reversed(self.ex.store.resources(self.spec.name)):

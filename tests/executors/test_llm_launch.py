@@ -1,0 +1,352 @@
+"""Launching a large-model plan: the layout reaches torchrun on the VMs, the deadline is kept at run time.
+
+Against the fake Compute Engine server with the real google-cloud-compute client. The fake plays the
+trainer (``simulate_job_s``: node 0 reports progress that grows with time, from 0 on a fresh VM).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import threading
+import time
+
+import pytest
+
+from cloudfit.executors.base import JobSpec, RunSpec, plan_configs
+from cloudfit.executors.deadline import DeadlineSpec, DeadlineWatch, on_demand_config
+from cloudfit.executors.llm_job import LlmJob
+from cloudfit.plan.io import load_plan
+from tests.conftest import run_cloudfit
+from tests.executors.conftest import PROJECT
+
+CKPT = "gs://ckpt-bucket/llm"
+
+
+@pytest.fixture(scope="module")
+def llm_plan_path(tmp_path_factory):
+    d = tmp_path_factory.mktemp("llmplan")
+    r = run_cloudfit("recommend", "--model", "llama3-8b", "--tokens", "1e11", "--seq-len", "8192", "--deadline", "7d",
+                     "--out", str(d / "plan.json"), cwd=str(d))
+    assert r.returncode == 0, r.stderr
+    return d / "plan.json"
+
+
+@pytest.fixture
+def llm_plan(llm_plan_path):
+    return load_plan(llm_plan_path)
+
+
+def _meta(body, key):
+    return next((i["value"] for i in body["metadata"]["items"] if i["key"] == key), None)
+
+
+def _trainer_argv(script: str) -> list[str]:
+    line = next(l for l in script.splitlines() if "-m cloudfit.train_llm" in l)
+    return shlex.split(line.split("-m cloudfit.train_llm", 1)[1])
+
+
+def _when(cond, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    raise AssertionError("condition not met in time")
+
+
+def test_gcp_startup_script_runs_torchrun_with_the_plans_layout(cli, fake, llm_plan_path, llm_plan):
+    r = cli("launch", str(llm_plan_path), "--yes", "--backend", "gcp", "--project", PROJECT, "--compute-endpoint",
+            fake.endpoint, "--checkpoint-dir", CKPT, "--check-interval", "0.1", "--steps", "40", "--name", "llm")
+    assert r.exit_code == 0, r.output
+    lay = llm_plan.layout
+    nodes, per_node = lay["nodes"], lay["gpus_per_node"]
+    assert len(fake.inserted) == nodes and fake.vms() == []
+    for i, body in enumerate(fake.inserted):  # what each VM was created with, read back from the fake
+        assert body["machineType"].endswith("/" + llm_plan.chosen.config.offering.machine_type)
+        assert _meta(body, "cloudfit-node-rank") == str(i)
+        script = _meta(body, "startup-script")
+        assert f"NNODES={nodes}\n" in script and f"NPROC={per_node}\n" in script
+        assert "torch.distributed.run" in script and "--rdzv-backend=c10d" in script
+        argv = _trainer_argv(script)
+        opts = dict(zip(argv[::2], argv[1::2]))
+        d = lay["degrees"]
+        for k in ("dp_shard", "tp", "micro_batch", "grad_accum"):
+            assert opts["--" + k.replace("_", "-")] == str(d[k]), k
+        assert opts["--shape"] == "llama3-8b" and opts["--seq-len"] == "8192" and opts["--ac"] == d["ac"]
+        assert opts["--steps"] == "40" and opts["--checkpoint-dir"] == "/mnt/cloudfit/ckpt-bucket/llm"
+        # the trainer accepts them on the cluster's world size
+        from cloudfit.train_llm import parse_args
+
+        a = parse_args(argv, world_size=nodes * per_node)
+        assert a.layout.dp_shard == d["dp_shard"] and a.layout.tp == d["tp"]
+    assert "runs layout fsdp=" in r.output
+
+
+def _spec(plan, name, *, deadline_s, restart_s, steps=100, step_s=0.03, configs=None):
+    configs = configs or plan_configs(plan)[:1]
+    first = configs[0]
+    dl = DeadlineSpec(deadline_s=deadline_s, planned_step_s=step_s, restart_s=restart_s,
+                      on_demand=on_demand_config(configs, first), planned_gpus=first.accelerators)
+    job = JobSpec(model="llama3-8b", steps=steps, checkpoint_dir=CKPT, llm=LlmJob.from_plan(plan), precision="bf16",
+                  checkpoint_interval_s=600.0)
+    return RunSpec(name, tuple(configs), job, 5000.0, deadline=dl)
+
+
+def _provisioning(fake):
+    return [(b["name"], b["scheduling"]["provisioningModel"]) for b in fake.inserted]
+
+
+def test_a_spot_loss_that_puts_the_deadline_at_risk_switches_to_on_demand(fake, gcp, llm_plan):
+    """Job 3 s on spot, deadline 8 s, restart 3 s: slack 1.9 s. Losing a node at step ≥ 75 (t ≈ 2.3 s)
+    throws the work back to the last checkpoint (none): 3 s of work + 3 s restart no longer fit in
+    the ~5.7 s left — on-demand now, by Can't Be Late's rule."""
+    fake.simulate_job_s = 3.0
+    ex = gcp()
+
+    def lose_a_node():
+        _when(lambda: _step(fake) >= 75)
+        fake.preempt("dl-1")
+
+    t = threading.Thread(target=lose_a_node)
+    t.start()
+    r = ex.run(_spec(llm_plan, "dl", deadline_s=8.0, restart_s=3.0))
+    t.join()
+    assert r.reason == "completed" and r.config is not None and not r.config.spot, r
+    prov = _provisioning(fake)
+    nodes = llm_plan.chosen.config.nodes
+    assert [p for _, p in prov[:nodes]] == ["SPOT"] * nodes and prov[-nodes:] == [
+        (f"dl-{i}", "STANDARD") for i in range(nodes)]
+    rec = ex.store.cluster("dl")
+    [sw] = rec.info["switches"]
+    assert sw["kind"] == "on-demand" and "behind the deadline" in sw["reason"] and "spot" in sw["from"]
+    assert any(k == "switch" for _, k, _ in ex.store.events("dl"))
+    assert rec.info["deadline"]["predicted_finish_at"] and rec.spend_usd <= 5000.0
+    assert fake.vms() == []
+
+
+def _step(fake):
+    import json
+
+    for g in list(fake.guest.values()):
+        p = g.get("cloudfit/progress")
+        if p:
+            return json.loads(p).get("step", 0)
+    return 0
+
+
+def test_no_switch_while_the_spot_cluster_keeps_the_deadline(fake, gcp, llm_plan):
+    fake.simulate_job_s = 1.5
+    ex = gcp()
+    r = ex.run(_spec(llm_plan, "keep", deadline_s=30.0, restart_s=3.0, step_s=0.015))
+    assert r.reason == "completed" and r.config.spot
+    assert "switches" not in ex.store.cluster("keep").info
+    assert all(p == "SPOT" for _, p in _provisioning(fake))
+
+
+def test_no_capacity_to_replace_a_lost_node_resumes_on_fewer_nodes_with_a_resharded_layout(fake, gcp, llm_plan):
+    fake.simulate_job_s = 2.0
+    c = llm_plan.chosen.config
+    zone = c.offering.zone
+    fake.stockout(zone, count=1, after=c.nodes)  # the replacement of a lost node meets a stockout, once
+    ex = gcp()
+
+    def lose_last():
+        _when(lambda: len(fake.vms(statuses=("RUNNING",))) == c.nodes)
+        time.sleep(0.3)
+        fake.preempt(f"fewer-{c.nodes - 1}")
+
+    t = threading.Thread(target=lose_last)
+    t.start()
+    r = ex.run(_spec(llm_plan, "fewer", deadline_s=60.0, restart_s=3.0, step_s=0.02))
+    t.join()
+    assert r.reason == "completed" and r.config.nodes == c.nodes - 1 and r.config.spot, r
+    [sw] = ex.store.cluster("fewer").info["switches"]
+    assert sw["kind"] == "fewer-nodes" and "re-sharded layout" in sw["reason"]
+    last = [b for b in fake.inserted][-(c.nodes - 1):]
+    argv = _trainer_argv(_meta(last[0], "startup-script"))
+    opts = dict(zip(argv[::2], argv[1::2]))
+    per_node = c.offering.accelerators_per_node
+    tp = int(opts["--tp"])
+    assert int(opts["--dp-shard"]) * tp == (c.nodes - 1) * per_node
+    assert re.search(rf"NNODES={c.nodes - 1}\n", _meta(last[0], "startup-script"))
+    # the global batch (sequences per optimizer step) stays the plan's, rounded up
+    gb = llm_plan.layout["global_batch"]
+    assert gb <= int(opts["--micro-batch"]) * int(opts["--grad-accum"]) * int(opts["--dp-shard"]) < gb * 1.1
+    assert fake.vms() == []
+
+
+def test_deadline_watch_rule_is_cant_be_lates():
+    from cloudfit.types import ClusterConfig
+    from tests.executors.plans import offering
+
+    spot = ClusterConfig(offering(), 2, True)
+    spec = DeadlineSpec(deadline_s=100.0, planned_step_s=1.0, restart_s=10.0, on_demand=ClusterConfig(offering(), 2, False),
+                        planned_gpus=2)
+    w = DeadlineWatch(spec, 50, margin_s=1.0, t0=0.0)
+    assert w.observe(0.0, {"step": 0}, spot).action == "stay"  # 50 + 10 + 1 = 61 < 100
+    assert w.observe(10.0, {"step": 10}, spot).action == "stay"  # measured 1 step/s: 40 + 11 < 90
+    w.lost()  # the work since the checkpoint at step 5 is gone: 45 + 11 = 56 s needed vs 55 left → switch
+    d = w.observe(45.0, {"step": 40, "checkpoint_step": 5}, spot, up=False)
+    assert d.action == "on-demand" and d.slack_s < 0 and "behind the deadline" in d.reason
+    on_demand = ClusterConfig(offering(), 2, False)
+    assert w.observe(46.0, {"step": 5}, on_demand).action == "stay"  # never switches an on-demand cluster
+
+
+def test_status_shows_progress_predicted_finish_and_each_switch(cli, fake, gcp, llm_plan):
+    fake.simulate_job_s = 3.0
+    ex = gcp()
+    threading.Thread(target=lambda: (_when(lambda: _step(fake) >= 75), fake.preempt("st-1"))).start()
+    r = ex.run(_spec(llm_plan, "st", deadline_s=8.0, restart_s=3.0))
+    assert r.reason == "completed" and not r.config.spot
+    out = cli("status", "st")
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "Predicted finish" in text and "deadline" in text
+    assert "(on-demand): behind the deadline" in text and "Progress step" in text
+    j = cli("status", "st", "--json")
+    import json
+
+    row = json.loads(j.output)
+    assert row["switches"][0]["kind"] == "on-demand" and row["deadline"]["predicted_finish_at"]
+
+
+# ------------------------------------------------------------------------------ local: real FSDP2 ranks
+
+def _metrics(ckpt):
+    import json
+
+    return [json.loads(l) for l in (ckpt / "metrics.jsonl").read_text().splitlines() if l.strip()]
+
+
+@pytest.mark.slow
+def test_local_launch_survives_a_killed_rank_then_resumes_resharded_on_fewer_ranks(llm_plan_path, tmp_path):
+    """`cloudfit launch` of the LLM plan: 2 real FSDP2 gloo ranks of cloudfit.train_llm; one is killed
+    (SIGKILL) mid-run and torch elastic resumes from the DCP checkpoint on the same world size; then
+    the same plan relaunched on 1 rank resumes re-sharded from that checkpoint — the loss keeps falling."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    from cloudfit.train_llm import complete_checkpoints
+
+    ckpt = tmp_path / "ckpt"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    base = [sys.executable, "-m", "cloudfit", "launch", str(llm_plan_path), "--backend", "local", "--yes",
+            "--checkpoint-dir", str(ckpt), "--checkpoint-every", "4", "--json"]
+    proc = subprocess.Popen(base + ["--steps", "16", "--ranks", "2", "--name", "lk-a"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _when(lambda: complete_checkpoints(ckpt), timeout=240)
+        killed_after = complete_checkpoints(ckpt)[0][0]
+        workers = _when_value(lambda: [p for p in psutil.Process(proc.pid).children(recursive=True)
+                                       if "cloudfit.train_llm" in " ".join(p.cmdline()) and "torch.distributed.run" not in
+                                       " ".join(p.cmdline())])
+        os.kill(workers[-1].pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    a = json.loads(out)
+    assert a["reason"] == "completed" and a["steps"] == 16 and a["restarts"] >= 1, a
+    assert "rehearsing the plan's layout" in err and "fsdp=2" in err
+    m = _metrics(ckpt)
+    restarted = [x for x in m if x["restart"] >= 1]
+    assert restarted and restarted[0]["resumes"] >= 1 and restarted[0]["world_size"] == 2
+    assert restarted[0]["step"] > killed_after  # resumed after the checkpoint, not from scratch
+    # the same plan and checkpoints on 1 rank: DCP re-shards fsdp=2 → fsdp=1
+    r = subprocess.run(base + ["--steps", "24", "--ranks", "1", "--name", "lk-b"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    b = json.loads(r.stdout)
+    assert b["reason"] == "completed" and b["steps"] == 24
+    m = _metrics(ckpt)
+    one = [x for x in m if x["world_size"] == 1]
+    assert one and one[0]["step"] == 17  # picked up right after run A's last step
+    first = [x["loss"] for x in m[:3]]
+    assert sum(x["loss"] for x in one[-3:]) / 3 < sum(first) / 3 - 0.3  # the loss keeps going down
+    marker = json.loads((complete_checkpoints(ckpt)[0][1] / "COMPLETE.json").read_text())
+    assert marker["layout"]["world_size"] == 1 and marker["step"] == 24
+
+
+def _when_value(f, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = f()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+@pytest.mark.parametrize("edit, extra, needle", [
+    (lambda d: d["layout"]["launch"]["args"].__setitem__(d["layout"]["launch"]["args"].index("--dp-shard") + 1, "0"),
+     [], "below 1"),
+    (lambda d: d["layout"]["launch"].pop("args"), [], "layout block is malformed"),
+    (lambda d: None, ["--ranks", "0"], "--ranks must be at least 1"),
+    (lambda d: None, ["--ranks", "2", "--backend", "gcp"], "--ranks is for --backend local"),
+])
+def test_bad_llm_launch_input_is_one_line_exit_2(cli, llm_plan_path, tmp_path, edit, extra, needle):
+    import json
+
+    d = json.loads(llm_plan_path.read_text())
+    edit(d)
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(d))
+    r = cli("launch", str(p), "--dry-run", *extra)
+    assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, r.output
+
+
+def test_a_switch_the_budget_cannot_pay_stops_the_run_within_the_budget(fake, gcp, llm_plan):
+    """The deadline rule asks for on-demand (8× the spot price), but the budget left cannot pay one
+    interval of it: the guard wins — the run stops, nothing on-demand is created, spend ≤ budget."""
+    fake.simulate_job_s = 3.0
+    ex = gcp()
+    threading.Thread(target=lambda: (_when(lambda: _step(fake) >= 75), fake.preempt("poor-1"))).start()
+    spec = _spec(llm_plan, "poor", deadline_s=8.0, restart_s=3.0)
+    import dataclasses
+
+    spec = dataclasses.replace(spec, budget_usd=5.0)
+    r = ex.run(spec)
+    assert r.reason == "budget" and r.spend_usd <= 5.0, r
+    assert all(p == "SPOT" for _, p in _provisioning(fake)) and fake.vms() == []
+    rec = ex.store.cluster("poor")
+    assert rec.reason == "budget" and rec.spend_usd <= 5.0
+    assert any("cannot pay" in m for _, _, m in ex.store.events("poor")) or "cannot pay" in r.detail
+
+
+def test_recomputed_layouts_keep_the_global_batch_and_are_checked_against_memory(llm_plan):
+    from cloudfit.types import ClusterConfig
+
+    job = LlmJob.from_plan(llm_plan)
+    c = llm_plan.chosen.config
+    assert job.layout_for(c) == dict(job.degrees)  # the plan's own layout on the plan's own cluster
+    three = ClusterConfig(c.offering, c.nodes - 1, c.spot)
+    d = job.layout_for(three)
+    assert d["dp_shard"] * d["tp"] == three.accelerators
+    assert d["micro_batch"] * d["grad_accum"] * d["dp_shard"] >= job.global_batch
+    ok, why = job.fits(three)
+    assert ok and "GiB per GPU" in why
+    one = ClusterConfig(c.offering, 1, c.spot)  # llama3-8b states over 8 GPUs only: past 80 GiB
+    ok, why = job.fits(one)
+    assert not ok and "of 80 GiB" in why
+
+
+def test_deadline_option_overrides_the_plans_and_is_shown(cli, fake, llm_plan_path, tmp_path):
+    from tests.executors.plans import write_plan
+    from cloudfit.types import ClusterConfig
+    from tests.executors.plans import offering
+
+    args = ["--backend", "gcp", "--project", PROJECT, "--compute-endpoint", fake.endpoint, "--checkpoint-dir", CKPT]
+    r = cli("launch", str(llm_plan_path), "--dry-run", "--deadline", "36h", *args)
+    assert r.exit_code == 0, r.output
+    assert "deadline kept at run time: 36.0 h" in " ".join(r.output.split())
+    zoo = write_plan(tmp_path / "zoo.json", [ClusterConfig(offering(price=None), 1, True)], budget_usd=5)
+    r = cli("launch", str(zoo), "--dry-run", "--deadline", "36h", *args)
+    assert r.exit_code == 2 and "large-model plans" in r.output
+    assert fake.requests == []
