@@ -210,7 +210,7 @@ def simulate_deadline_run(seed: int, *, switching: bool) -> DeadlineSimResult:
     simulated cloud bills each VM from creation until it is deleted (within the teardown the guard
     assumes), preempted or its ``max_run_duration`` expires.
     """
-    from cloudfit.executors.checkpointing import young_daly_s
+    from cloudfit.spot.checkpointing import young_daly_s
 
     rng = random.Random(seed)
     nodes = rng.randint(1, 8)

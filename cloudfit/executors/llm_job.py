@@ -1,8 +1,8 @@
 """A large-model plan's job for the launcher: the layout ``cloudfit.train_llm`` runs on a given cluster.
 
 ``LlmJob.from_plan(plan)`` reads ``plan.layout`` (the planner's trainer arguments for the chosen
-config; for layouts the trainer cannot run — pipeline or context parallel — the nearest runnable
-layout's ``runnable_args``). ``layout_for(config)`` is the plan's layout on the chosen config and a
+config; for layouts the trainer cannot run — interleaved stages, a pipeline over tied embeddings —
+the nearest runnable layout's ``runnable_args``). ``layout_for(config)`` is the plan's layout on the chosen config and a
 re-computed one on any other cluster (a fallback alternative, or fewer nodes after a loss): tensor
 parallel kept inside a node, FSDP over the remaining GPUs, gradient accumulation raised so that the
 global batch (sequences per optimizer step) stays the plan's — the optimizer sees the same steps.
@@ -62,14 +62,11 @@ class LlmJob:
             raise UsageError(f"the plan's layout block is malformed ({e!s:.80}): re-run `cloudfit recommend`") from None
         if any(v < 1 for k, v in degrees.items() if k != "ac") or seq_len < 1 or steps < 1 or gpus < 1:
             raise UsageError("the plan's layout has a degree, sequence length, step count or GPU count below 1")
-        if degrees["pp"] != 1 or degrees["cp"] != 1:
-            raise UsageError(f"the plan's layout {lay.get('text')} has pp/cp > 1 and no runnable alternative: "
-                             f"{TRAINER} runs pp=1, cp=1 only")
-        world = degrees["dp_replicate"] * degrees["dp_shard"] * degrees["tp"]
+        world = world_of(degrees)
         if world != gpus:
             raise UsageError(f"the plan's layout covers {world} ranks but its cluster has {gpus} GPUs")
         model_args = _model_args(args)
-        notes = () if runnable else (f"the plan's layout {lay.get('text')} needs pipeline/context parallelism; "
+        notes = () if runnable else (f"the plan's layout {lay.get('text')}: {launch.get('note') or 'not runnable'}; "
                                      f"{TRAINER} runs the nearest layout it can: {_label(degrees)}",)
         gb = degrees["micro_batch"] * degrees["grad_accum"] * degrees["dp_replicate"] * degrees["dp_shard"]
         cap = lay.get("memory_capacity_gib")
@@ -88,8 +85,8 @@ class LlmJob:
             from cloudfit.llm.zoo import LLMShape
 
             d = self.layout_for(config)
-            text = (f"dp={d['dp_replicate']},fsdp={d['dp_shard']},zero=3,tp={d['tp']},mb={d['micro_batch']},"
-                    f"ga={d['grad_accum']},ac={d['ac']}")
+            text = (f"dp={d['dp_replicate']},fsdp={d['dp_shard']},zero=3,tp={d['tp']},pp={d['pp']},cp={d['cp']},"
+                    f"mb={d['micro_batch']},ga={d['grad_accum']},ac={d['ac']}")
             e = estimate(token_stats(LLMShape(**self.shape_spec), self.seq_len), parse(text, gpus=config.accelerators),
                          capacity_gib=self.capacity_gib)
         except Exception as ex:  # a shape this version cannot rebuild: do not block on it
@@ -108,10 +105,12 @@ class LlmJob:
         if gpus == self.gpus:
             return d
         tp = d["tp"] if d["tp"] <= per_node and gpus % d["tp"] == 0 else 1
-        dp = max(1, gpus // tp)
+        pp = d["pp"] if gpus % (tp * d["pp"]) == 0 else 1  # stages kept where the GPUs divide
+        cp = d["cp"] if gpus % (tp * pp * d["cp"]) == 0 else 1
+        dp = max(1, gpus // (tp * pp * cp))
         mb = d["micro_batch"]
-        ga = max(1, math.ceil(self.global_batch / (mb * dp)))
-        return {**d, "dp_replicate": 1, "dp_shard": dp, "tp": tp, "grad_accum": ga}
+        ga = max(1, math.ceil(self.global_batch / (mb * dp)), pp)  # 1F1B needs ≥ pp micro-batches
+        return {**d, "dp_replicate": 1, "dp_shard": dp, "tp": tp, "pp": pp, "cp": cp, "grad_accum": ga}
 
     def args_for(self, degrees: Mapping[str, Any], *, shrink: bool = False, seq_len: int | None = None,
                  precision: str | None = None) -> list[str]:
@@ -120,7 +119,8 @@ class LlmJob:
         if shrink:
             model = ["--shape", model[1] if model[:1] == ["--shape"] else "llama3-8b", "--shrink"]
         out = model + ["--dp-replicate", str(degrees["dp_replicate"]), "--dp-shard", str(degrees["dp_shard"]),
-                       "--tp", str(degrees["tp"]), "--ac", str(degrees["ac"]), "--micro-batch", str(degrees["micro_batch"]),
+                       "--tp", str(degrees["tp"]), "--pp", str(degrees.get("pp", 1)), "--cp", str(degrees.get("cp", 1)),
+                       "--ac", str(degrees["ac"]), "--micro-batch", str(degrees["micro_batch"]),
                        "--grad-accum", str(degrees["grad_accum"]), "--seq-len", str(seq_len or self.seq_len)]
         if precision:
             out += ["--precision", precision]
@@ -134,11 +134,13 @@ class LlmJob:
         from cloudfit.train_llm import Layout, rehearsal_layout
 
         d = self.degrees
-        r, notes = rehearsal_layout(Layout(dp_replicate=d["dp_replicate"], dp_shard=d["dp_shard"], tp=d["tp"], ac=d["ac"],
-                                           micro_batch=d["micro_batch"], grad_accum=d["grad_accum"]), max_ranks)
+        r, notes = rehearsal_layout(Layout(dp_replicate=d["dp_replicate"], dp_shard=d["dp_shard"], tp=d["tp"], pp=d["pp"],
+                                           cp=d["cp"], ac=d["ac"], micro_batch=d["micro_batch"],
+                                           grad_accum=d["grad_accum"]), max_ranks,
+                                    tied_embeddings="--tie-embeddings" in self.model_args)
         notes = list(self.notes) + notes
-        degrees = {"dp_replicate": r.dp_replicate, "dp_shard": r.dp_shard, "tp": r.tp, "pp": 1, "cp": 1, "ac": r.ac,
-                   "micro_batch": min(r.micro_batch, 2), "grad_accum": min(r.grad_accum, 2)}
+        degrees = {"dp_replicate": r.dp_replicate, "dp_shard": r.dp_shard, "tp": r.tp, "pp": r.pp, "cp": r.cp, "ac": r.ac,
+                   "micro_batch": min(r.micro_batch, 2), "grad_accum": max(r.pp, min(r.grad_accum, 2))}
         if (degrees["micro_batch"], degrees["grad_accum"]) != (d["micro_batch"], d["grad_accum"]):
             notes.append(f"micro-batch {d['micro_batch']}, accumulation {d['grad_accum']} rehearsed as "
                          f"{degrees['micro_batch']}, {degrees['grad_accum']}")
@@ -149,12 +151,14 @@ class LlmJob:
 
 
 def world_of(degrees: Mapping[str, Any]) -> int:
-    return int(degrees["dp_replicate"]) * int(degrees["dp_shard"]) * int(degrees["tp"])
+    return (int(degrees["dp_replicate"]) * int(degrees["dp_shard"]) * int(degrees["tp"]) * int(degrees.get("pp", 1))
+            * int(degrees.get("cp", 1)))
 
 
 def _label(d: Mapping[str, Any]) -> str:
     rep = f"replicate={d['dp_replicate']}," if d["dp_replicate"] > 1 else ""
-    return f"{rep}fsdp={d['dp_shard']},tp={d['tp']},mb={d['micro_batch']},ga={d['grad_accum']},ac={d['ac']}"
+    par = "".join(f",{k}={d[k]}" for k in ("pp", "cp") if int(d.get(k, 1)) > 1)
+    return f"{rep}fsdp={d['dp_shard']},tp={d['tp']}{par},mb={d['micro_batch']},ga={d['grad_accum']},ac={d['ac']}"
 
 
 def label(d: Mapping[str, Any]) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from cloudfit.llm.data import Table, predict_table
-from cloudfit.llm.step import FRAMEWORKS, Constants
+from cloudfit.llm.step import Constants
 
 PRIOR = Constants()
 PRIOR_WEIGHT = 0.05

@@ -26,7 +26,11 @@ CKPT = "gs://ckpt-bucket/llm"
 @pytest.fixture(scope="module")
 def llm_plan_path(tmp_path_factory):
     d = tmp_path_factory.mktemp("llmplan")
+    # H100 VMs (80 GiB: llama3-8b's states need more than one node), no context parallel, and the catalog's
+    # outlier spot price (on-demand 8× spot there), so that the scenarios below (lose one of several nodes,
+    # re-shard FSDP over the rest; a switch the budget cannot pay) stay the ones they test
     r = run_cloudfit("recommend", "--model", "llama3-8b", "--tokens", "1e11", "--seq-len", "8192", "--deadline", "7d",
+                     "--accelerators", "H100", "--layout", "cp=1,pp=1", "--allow-outlier-prices",
                      "--out", str(d / "plan.json"), cwd=str(d))
     assert r.returncode == 0, r.stderr
     return d / "plan.json"
@@ -168,7 +172,7 @@ def test_no_capacity_to_replace_a_lost_node_resumes_on_fewer_nodes_with_a_reshar
     opts = dict(zip(argv[::2], argv[1::2]))
     per_node = c.offering.accelerators_per_node
     tp = int(opts["--tp"])
-    assert int(opts["--dp-shard"]) * tp == (c.nodes - 1) * per_node
+    assert int(opts["--dp-shard"]) * tp * int(opts.get("--pp", 1)) * int(opts.get("--cp", 1)) == (c.nodes - 1) * per_node
     assert re.search(rf"NNODES={c.nodes - 1}\n", _meta(last[0], "startup-script"))
     # the global batch (sequences per optimizer step) stays the plan's, rounded up
     gb = llm_plan.layout["global_batch"]
@@ -328,7 +332,7 @@ def test_recomputed_layouts_keep_the_global_batch_and_are_checked_against_memory
     assert job.layout_for(c) == dict(job.degrees)  # the plan's own layout on the plan's own cluster
     three = ClusterConfig(c.offering, c.nodes - 1, c.spot)
     d = job.layout_for(three)
-    assert d["dp_shard"] * d["tp"] == three.accelerators
+    assert d["dp_shard"] * d["tp"] * d["pp"] * d["cp"] == three.accelerators
     assert d["micro_batch"] * d["grad_accum"] * d["dp_shard"] >= job.global_batch
     ok, why = job.fits(three)
     assert ok and "GiB per GPU" in why

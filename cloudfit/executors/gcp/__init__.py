@@ -7,9 +7,10 @@
 
 from __future__ import annotations
 
+from cloudfit.endpoints import ENV_PIP_SPEC, pip_spec, strip_credentials
 from cloudfit.executors.gcp.bodies import (
-    BOOT_DISK_GB, DEFAULT_IMAGE, ENV_PIP_SPEC, LAUNCH_LABEL, N1_ACCELERATOR_TYPES, RDZV_PORT, NodeSpec,
-    accelerator_type, node_name, pip_spec, render_startup_script, split_bucket, strip_credentials,
+    BOOT_DISK_GB, DEFAULT_IMAGE, LAUNCH_LABEL, N1_ACCELERATOR_TYPES, RDZV_PORT, NodeSpec, accelerator_type,
+    node_name, render_startup_script, split_bucket,
 )
 from cloudfit.executors.gcp.clients import ENV_ENDPOINT, Clients, NotOfferedError, Retry, make_clients
 from cloudfit.executors.gcp.cluster import GcpExecutor

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cloudfit import __version__
-from cloudfit.endpoints import ENV_PIP_SPEC, pip_spec, strip_credentials  # noqa: F401  (re-exported)
+from cloudfit.endpoints import pip_spec
 from cloudfit.errors import UsageError
 from cloudfit.executors.base import NodePlan, RunSpec
 from cloudfit.types import ClusterConfig

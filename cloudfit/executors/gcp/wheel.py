@@ -89,7 +89,7 @@ def runtime_wheel(package_dir: Path | None = None, version: str = __version__) -
 
 def install_source(model: str = "") -> Install:
     """How the VMs get cloudfit: ``$CLOUDFIT_PIP_SPEC`` when set, else this install's wheel in metadata."""
-    from cloudfit.executors.gcp.bodies import ENV_PIP_SPEC, pip_spec
+    from cloudfit.endpoints import ENV_PIP_SPEC, pip_spec
 
     hf = any(model.startswith(p) for p in HF_MODELS)
     if os.environ.get(ENV_PIP_SPEC):
