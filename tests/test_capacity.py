@@ -41,7 +41,7 @@ def test_recommend_space_includes_wait_and_max_gpus(tmp_path):
     space = build_space(w, load_profile(resolve_profile("resnet50")), catalog.load())
     assert np.all(space.gpus_per_node * space.nodes <= 16)
     assert any("--max-gpus" in k for k in space.excluded)
-    a = space.assess(24.0)
+    a = space.assess(w)
     assert np.all(a.wait_hours[space.gpus_per_node * space.nodes <= 8] == 0)
     assert np.any(a.wait_hours > 0)
 
