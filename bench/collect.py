@@ -14,7 +14,9 @@ PARTS = [  # (file, the script that writes it)
     ("RESULTS_spot.md", "bench/spot_validation.py"),
     ("RESULTS_recommend.md", "bench/recommend_regret.py, bench/startup.py, bench/search_evals.py"),
     ("RESULTS_active.md", "bench/active_search.py"),
-    ("RESULTS_executors.md", "bench/budget_sim.py"),
+    ("RESULTS_executors.md", "bench/budget_sim.py, bench/stockout_fallback.py, bench/plan_fuzz.py"),
+    ("RESULTS_llm.md", "bench/llm_eval.py, bench/llm_speed.py"),
+    ("RESULTS_llm_recommend.md", "bench/llm_recommend_time.py, bench/llm_regret.py"),
 ]
 
 HEADER = """# Benchmark results
