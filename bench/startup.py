@@ -151,7 +151,7 @@ def _child(out_path: str) -> None:
     import cloudfit.catalog
     import cloudfit.perf
     import cloudfit.perf.model
-    import cloudfit.plan as plan
+    import cloudfit.plan.planner as plan
     import cloudfit.search.exhaustive as ex
     import cloudfit.spot
     from cloudfit.search.problem import SearchResult
