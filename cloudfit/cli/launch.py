@@ -379,11 +379,13 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
     project: Optional[str] = ProjectOpt,
     endpoint: Optional[str] = EndpointOpt,
+    show_all: bool = typer.Option(False, "--all", help="Also list ended clusters that `down` has cleared."),
 ) -> None:
     """Show clusters: state, spend against the budget, why they ended; with NAME, its nodes and events."""
     store = _open_store()
     if name is None:
-        rows = [_cluster_row(store, c) for c in store.clusters() if "@" not in c.name]
+        rows = [_cluster_row(store, c) for c in store.clusters()
+                if "@" not in c.name and (show_all or not (c.ended and c.info.get("cleared_at")))]
         if as_json:
             print_json({"clusters": rows})
             return
@@ -545,6 +547,11 @@ def down(
     else:
         ex = get_executor("local", store=store)
     res = ex.down(name, all_with_label=all_with_label)
+    rec = store.find_cluster(name)
+    if rec is not None and rec.ended and not res.foreign:  # nothing of it left running: off the status list
+        import time as _time
+
+        store.update_cluster(name, info={"cleared_at": _time.time()})
     if as_json:
         print_json(res)
         return

@@ -47,12 +47,13 @@ def predict(
 
     if count < 1 or nodes < 1:
         raise UsageError(f"--count and --nodes must be at least 1 (got {count} and {nodes})")
-    prof = pio.load_profile(pio.resolve_profile(profile))
-    p = perf.predict(prof, accelerator, count, nodes, precision=precision, batch_size=batch_size,
-                     machine_type=machine_type, network_gbps=network_gbps)
     from cloudfit.catalog import hardware
 
     acc = hardware.canonical_name(accelerator)
+    _check_shape(acc, count, precision)
+    prof = pio.load_profile(pio.resolve_profile(profile))
+    p = perf.predict(prof, accelerator, count, nodes, precision=precision, batch_size=batch_size,
+                     machine_type=machine_type, network_gbps=network_gbps)
     batch = prof.stats.batch_size if batch_size is None else batch_size
     out = {
         "model": prof.model,
@@ -120,3 +121,20 @@ def _predict_llm(*, model, config, accelerator, count, nodes, precision, batch_s
     c.print(f"  memory {m.total_gib:,.1f} of {m.capacity_gib:,.0f} GiB per GPU: weights {m.weights_gib:,.1f}, "
             f"grads {m.gradients_gib:,.1f}, optimizer {m.optimizer_gib:,.1f}, activations {m.activations_gib:,.1f}, "
             f"logits {m.logits_gib:,.1f}, buffers {m.buffers_gib:,.1f}, overhead {m.overhead_gib:,.1f}")
+
+
+def _check_shape(acc: str, count: int, precision: str) -> None:
+    """One line, exit 2, for a question no VM can answer: a GPU count per VM the catalog does not offer
+    for that accelerator, or fp8 on a GPU without FP8 tensor cores (it would silently run as fp16)."""
+    from cloudfit import catalog
+    from cloudfit.catalog import hardware
+    from cloudfit.errors import UsageError
+
+    if precision == "fp8" and hardware.get(acc).fp8_tflops is None:
+        with_fp8 = sorted(a for a in catalog.load().accelerators if hardware.get(a).fp8_tflops)
+        raise UsageError(f"{acc} has no FP8 tensor cores (fp8 runs on {', '.join(with_fp8)}); "
+                         "use --precision fp16 or bf16")
+    counts = sorted({o.accelerators_per_node for o in catalog.load().offerings if o.accelerator == acc})
+    if counts and count not in counts:
+        raise UsageError(f"no VM in the catalog has {count}× {acc}: it offers {', '.join(map(str, counts))} per VM "
+                         "(--nodes adds VMs)")

@@ -243,10 +243,15 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
     fits = np.asarray(table.fits, dtype=bool).reshape(n_shapes, max_nodes)
 
     excluded: dict[str, int] = {}
+    no_fp8 = set()
+    if workload.precision == "fp8":  # fp8 where the GPU has no FP8 tensor cores would silently run as fp16
+        no_fp8 = {si for si, s in enumerate(shapes) if hardware.get(s.accelerator).fp8_tflops is None}
+        fits[list(no_fp8)] = False
     for si, s in enumerate(shapes):
         if not fits[si, 0]:
             n_off = int((off_shape == si).sum())
-            reason = (f"{profile.model} at batch {batch}/device does not fit in {s.accelerator} memory "
+            reason = (f"{s.accelerator} has no FP8 tensor cores" if si in no_fp8 else
+                      f"{profile.model} at batch {batch}/device does not fit in {s.accelerator} memory "
                       f"({hardware.get(s.accelerator).memory_gib:g} GiB)")
             modes = 1 if workload.spot != "allow" else 2
             excluded[reason] = excluded.get(reason, 0) + n_off * max_nodes * modes

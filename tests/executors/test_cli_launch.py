@@ -158,6 +158,10 @@ def test_gcp_launch_status_down_round_trip(cli, fake, plan):
     assert [c["name"] for c in listing] == ["rt"]
     d = cli("down", "rt", "--yes", *_gcp_args(fake)[2:])
     assert d.exit_code == 0 and fake.vms() == []
+    # an ended cluster that down has cleared leaves the status list; --all and `status rt` still show it
+    assert json.loads(cli("status", "--json").output)["clusters"] == []
+    assert [c["name"] for c in json.loads(cli("status", "--all", "--json").output)["clusters"]] == ["rt"]
+    assert json.loads(cli("status", "rt", "--json").output)["status"] == "ended"
 
 
 def test_kill_9_mid_creation_then_down_from_a_new_process_leaves_no_vm(fake, plan, tmp_path):

@@ -1,0 +1,34 @@
+"""Questions no VM can answer get one line and exit 2, not a silent answer (issue 18)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import run_cloudfit
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--accelerator", "T4", "--count", "3"], "no VM in the catalog has 3× T4: it offers 1, 2, 4 per VM"),
+    (["--accelerator", "A100", "--count", "8", "--precision", "fp8"], "A100 has no FP8 tensor cores"),
+    (["--accelerator", "V100", "--precision", "fp8"], "V100 has no FP8 tensor cores"),
+])
+def test_predict_refuses_shapes_and_precisions_no_vm_has(args, says):
+    r = run_cloudfit("predict", "--profile", "resnet50", *args)
+    assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_predict_takes_fp8_where_the_gpu_has_it():
+    r = run_cloudfit("predict", "--profile", "bert-large", "--accelerator", "H100", "--count", "8",
+                     "--precision", "fp8", "--json")
+    assert r.returncode == 0, r.stderr
+
+
+def test_recommend_in_fp8_leaves_out_gpus_without_fp8():
+    import json
+
+    r = run_cloudfit("recommend", "--model", "bert-large", "--samples", "5e7", "--deadline", "12h",
+                     "--precision", "fp8", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert {c["accelerator"] for c in out["candidates"]} <= {"H100", "H100-MEGA", "H200", "B200", "L4"}
+    assert any("has no FP8 tensor cores" in k for k in out["plan"]["provenance"]["excluded"])
