@@ -73,3 +73,19 @@ def test_every_plan_names_its_prices_date(tmp_path):
     assert "file dated" in price_date(csv)
     write_meta(csv, source="test", prices_as_of="2027-01-02")
     assert price_date(csv).startswith("2027-01-02")
+
+
+def test_the_grouped_whole_space_assessment_equals_row_by_row():
+    """The capacity wait is computed once per price group on the whole-space path: same numbers as row by row."""
+    from cloudfit import catalog
+    from cloudfit.profiling.io import load_profile, resolve_profile
+    from cloudfit.search import Problem
+    from cloudfit.search.space import build_space
+    from cloudfit.workload import make_workload
+
+    w = make_workload(model="gpt2", samples=2e7, budget="500")
+    sp = build_space(w, load_profile(resolve_profile("gpt2")), catalog.load())
+    a, b = sp.assess(Problem.of(w)), sp.assess(Problem.of(w), np.arange(len(sp)))
+    assert np.any(np.asarray(a.wait_hours) > 0)
+    for f in ("hours", "hours_p90", "cost_usd", "p_on_time", "wait_hours"):
+        np.testing.assert_allclose(np.asarray(getattr(a, f)), np.asarray(getattr(b, f)), rtol=1e-9, atol=1e-12)

@@ -328,7 +328,8 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     hi_q = np.where(multi, q_multi[1], q_single[1]) * band_scale
     # Accelerators with no measured row (none of the same chip) in the training data: say so, and widen the
     # band to what leave-one-accelerator-out says such predictions miss by.
-    unmeasured = np.array([not m.measured(a) for a in r["acc"]])
+    known = {a: m.measured(a) for a in set(r["acc"])}  # per accelerator, not per row
+    unmeasured = np.array([not known[a] for a in r["acc"]])
     if unmeasured.any() and m.unmeasured_quantiles:
         u_single, u_multi = m.unmeasured_quantiles[f"single-{kind}"], m.unmeasured_quantiles[f"multi-{kind}"]
         lo_q = np.where(unmeasured, np.minimum(lo_q, np.where(multi, u_multi[0], u_single[0]) * band_scale), lo_q)

@@ -163,7 +163,14 @@ class Space:
         cols["cost_p90_usd"] = cols["cost_p90_usd"] + teardown
         # stockouts: waiting for capacity adds time (not billed) and deadline risk (spot/capacity.py)
         gpus = self.gpus_per_node[sel] * nodes
-        wait, wait90, factor = capacity.wait_terms(gpus, is_spot, cols["hours"], deadline_hours, self.zones_offering[sel])
+        if groups is not None:  # rows of a price group share shape, nodes, spot and hours: one wait per group
+            first, inverse = groups
+            w, w90, f = capacity.wait_terms(gpus[first], is_spot[first], cols["hours"][first], deadline_hours,
+                                            self.zones_offering[sel][first])
+            wait, wait90, factor = w[inverse], w90[inverse], f[inverse]
+        else:
+            wait, wait90, factor = capacity.wait_terms(gpus, is_spot, cols["hours"], deadline_hours,
+                                                       self.zones_offering[sel])
         cols["hours"] = cols["hours"] + wait
         cols["hours_p90"] = cols["hours_p90"] + wait90
         cols["overhead_hours"] = cols["overhead_hours"] + wait
