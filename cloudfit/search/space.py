@@ -364,8 +364,19 @@ def _basis(table) -> str:
     b = getattr(table, "basis", "")
     if isinstance(b, str):
         return b
-    vals = sorted({str(x) for x in b})
-    return vals[0] if len(vals) == 1 else ", ".join(vals)
+    # rows read "stats-only" or "anchored on …", with "; ACC: no measured rows, spec-based" for an accelerator the
+    # training data never saw: say each kind once and name those accelerators together
+    heads, unmeasured = set(), set()
+    for v in {str(x) for x in b}:
+        head, *rest = v.split("; ")
+        heads.add(head)
+        for r in rest:
+            if r.endswith(": no measured rows, spec-based"):
+                unmeasured.add(r.split(":")[0])
+            else:
+                heads.add(r)
+    out = ", ".join(sorted(heads))
+    return out + (f"; no measured rows, spec-based: {', '.join(sorted(unmeasured))}" if unmeasured else "")
 
 
 def _checkpoint_bytes(profile: Profile) -> float:
