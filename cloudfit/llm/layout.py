@@ -136,6 +136,22 @@ def _int(key: str, val: str) -> int:
     return v
 
 
+def pairs(text: str) -> list[tuple[str, str]]:
+    """``fsdp=128, tp=8`` → [("fsdp", "128"), ("tp", "8")], lower-cased; ``LayoutError`` for a part that is
+    not key=value or names an unknown key."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if "=" not in part:
+            raise LayoutError(f"layout: expected key=value, got {part!r} (keys: {', '.join(_KEYS)})")
+        k, v = (x.strip().lower() for x in part.split("=", 1))
+        if k not in _KEYS:
+            raise LayoutError(f"layout: unknown key {k!r} (keys: {', '.join(_KEYS)})")
+        out.append((k, v))
+    return out
+
+
 def parse(text: str, *, gpus: int, sequences_per_replica: int | None = None) -> Layout:
     """Parse ``fsdp=128,tp=1,ac=selective`` for a cluster of ``gpus`` GPUs.
 
@@ -146,14 +162,7 @@ def parse(text: str, *, gpus: int, sequences_per_replica: int | None = None) -> 
     if gpus < 1:
         raise LayoutError(f"the cluster must have at least 1 GPU, got {gpus}")
     raw: dict[str, str] = {}
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        if "=" not in part:
-            raise LayoutError(f"layout: expected key=value, got {part!r} (keys: {', '.join(_KEYS)})")
-        k, v = (x.strip().lower() for x in part.split("=", 1))
-        if k not in _KEYS:
-            raise LayoutError(f"layout: unknown key {k!r} (keys: {', '.join(_KEYS)})")
+    for k, v in pairs(text):
         if k in raw:
             raise LayoutError(f"layout: {k} given twice")
         raw[k] = v

@@ -69,19 +69,12 @@ class LLMJob:
 
 def parse_constraints(text: str | None, shape: LLMShape, seq_len: int) -> dict:
     """``--layout tp=8,ac=full`` → the degrees to pin (``LayoutError`` for ones the model cannot take)."""
-    from cloudfit.llm.layout import _KEYS, LayoutError, _int
+    from cloudfit.llm.layout import LayoutError, _int, pairs
 
     if text is None or text.strip().lower() in ("", "auto"):
         return {}
     out: dict[str, Any] = {}
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        if "=" not in part:
-            raise LayoutError(f"layout: expected key=value, got {part!r} (keys: {', '.join(_KEYS)})")
-        k, v = (x.strip().lower() for x in part.split("=", 1))
-        if k not in _KEYS:
-            raise LayoutError(f"layout: unknown key {k!r} (keys: {', '.join(_KEYS)})")
+    for k, v in pairs(text):
         if k == "schedule":
             raise LayoutError("layout: recommend picks the schedule (1f1b, or interleaved with vp=2)")
         if k == "ac":
