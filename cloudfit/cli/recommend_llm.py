@@ -129,7 +129,7 @@ def _short(text: str, compact: bool = False) -> str:
 def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None, sky: Path | None, *,
             wide: bool = False, con=None) -> None:
     from cloudfit.cli.render import console, money
-    from cloudfit.cli.table import WIDE_COLUMNS, Column, fit, print_table
+    from cloudfit.cli.table import WIDE_COLUMNS, Column, fit_distinct, print_table
     from cloudfit.units import format_hours
 
     w, L = plan.workload, plan.layout
@@ -165,7 +165,7 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
         else:
             gpus = f"{o.accelerators_per_node}×{o.accelerator}" + (f" ×{c.nodes}" if c.nodes > 1 else "")
             rows.append([str(r), o.zone, o.machine_type, gpus, "yes" if c.spot else "no", *common])
-    t, dropped = fit(title, cols, rows, width, wide=wide)
+    t, dropped, hidden = fit_distinct(title, cols, rows, width, wide=wide)
     print_table(con, t)
     con.print(f"Layout #1: {L['text']} — {L['tokens_per_second']:,.0f} tokens/s, {L['mfu']:.0%} MFU, "
               f"{L['memory_gib_per_device']:,.1f} of {L['memory_capacity_gib']:g} GiB per GPU, global batch "
@@ -191,4 +191,5 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
         if path is not None:
             con.print(f"{label} written to {path}")
     if dropped:
-        con.print(f"[dim](left out at {width} columns: {', '.join(dropped)}; --wide shows every column)[/dim]")
+        same = f"; {hidden} row{'s' if hidden > 1 else ''} that differ only in what was left out not shown" if hidden else ""
+        con.print(f"[dim](left out at {width} columns: {', '.join(dropped)}{same}; --wide shows every column)[/dim]")

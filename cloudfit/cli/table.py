@@ -77,6 +77,26 @@ def fit(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]]
     return _built(title, cols, rows, idx, True), dropped
 
 
+def fit_distinct(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]], width: int, *,
+                 wide: bool = False, ignore: Sequence[str] = ("#",)):
+    """``fit``, then rows that look the same once columns are dropped (the same cluster in another zone
+    when "zone" went) are shown once: the first of them stays. Returns (table, dropped, rows hidden)."""
+    t, dropped = fit(title, cols, rows, width, wide=wide)
+    if not dropped:
+        return t, dropped, 0
+    shown = [i for i, c in enumerate(cols) if c.header not in dropped and c.header not in ignore]
+    seen, keep = set(), []
+    for r in rows:
+        key = tuple(r[i] for i in shown)
+        if key not in seen:
+            seen.add(key)
+            keep.append(r)
+    if len(keep) == len(rows):
+        return t, dropped, 0
+    t, dropped = fit(title, cols, keep, width, wide=wide)
+    return t, dropped, len(rows) - len(keep)
+
+
 def _built(title, cols, rows, idx, compact):
     t = _build(title, cols, rows, idx, compact)
     t.cloudfit_width = _width(cols, rows, idx, compact)  # so print_table need not measure it again

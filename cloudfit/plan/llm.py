@@ -380,10 +380,9 @@ def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | P
 
     from cloudfit import catalog as catalog_mod
     from cloudfit import spot
-    from cloudfit.plan.explain import explain, infeasible, sensitivity
-    from cloudfit.plan.planner import N_ALTERNATIVES, ZONES_PER_CONFIG, _diverse, _runner_up, pareto_front
+    from cloudfit.plan.explain import infeasible
+    from cloudfit.plan.planner import pareto_front, rank
     from cloudfit.search import Problem, get_searcher
-    from cloudfit.search.space import estimate
     workload.require_limit()
     if space is None:
         cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog)
@@ -392,18 +391,8 @@ def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | P
     result = get_searcher("exhaustive").search(space, problem)
     if result.n_feasible == 0:
         raise infeasible(space, problem)
-    n = 4 * (N_ALTERNATIVES + 1)
-    while True:
-        head = result.head(n)
-        picked = _diverse(space, head, per_config=ZONES_PER_CONFIG, limit=N_ALTERNATIVES + 1)
-        runner = _runner_up(space, head)
-        if (picked.size == N_ALTERNATIVES + 1 and runner is not None) or head.size < n:
-            break
-        n *= 4
-    a = space.assess(problem)
-    ranked = [estimate(space, int(i), a) for i in picked]
-    chosen, alternatives = ranked[0], tuple(ranked[1:])
-    explanation = explain(chosen, None if runner is None else estimate(space, runner, a), problem)
+    r = rank(space, problem, workload, result)
+    a, picked, chosen = r.assessment, r.picked, r.chosen
     i0 = int(picked[0])
     spec = layout_spec(space, i0, a, [int(i) for i in picked[1:]])
     provenance = {
@@ -417,9 +406,10 @@ def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | P
         "layouts_fit": int(space.search.n_fit.sum()),
         "layouts_enumerated": int(space.search.n_layouts.sum()), "excluded": dict(space.excluded),
     }
-    plan = Plan(workload=workload, chosen=chosen, alternatives=alternatives, pareto=pareto_front(space, problem),
-                provenance=provenance, explanation=f"{explanation} Layout: {spec['why']}", layout=spec)
-    return replace(plan, sensitivity=sensitivity(space, problem, chosen, i0))
+    provenance.update(r.provenance)
+    plan = Plan(workload=workload, chosen=chosen, alternatives=r.alternatives, pareto=pareto_front(space, problem),
+                provenance=provenance, explanation=f"{r.explanation} Layout: {spec['why']}", layout=spec)
+    return replace(plan, sensitivity=r.sensitivity(space, problem))
 
 
 def _hw_words(space: LLMSpace, i: int) -> tuple[lsp.HardwareShape, str]:

@@ -8,7 +8,7 @@ then explain the winner, price a looser limit, and keep ranked alternatives for 
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -73,32 +73,9 @@ def recommend(
     if result.n_feasible == 0:
         raise infeasible(space, problem)
 
-    knee = workload.objective == "time"  # the cost × time knee (cloudfit.plan.knee); "fastest" = literal
-    if knee:
-        from cloudfit.plan.knee import knee_order
-
-        a0 = space.assess(problem)
-        knee_ranked = knee_order(a0, problem, None if result.searcher == "exhaustive" else result.order)
-    # the best few of the ranking are enough: take a longer head only if it runs out
-    n = 4 * (N_ALTERNATIVES + 1)
-    while True:
-        head = knee_ranked[:n] if knee else result.head(n)
-        picked = _diverse(space, head, per_config=ZONES_PER_CONFIG, limit=N_ALTERNATIVES + 1)
-        runner = _runner_up(space, head)
-        if (picked.size == N_ALTERNATIVES + 1 and runner is not None) or head.size < n:
-            break
-        n *= 4
-    a = space.assess(problem)  # the whole space, priced once (cached)
-    ranked = [estimate(space, int(i), a) for i in picked]
-    chosen, alternatives = ranked[0], tuple(ranked[1:])
+    r = rank(space, problem, workload, result)
+    chosen = r.chosen
     pareto = pareto_front(space, problem)
-    explanation = explain(chosen, None if runner is None else estimate(space, runner, a), problem)
-    knee_note = None
-    if knee:
-        from cloudfit.plan.explain import explain_knee
-
-        explanation, knee_note = explain_knee(space, problem, chosen, a,
-                                              None if result.searcher == "exhaustive" else result.order)
     provenance = {
         "cloudfit_version": __version__,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -116,13 +93,67 @@ def recommend(
         "feasible": result.n_feasible if result.searcher == "exhaustive" else None,
         "excluded": dict(space.excluded),
     }
+    provenance.update(r.provenance)
+    plan = Plan(workload=workload, chosen=chosen, alternatives=r.alternatives, pareto=pareto,
+                provenance=provenance, explanation=r.explanation)
+    return replace(plan, sensitivity=r.sensitivity(space, problem))
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """What a planner keeps of a search: the winner, its alternatives and why (see :func:`rank`)."""
+
+    assessment: Any
+    picked: np.ndarray  # the winner, then the alternatives (ids, at most ZONES_PER_CONFIG zones per config)
+    chosen: Estimate
+    alternatives: tuple[Estimate, ...]
+    explanation: str
+    knee_note: str | None  # the knee's "what the fastest and the cheapest would be", else None
+
+    @property
+    def provenance(self) -> dict:
+        if self.knee_note is None:
+            return {}
+        return {"objective_rule": "knee: minimise expected $ × expected hours (cloudfit.plan.knee)"}
+
+    def sensitivity(self, space, problem: Problem) -> str:
+        if self.knee_note is not None:
+            return self.knee_note
+        return sensitivity(space, problem, self.chosen, int(self.picked[0]))
+
+
+def rank(space, problem: Problem, workload: Workload, result) -> Ranked:
+    """The winner and up to ``N_ALTERNATIVES`` diverse fallbacks of a search, and its explanation.
+
+    Under ``--objective time`` (a budget's default) the order is the cost × time knee
+    (cloudfit.plan.knee), not the literal fastest; "fastest" and "cost" keep the searcher's order.
+    Shared by the single-model planner and the LLM planner (whose space has the same interface).
+    """
+    knee = workload.objective == "time"
+    ids = None if result.searcher == "exhaustive" else result.order
     if knee:
-        provenance["objective_rule"] = "knee: minimise expected $ × expected hours (cloudfit.plan.knee)"
-    plan = Plan(workload=workload, chosen=chosen, alternatives=alternatives, pareto=pareto,
-                provenance=provenance, explanation=explanation)
-    if knee_note is not None:
-        return replace(plan, sensitivity=knee_note)
-    return replace(plan, sensitivity=sensitivity(space, problem, chosen, int(picked[0])))
+        from cloudfit.plan.knee import knee_order
+
+        knee_ranked = knee_order(space.assess(problem), problem, ids)
+    # the best few of the ranking are enough: take a longer head only if it runs out
+    n = 4 * (N_ALTERNATIVES + 1)
+    while True:
+        head = knee_ranked[:n] if knee else result.head(n)
+        picked = _diverse(space, head, per_config=ZONES_PER_CONFIG, limit=N_ALTERNATIVES + 1)
+        runner = _runner_up(space, head)
+        if (picked.size == N_ALTERNATIVES + 1 and runner is not None) or head.size < n:
+            break
+        n *= 4
+    a = space.assess(problem)  # the whole space, priced once (cached)
+    ranked = [estimate(space, int(i), a) for i in picked]
+    chosen = ranked[0]
+    explanation = explain(chosen, None if runner is None else estimate(space, runner, a), problem)
+    knee_note = None
+    if knee:
+        from cloudfit.plan.explain import explain_knee
+
+        explanation, knee_note = explain_knee(space, problem, chosen, a, ids)
+    return Ranked(a, picked, chosen, tuple(ranked[1:]), explanation, knee_note)
 
 
 def _price_date(path: str) -> str:

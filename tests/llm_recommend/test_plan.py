@@ -255,3 +255,23 @@ def test_an_interleaved_pipeline_plan_carries_a_runnable_fallback():
     ra = L["launch"]["runnable_args"]
     assert parse_args(ra + ["--checkpoint-dir", "c"], world_size=L["gpus"]).pp == 2  # 1F1B, not interleaved
     assert " ".join(ra) in skypilot_task(p)["run"]
+
+
+def test_budget_picks_the_knee_not_the_last_second():
+    """Under a budget (objective time) the LLM planner uses the same cost × time knee as recommend."""
+    from cloudfit.plan.knee import knee_key
+    from cloudfit.search import Problem
+
+    job = LLMJob(zoo.get("llama3-8b"), 2e9, 8192)
+    w = make_workload(model="llama3-8b", samples=2e9 / 8192, budget="300", regions=list(US), precision="bf16")
+    space = build_llm_space(w, job, __import__("cloudfit").catalog.load())
+    p = recommend_llm(w, job, space=space)
+    assert p.provenance["objective_rule"].startswith("knee")
+    from cloudfit.search.problem import score
+
+    a = space.assess(Problem.of(w))
+    ok, _, _ = score(a, Problem.of(w))
+    key = knee_key(np.asarray(a.cost_usd)[ok], np.asarray(a.hours)[ok])
+    c = p.chosen
+    assert knee_key(np.array([c.cost_usd]), np.array([c.hours]))[0] <= key.min() + 1e-6
+    assert "literal fastest" in p.sensitivity or "also the fastest" in p.sensitivity

@@ -31,3 +31,20 @@ def test_llm_table_fits_without_cutting(plan, width):
     for i, e in shown:  # every row's layout, time and expected cost in full
         assert _short(_layout_text(plan, i), compact=width < 140) in table
         assert format_hours(e.hours) in table and money(e.cost_usd) in table
+
+
+def test_narrow_table_shows_no_two_rows_alike():
+    """At 80 columns the zone goes; the same cluster in its second zone must not look like a second option."""
+    job = LLMJob(zoo.get("llama3-70b"), 2e8, 8192, finetune="lora")
+    w = make_workload(model="llama3-70b", samples=2e8 / 8192, budget="500", precision="bf16")
+    p = recommend_llm(w, job)
+    con = Console(width=80, record=True, highlight=False, soft_wrap=False, file=open("/dev/null", "w"))
+    shown = _distinct(p, 5)
+    _render(p, shown, 8192, None, None, None, con=con)
+    text = con.export_text()
+    body = [line.split(None, 1)[1] for line in text.split("Layout #1")[0].splitlines()
+            if line.strip()[:1].isdigit()]
+    assert body and len(body) == len(set(body))
+    zones = {(e.config.offering.machine_type, e.config.nodes, e.config.spot) for _, e in shown}
+    if len(zones) < len(shown):  # some rows were the same cluster in another zone: the note says so
+        assert "differ only in what was left out" in text
