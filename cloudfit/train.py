@@ -180,16 +180,19 @@ class Uploader:
 
 # ------------------------------------------------------------------------------ training
 
+def torchrun_env() -> tuple[bool, int, int, int, int]:
+    """(launched by torchrun?, rank, world size, local rank, elastic restart count) from the environment."""
+    distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    return (distributed, int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+            int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
     import torch.distributed as dist
 
-    distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    rank = int(os.environ.get("RANK", 0))
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    distributed, rank, world, local_rank, restart = torchrun_env()
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(local_rank)

@@ -457,11 +457,9 @@ def _train(args: argparse.Namespace) -> int:
 
     layout: Layout = args.layout
     cfg = args.model_config
-    distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    rank = int(os.environ.get("RANK", 0))
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    from cloudfit.train import torchrun_env
+
+    distributed, rank, world, local_rank, restart = torchrun_env()
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(local_rank)

@@ -85,16 +85,7 @@ def recommend(
     options = {"n_trials": trials, "seed": seed} if search == "bayes" else None
     plan = plan_recommend(workload, catalog=catalog_path, searcher=search, searcher_options=options)
     shown = _distinct(plan, top)
-    if out is not None:
-        from cloudfit.plan.io import save_plan
-
-        save_plan(plan, out)
-    if emit_skypilot is not None:
-        _write_skypilot(plan, emit_skypilot)
-    if plot is not None:
-        from cloudfit import plot as plotting
-
-        plotting.save(plotting.pareto(plan), plot)
+    write_outputs(plan, out, emit_skypilot, plot)
     if as_json:
         from cloudfit.plan.io import plan_to_dict
 
@@ -116,6 +107,20 @@ def _distinct(plan, k: int) -> list:
         if len(out) == k:
             break
     return out
+
+
+def write_outputs(plan, out: Path | None, sky: Path | None, plot: Path | None) -> None:
+    """The files ``recommend`` was asked for: plan.json, a SkyPilot task, a Pareto plot (each atomic)."""
+    if out is not None:
+        from cloudfit.plan.io import save_plan
+
+        save_plan(plan, out)
+    if sky is not None:
+        _write_skypilot(plan, sky)
+    if plot is not None:
+        from cloudfit import plot as plotting
+
+        plotting.save(plotting.pareto(plan), plot)
 
 
 def _write_skypilot(plan, path: Path) -> None:

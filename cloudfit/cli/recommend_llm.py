@@ -61,18 +61,9 @@ def recommend_llm(*, model, profile, samples, epochs, dataset_size, deadline, bu
     job = LLMJob(shape, float(tokens), seq_len, finetune, lora_rank, global_batch, layout, prec)
     plan = plan_llm(workload, job, catalog=catalog_path)
     shown = _distinct(plan, top)
-    if out is not None:
-        from cloudfit.plan.io import save_plan
+    from cloudfit.cli.recommend import write_outputs
 
-        save_plan(plan, out)
-    if emit_skypilot is not None:
-        from cloudfit.cli.recommend import _write_skypilot
-
-        _write_skypilot(plan, emit_skypilot)
-    if plot is not None:
-        from cloudfit import plot as plotting
-
-        plotting.save(plotting.pareto(plan), plot)
+    write_outputs(plan, out, emit_skypilot, plot)
     if as_json:
         from cloudfit.plan.io import plan_to_dict
 

@@ -235,6 +235,7 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
     ok = shape_hw_a >= 0
     tps_shape[ok] = res.tokens_per_second[shape_hw_a[ok]]
     fits_off = tps_shape[off_shape] > 0  # offering × nodes
+    gaps: dict[str, tuple[list[str], int]] = {}
     for si, s in enumerate(shapes):
         n_off = int((off_shape == si).sum())
         if shape_hw_a[si] < 0:
@@ -245,14 +246,18 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
         if bad.any():
             h = shape_hw_a[si]
             no_layout = res.n_layouts[h] == 0  # the batch (or a pinned layout) leaves no layout for that many GPUs
-            vm = f"{s.accelerators_per_node}×{s.accelerator} VMs"
+            vm = f"{s.accelerators_per_node}×{s.accelerator}"
             for mask, words in ((bad & ~no_layout, f"{job.shape.name} does not fit in {s.accelerator} memory "
                                                    f"({hws[h].capacity_gib:g} GiB)"),
                                 (bad & no_layout, f"no layout of {job.shape.name} keeps the global batch "
                                                   f"({job.batch} sequences)")):
-                if mask.any():
-                    why = f"{words} on {_node_counts(np.flatnonzero(mask) + 1)} {vm}"
-                    excluded[why] = excluded.get(why, 0) + n_off * int(mask.sum()) * modes
+                if mask.any():  # one reason per accelerator: "on 1–7 1×A100, 1–2 2×A100 VMs"
+                    parts, n = gaps.get(words, ([], 0))
+                    part = f"{_node_counts(np.flatnonzero(mask) + 1)} {vm}"  # VMs of one GPU shape say it once
+                    gaps[words] = (parts + [part] * (part not in parts), n + n_off * int(mask.sum()) * modes)
+    for words, (parts, n) in gaps.items():
+        why = f"{words} on {', '.join(parts)} VMs"
+        excluded[why] = excluded.get(why, 0) + n
 
     od = np.array([o.price_per_hour for o in offs])
     spp = np.array([np.nan if o.spot_price_per_hour is None else o.spot_price_per_hour for o in offs])
