@@ -203,9 +203,23 @@ def calibrate_prior(prep: Prepared, rows: np.ndarray) -> dict[str, float]:
        row on the same accelerator, same source and precision, nearest batch).
     """
     c = dict(prior.CONSTANTS)
-    c = _grid_search(prep, _pairs(prep.anchors, rows), c, CALIBRATED)
+    pairs = _pairs(prep.anchors, rows)
+    c = _grid_search(prep, pairs, c, CALIBRATED, weights=per_accelerator_weights(prep.table["accelerator"][pairs[0]]))
     c = _grid_search(prep, _pairs(prep.overhead_pairs, rows), c, CALIBRATED_OVERHEAD)
     return _grid_search(prep, _pairs(prep.scaling_pairs, rows), c, CALIBRATED_COMM)
+
+
+def per_accelerator_weights(accelerators: np.ndarray) -> np.ndarray:
+    """Pair weights under which every query accelerator counts the same in the cross-accelerator
+    calibration, however many pairs its rows make: the data hold ~1,000 K80 pairs (three TensorFlow-era
+    sources) against ~100 per Ampere/Hopper GPU, and an unweighted mean let the K80's rows set the
+    memory efficiency that decides how Ampere and Hopper compare (bench/RESULTS_perf.md, "This round")."""
+    acc = np.asarray(accelerators, dtype=object)
+    if not len(acc):
+        return np.ones(0)
+    names, inverse, counts = np.unique(acc.astype(str), return_inverse=True, return_counts=True)
+    w = 1.0 / counts[inverse]
+    return w / w.mean()
 
 
 def _pairs(partners: list[np.ndarray], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -222,7 +236,8 @@ def _pairs(partners: list[np.ndarray], rows: np.ndarray) -> tuple[np.ndarray, np
 
 
 def _grid_search(prep: Prepared, pairs: tuple[np.ndarray, np.ndarray], c: dict[str, float],
-                 grid: dict[str, tuple[float, ...]]) -> dict[str, float]:
+                 grid: dict[str, tuple[float, ...]], weights: np.ndarray | None = None) -> dict[str, float]:
+    """The grid point with the least (weighted) mean |log error| of the prior's ratios over ``pairs``."""
     q_idx, a_idx = pairs
     if not len(q_idx):
         return c
@@ -238,7 +253,7 @@ def _grid_search(prep: Prepared, pairs: tuple[np.ndarray, np.ndarray], c: dict[s
 
     def error(cc: dict[str, float]) -> float:
         sps = prior.prior(work, setup, cc).samples_per_second
-        return float(np.mean(np.abs(target - np.log(sps[q] / sps[a]))))
+        return float(np.average(np.abs(target - np.log(sps[q] / sps[a])), weights=weights))
 
     best = (error(c), c)
     keys = sorted(grid)
