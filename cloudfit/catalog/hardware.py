@@ -64,6 +64,12 @@ class Accelerator:
         raise ValueError(f"unknown precision {precision!r} (expected fp32, tf32, fp16, bf16 or fp8)")
 
     @property
+    def sustained_bandwidth_gbps(self) -> float:
+        """Datasheet memory bandwidth less what ECC takes on parts that pay for it in bandwidth
+        (:data:`ECC_BANDWIDTH_SHARE`): what the performance prior's memory-bound time divides by."""
+        return self.memory_bandwidth_gbps * ECC_BANDWIDTH_SHARE.get(self.name, 1.0)
+
+    @property
     def pcie_gbps(self) -> float:
         return _PCIE_GBPS[self.pcie_gen]
 
@@ -71,6 +77,16 @@ class Accelerator:
     def interconnect(self) -> str:
         return f"NVLink {self.nvlink_gbps:g} GB/s" if self.nvlink_gbps else f"PCIe gen{self.pcie_gen}"
 
+
+#: Share of the datasheet memory bandwidth left with ECC on, for accelerators whose ECC check bits travel
+#: inline with the data (GDDR5 without side-band ECC). Cloud K80s run with ECC on (the GCE/AWS default);
+#: NVIDIA's Tesla V100 whitepaper (ECC section) contrasts the HBM2 of P100/V100, "ECC can be active without
+#: a bandwidth or capacity penalty", with the Kepler K40's inline GDDR5 ECC (6.25% of the memory reserved for
+#: check bits, and their traffic on the same bus). NVIDIA gives no figure for the bandwidth cost; 0.83 is an
+#: estimate (check bits plus read-modify-write on partial writes), checked against the data in
+#: bench/RESULTS_perf.md (K80's cross-accelerator bias). GDDR parts with NeuSight kernel measurements (P4, T4,
+#: L4) stay at 1: their kernel tables were measured as the cloud runs them, ECC included.
+ECC_BANDWIDTH_SHARE = {"K80": 0.83}
 
 #: name → (SMs, boost clock MHz, L2 MiB). NeuSight's device configs (data/kernels/PROVENANCE.md) for the
 #: GPUs it measured (P100, T4, A100, A100-80GB, L4, H100) — except P4 (20 SMs of 128 FP32 lanes, the

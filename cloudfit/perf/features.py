@@ -69,7 +69,7 @@ def hardware_arrays(accelerators: Sequence[str], precisions: Sequence[str] | str
         v = cache.get(key)
         if v is None:
             a = hardware.get(key[0])
-            v = cache[key] = (a.peak_tflops(key[1]), a.fp32_tflops, a.memory_bandwidth_gbps, a.memory_gib)
+            v = cache[key] = (a.peak_tflops(key[1]), a.fp32_tflops, a.sustained_bandwidth_gbps, a.memory_gib)
         out[i] = v
     return HardwareArrays(out[:, 0], out[:, 1], out[:, 2], out[:, 3])
 

@@ -63,3 +63,23 @@ def test_fp32_on_tf32_hardware_gets_a_precision_note():
     assert hardware.precision_note("V100", "fp32") == ""
     assert hardware.precision_note("A100", "tf32") == ""
     assert hardware.precision_note("A100", "fp16") == ""
+
+
+def test_inline_ecc_costs_bandwidth_only_where_check_bits_share_the_bus():
+    """Kepler's GDDR5 ECC (K80) carries its check bits inline: less sustained bandwidth than the datasheet.
+    HBM parts (P100 onwards) keep ECC side-band at no bandwidth cost, and parts whose kernel tables were
+    measured in the cloud (ECC included) are not derated a second time."""
+    k80 = hardware.get("K80")
+    assert 0.7 <= k80.sustained_bandwidth_gbps / k80.memory_bandwidth_gbps < 1.0
+    for name in ("P100", "V100", "A100", "H100", "T4", "L4", "P4"):
+        spec = hardware.get(name)
+        assert spec.sustained_bandwidth_gbps == spec.memory_bandwidth_gbps
+
+
+def test_the_prior_runs_memory_bound_work_at_the_sustained_bandwidth():
+    from cloudfit.perf import features
+
+    hw = features.hardware_arrays(["K80", "P100"], "fp32")
+    assert hw.mem_bw_gbps[0] == pytest.approx(hardware.get("K80").sustained_bandwidth_gbps)
+    assert hw.mem_bw_gbps[0] < hardware.get("K80").memory_bandwidth_gbps
+    assert hw.mem_bw_gbps[1] == hardware.get("P100").memory_bandwidth_gbps
