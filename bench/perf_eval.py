@@ -96,22 +96,27 @@ def analysis(orc: dict[str, float], report: dict) -> list[str]:
     f"{orc['source+accelerator'] * 100:.1f}%; per (source, accelerator, workload) {orc['source+accelerator+workload'] * 100:.1f}%. "
     "Gavel's ResNet-18 at small batches runs as fast on a V100 as on a P100 (input-bound: predicted up to 3× too "
     "fast on a held-out K80, 1.7× on V100); Gavel's multi-GPU rows are non-monotone in the GPU count.",
-    "- **Multi-device after the monotone constraints.** The learned correction may no longer raise per-device "
-    "efficiency with more devices or nodes, which the noisy multi-GPU rows sometimes show (Gavel; Lambda's "
-    "H100-PCIe scaling 10.9× on 8): the correction now earns little over the calibrated prior on multi-device "
-    f"anchored rows ({ma['cloudfit']['mape'] * 100:.1f}% vs {ma['calibrated-prior']['mape'] * 100:.1f}%; it earned 8 points "
-    "before the monotone constraints). The multi-device error is Kepler and Pascal/Volta: TensorFlow parameter-server "
-    "and Gavel rows on K80/P100/V100 (by generation in the table above).",
+    "- **Multi-device: Gavel's one-server scaling and the old accelerators' cross-accelerator scatter.** The "
+    "learned correction may not raise per-device efficiency with more devices or nodes (the physics tests), which "
+    f"the noisy multi-GPU rows sometimes show; cloudfit and the calibrated prior are level on multi-device anchored "
+    f"rows ({ma['cloudfit']['mape'] * 100:.1f}% vs {ma['calibrated-prior']['mape'] * 100:.1f}%). About half of each "
+    "old-source row's log error is scaling (the prior's multi/single ratio against the measured one on the same "
+    "accelerator) and half the single-device cross-accelerator transfer it is anchored on (\"Where the "
+    "multi-device error is\" above). The scaling part that no tried physics explains: Gavel's one-server runs at "
+    "0.64–0.90 of linear even where the step is seconds of compute and the all-reduce tens of ms (a compute-"
+    "proportional loss Lambda's NVLink runs do not show, non-monotone in the GPU count: V100 LSTM 1.00 / 0.94 / "
+    "0.37 of linear at 2 / 4 / 8), and CM-DARE's P100 parameter-server plateau that a second server does not lift. "
+    "Lambda's rows are the only modern multi-GPU data (H100-PCIe held out: 8 GPUs measured 10.9× one).",
     "- **GH200 and the K80.** Held-out GH200 (6 Sailor rows, Megatron OPT-350M, anchored on the A100-40GB) "
     f"stays at {sa['groups']['GH200']['cloudfit']['mape'] * 100:.0f}% for every method: Sailor measured it at 2.1–2.2× "
     "the A100-40GB and flat from micro-batch 8 to 32, where its specs say 2.6× the bandwidth and 3.2× the TF32 peak "
     "(it runs like an H100 SXM, whose Lambda rows sit at 1.7–2.0× an A100-80GB); nothing in the specs says why "
-    "(the module's 900 W is shared with the Grace CPU; the site may cap it). The K80 over-predictions are Gavel's "
-    "rows that are non-monotone in the batch (ResNet-18/CIFAR-10 at 78, 252, 463, 244, 241 samples/s for batch "
-    "16–256, where the P100 climbs 596 → 2,013) and tf_cnn_benchmarks/Gavel CNNs at 0.55–0.6× the P100-relative "
-    "speed the specs give (CM-DARE's K80/P100 pairs sit on the prior): a Kepler issue limit (192 lanes per SMX fed "
-    "by 4 dual-issue schedulers) or ECC on GDDR5 would express part of it, but the median P100/K80 ratio (3.2) "
-    "already matches the datasheet's.",
+    "(the module's 900 W is shared with the Grace CPU; the site may cap it). The K80 over-predictions left are "
+    "Gavel's rows that are non-monotone in the batch (ResNet-18/CIFAR-10 at 78, 252, 463, 244, 241 samples/s for "
+    "batch 16–256, where the P100 climbs 596 → 2,013) and tf_cnn_benchmarks/Gavel CNNs slower against the P100 "
+    "than even the ECC-derated bandwidth gives, while CM-DARE's K80/P100 pairs sat on the prior without the "
+    "derating (CM-DARE multi-anchored went from 24.0% to "
+    f"{src(ma, 'cmdare'):.1f}%): the sources disagree by ~25% on the same pair of GPUs.",
     "- **Kernel tables from other boards.** The composed efficiency tables come from NeuSight's PCIe cards; the "
     "board-to-board differences in sustained clocks (power limits) reach the SXM predictions. With every "
     "accelerator weighing the same in the calibration the held-out A100-80GB went from 25.6% to "
@@ -126,16 +131,15 @@ def analysis(orc: dict[str, float], report: dict) -> list[str]:
     ]
 
 
-#: The previous shipped state (bench/RESULTS_perf.md of 2026-11-23 17:25, model sha256:547988273487c8f6, the
-#: kernel tables' round of issue 15): MAPE / median APE (%) and band coverage (%) of cloudfit per scheme and regime.
+#: The previous shipped state (bench/RESULTS_perf.md of 2026-11-23 19:35, model sha256:808b4a22cee79c61, the
+#: per-accelerator calibration weights' round of issue 15): MAPE / median APE (%) and band coverage (%) of cloudfit.
 BEFORE = {
-    "accelerator": {"single-anchored": (23.9, 15.4, 69), "single-stats-only": (27.8, 18.2, 74),
-                    "multi-anchored": (38.4, 27.8, 74), "multi-stats-only": (37.5, 25.5, 76)},
-    "model": {"single-anchored": (21.5, 15.0, 81), "single-stats-only": (37.5, 23.7, 83),
-              "multi-anchored": (29.5, 21.8, 79), "multi-stats-only": (40.5, 22.7, 81)},
+    "accelerator": {"single-anchored": (22.7, 13.8, 70), "single-stats-only": (25.8, 16.6, 77),
+                    "multi-anchored": (38.0, 27.4, 71), "multi-stats-only": (37.7, 25.2, 73)},
+    "model": {"single-anchored": (22.1, 14.3, 80), "single-stats-only": (35.7, 27.3, 83),
+              "multi-anchored": (28.0, 20.1, 79), "multi-stats-only": (37.1, 22.1, 83)},
 }
-BEFORE_LOSS = ("the datasheet prior beat cloudfit on leave-one-accelerator-out single-anchored, 23.4% vs 23.9%, and "
-               "the calibrated prior on multi-anchored, 37.5% vs 38.4%")
+BEFORE_LOSS = "the calibrated prior beat cloudfit on leave-one-accelerator-out multi-anchored, 36.9% vs 38.0%"
 
 
 def changes(report: dict) -> list[str]:
@@ -153,29 +157,55 @@ def changes(report: dict) -> list[str]:
                          f"{b['coverage'] * 100:.0f}% |")
     lines += [
         "",
-        "What changed in this round (issue 15, second part):",
+        "What changed in this round (issue 15, the multi-device target):",
         "",
-        "- **Every accelerator weighs the same in the prior's cross-accelerator calibration** "
-        "(`fit.per_accelerator_weights`, used by `fit.calibrate_prior` for κ and η_mem; tested in "
-        "tests/perf/test_calibration.py: tripling one accelerator's pairs does not move the constants). The anchor "
-        "pairs number ~1,000 with a K80 query (CM-DARE, Gavel, tf_cnn_benchmarks) against 8–130 per Ampere/Hopper "
-        "GPU; unweighted, the K80's rows chose η_mem, and with one Ampere/Hopper GPU held out the fold's choice "
-        "swung (held out A100-80GB: κ = 0.3, η_mem = 1.2, which puts H100 2.3× an A100-80GB where Lambda measured "
-        "1.7–2.0×). Evidence first: a grid over (κ, η_mem) of the prior-only leave-one-accelerator-out error showed "
-        "(0.5–0.7, 0.4) brings every Ampere/Hopper GPU but GH200 to ≤ 12% and V100 from 24% to 17%, and that "
-        "only the held-out K80 prefers η_mem ≥ 0.8 (27% against 32% at 0.4). Weighted, all rows choose κ = 0.5, "
-        "η_mem = 0.4: memory-bound work takes a larger share of a step, so accelerators compare closer to their "
-        "bandwidth ratio, which is what Lambda's A100→H100 (1.7–2.0× for 1.64× the bandwidth) and V100→A100 rows show.",
-        "- Tried and dropped (prior-only leave-one-accelerator-out, single / multi-anchored, calibrated prior): "
-        "pairs weighted per source 24.0 / 37.0; single-device pairs only, per accelerator 22.4 / 36.0 (and "
-        "leave-one-model-out 22.8 / 36.1 against 22.1 / 34.2 with all pairs); a tensor-throughput cap at R FLOPs "
-        "per byte of bandwidth (R calibrated in 60–300; the L4 would fall behind the T4) 24.7 / 38.6; a sublinear "
-        "power of the usable peak (γ in 0.5–1; calibration keeps 1, and applied to FP32 too it speeds up the K80) "
-        "32.6 / 44.0; no kernel tables with per-accelerator weights 20.4 / 35.9 (better on the K80, but without the "
-        "tables the L4 ran level with the T4: the reason they were added; not re-tested here).",
+        "- **Where the multi-device error is** (prior-only leave-one-accelerator-out, multi-anchored, 36.7% on 610 "
+        "rows before this round; each row's log error split into a *scaling* part, log of the prior's multi/single "
+        "ratio over the measured one on the same accelerator, and a *cross-accelerator* part, the single-device "
+        "anchoring error): Gavel 45.6% (n = 333; mean |scaling| 0.31, |cross| 0.29), tf_cnn_benchmarks 40.0% (89; "
+        "0.21 / 0.28), CM-DARE 24.1% (84; 0.18 / 0.12), Lambda 15.5% (104; 0.10 / 0.15). Signed: Gavel's one-server "
+        "runs are over-predicted more as GPUs are added (median scaling error +0.14 / +0.38 / +0.32 in log at 2 / 4 / 8 "
+        "GPUs: measured 0.64–0.90 of linear even at batches where the step is seconds of compute and the all-reduce "
+        "tens of ms), its one-GPU-per-server runs under-predicted (−0.11 to −0.17); CM-DARE's P100 parameter-server "
+        "runs over-predicted from 5 workers on (+0.19 → +0.48 at 8: the P100 outruns one server; a second server "
+        "measured no better than one for Shake-Shake, 0.38 of linear at 8 workers either way), its K80 runs right "
+        "(±0.02); tf_cnn_benchmarks' multi-node K80 runs under-predicted (−0.55). The cross-accelerator part is the "
+        "same sign in every old source: the K80 over-predicted against P100/V100 anchors (+0.23 Gavel, +0.27 "
+        "tf_cnn_benchmarks, +0.11 CM-DARE) and the P100 under-predicted against K80 anchors (−0.31, −0.40, −0.05).",
+        "- **The K80's memory runs at its sustained bandwidth with ECC** (`hardware.ECC_BANDWIDTH_SHARE`, "
+        "`Accelerator.sustained_bandwidth_gbps`, used by `features.hardware_arrays`; tested in "
+        "tests/catalog/test_hardware.py): Kepler's GDDR5 carries ECC check bits inline, on by default on cloud "
+        "K80s, where the HBM2 of P100 and later keeps them side-band at no bandwidth cost (NVIDIA's V100 whitepaper); "
+        "0.83 × the datasheet. GDDR parts with NeuSight kernel measurements (P4, T4, L4) are not derated again. "
+        "The K80 share was checked on the prior-only quick eval (LOAO single / multi-anchored): 1.0 → 22.7 / 36.7, "
+        "0.83 → 20.7 / 35.1 (shipped form); with the datasheet figure itself lowered, which also moves the K80's kernel "
+        "tables: 0.83 → 21.1 / 35.4, 0.75 → 20.8 / 35.3, 0.67 → 21.2 / 35.6 (CM-DARE's K80 rows, right before, "
+        "prefer 1: multi 24.1 → 27.5 → 33.6 → 43.0%; tf_cnn_benchmarks 40.0 → 33.9 → 30.3 → 26.0% and Gavel "
+        "45.6 → 43.9 → 43.1 → 42.5% keep improving down to 0.67). One cost: held-out H100-PCIe single-anchored "
+        "11.0 → 13.5% (its fold's calibration moves with the K80 pairs). Quick full model (λ fixed at 1): LOAO 22.7 / 34.4 → 20.7 / 32.6; "
+        "leave-one-model-out 22.1 / 27.5 → 20.3 / 27.5.",
+        "- Tried and dropped (prior-only LOAO multi-anchored, 36.7% before, constants calibrated per fold on the "
+        "scaling pairs): a straggler term for synchronous steps (the slowest of N devices, compute × σ·√(2 ln N), σ "
+        "calibrated in 0–0.3): chose σ = 0.1, 36.2%, Gavel 45.6 → 44.1% but Lambda 15.5 → 18.3% (held-out H100-PCIe "
+        "14.0 → 25.6%: Lambda's NVLink/DALI runs scale near-linearly); with every accelerator weighing the same in "
+        "the communication calibration it chooses σ = 0 (a σ for parameter servers alone: 36.5%). Server RPC cost "
+        "per worker not divided among servers (for CM-DARE's second server that did not help): calibration keeps "
+        "the divided form. Only the parameter servers' egress capped (one direction of 2 × gradients): 37.2% "
+        "(CM-DARE 24.1 → 28.0%). Gradients summed per node before the push (8 K80s per p2.8xlarge): calibration "
+        "picks it on the scaling pairs, but 35.1 → 35.4%. *Ratio of ratios* for anchored multi-device predictions "
+        "(the anchor's single-device transfer at λ = 0, times the stats-only model's multi/single ratio on the "
+        "target): quick full model 34.4% (current form) vs 34.3% (whole correction in the ratio) / 35.1% (half): "
+        "no gain, so the anchored path is unchanged.",
         "",
         "What changed earlier in issue 15 (every fitted piece refitted without the held-out group):",
         "",
+        "- **Every accelerator weighs the same in the prior's cross-accelerator calibration** "
+        "(`fit.per_accelerator_weights`; tests/perf/test_calibration.py): the ~1,000 K80 anchor pairs no longer "
+        "choose η_mem for Ampere/Hopper (all rows now choose κ = 0.5, η_mem = 0.4); LOAO single-anchored 23.9 → 22.7%, "
+        "held-out A100-80GB 25.6 → 12.5%, H100 13.6 → 8.3%. Dropped then (prior-only LOAO single / multi-anchored): "
+        "pairs weighted per source 24.0 / 37.0; single-device pairs only 22.4 / 36.0; a tensor-throughput cap per "
+        "byte of bandwidth 24.7 / 38.6; a sublinear power of the usable peak 32.6 / 44.0; no kernel tables 20.4 / 35.9 "
+        "(but the L4 level with the T4).",
         "- **Kernel-level efficiency from NeuSight's one-method measurements** (`cloudfit/perf/kernels.py`, data in "
         "`data/kernels/`): per op class (GEMM, convolution, memory-bound) a gradient-boosted model of log(latency / "
         "roofline) on shape-meets-GPU features (waves of 128² and 64² tiles over the SMs and the last wave's fill, "
@@ -311,7 +341,7 @@ def issue15_targets(report: dict) -> list[str]:
     ma = acc["multi-anchored"]["cloudfit"]["mape"]
     lines = ["### Targets of issue 15 (end to end)", "",
              f"- Leave-one-accelerator-out, multi-device, anchored: MAPE {ma * 100:.1f}% (target ≤ 15%: {ok(ma <= 0.15)}; "
-             "28.3% before)."]
+             "38.0% before this round)."]
     amp = {g: b for g, b in acc["single-anchored"]["groups"].items()
            if generation(g) in ("Ampere", "Ada", "Hopper", "Blackwell")}
     worst = max(b["cloudfit"]["mape"] for b in amp.values())
