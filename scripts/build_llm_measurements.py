@@ -70,7 +70,7 @@ def vtrain_rows():
             rows.append(dict(source=f"vtrain-{kind}", version="f8dda84", model=name, finetune="full",
                              params=round(float(r["Parameters (billion)"]) * 1e9) if kind == "multi" else "",
                              **gpt_shape(hidden, layers, heads, seq), seq_len=seq, accelerator="A100-80GB",
-                             system="VTRAIN-A100", node_gbps=1600, gpus=gpus, gpus_per_node=min(gpus, 8),
+                             system="VTRAIN-A100", node_gbps=800, gpus=gpus, gpus_per_node=min(gpus, 8),
                              precision="fp16", global_batch=gbs, micro_batch=mb, grad_accum=gbs // (mb * dp), tp=tp,
                              pp=pp, cp=1, vp=1, dp=dp, zero=0, ac="full", framework="megatron-deepspeed",
                              tokens_per_second=gbs * seq / (ms / 1000.0), reported_tflops_per_gpu="",

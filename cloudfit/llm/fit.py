@@ -54,7 +54,7 @@ def _spec(t: Table):
     for name, kind, val in (("t0", "exp", math.log(PRIOR.t0)), ("alpha", "exp", math.log(PRIOR.alpha)),
                             ("w0", "exp", math.log(PRIOR.w0)), ("beta_w", "exp", math.log(PRIOR.beta_w)),
                             ("recompute", "sig", _logit(0.95)), ("mem_traffic", "exp", math.log(PRIOR.mem_traffic)), ("nic_parallel", "sig", _logit(PRIOR.nic_parallel)),
-                            ("nvlink_eff", "exp", 0.0),
+                            ("nvlink_eff", "sig", _logit(PRIOR.nvlink_eff)),  # ≤ 1: NCCL's bus figure is a ceiling
                             ("tau_s", "exp", math.log(PRIOR.tau_s)),
                             ("step_overhead_s", "exp", math.log(PRIOR.step_overhead_s)),
                             ("net_eff", "sig", _logit(PRIOR.net_eff)), ("cp_overlap", "sig", _logit(PRIOR.cp_overlap)),

@@ -12,8 +12,9 @@
   and A4 3,200 RDMA (8 × CX-7; the 400 Gbps gVNIC is not on the GPU path), A2 / G2 100. Systems of the
   public runs: DGX H100 / B200 8 × 400 Gbps InfiniBand = 3,200; DGX B300 8 × 800 = 6,400; GB200/GB300
   NVL72 racks 4 × 400 Gbps per 4-GPU tray → 400 per GPU; llm-foundry's A100 rows say "1600 Gbps
-  node-node interconnect (RoCE)"; vTrain's A100 cluster is not described in its data: we assume the same
-  1,600 Gbps (8 × 200 Gbps HDR, the DGX A100 design) — an assumption, listed in data/llm/PROVENANCE.md.
+  node-node interconnect (RoCE)"; vTrain's A100 cluster: 800 Gbps per 8-GPU node, the
+  ``inter_node_bandwidth`` of every multi-node validation config vTrain ships (``config/validation/multi``),
+  listed in data/llm/PROVENANCE.md.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ FAMILY_GBPS = {"a4x-": 3200.0, "a4-": 3200.0, "a3-ultragpu": 3200.0, "a3-megagpu
 
 #: Systems of the public runs → node Gbit/s (DGX: 8 NICs per node).
 SYSTEM_GBPS = {"DGX-H100": 3200.0, "DGX-B200": 3200.0, "DGX-B300": 6400.0, "DGX-GB200": 3200.0,
-               "DGX-GB300": 3200.0, "MOSAICML-A100": 1600.0, "MOSAICML-H100": 3200.0, "VTRAIN-A100": 1600.0}
+               "DGX-GB300": 3200.0, "MOSAICML-A100": 1600.0, "MOSAICML-H100": 3200.0, "VTRAIN-A100": 800.0}
 
 
 def canonical(name: str) -> str:

@@ -9,6 +9,11 @@ Per step (one optimizer step of the global batch), for the slowest pipeline stag
   ``eff(accelerator, precision)`` × a saturation in the GEMM size per GPU, x = tokens per micro-batch ÷ cp
   and in the width hidden ÷ tp: 1 / (1 + (t0 / tokens)^alpha) / (1 + (w0 / width)^beta_w); attention runs at
   ``attn_eff`` of the GEMM rate. Hardware FLOPs add recomputation (full: ``recompute`` × one forward).
+  Unfused attention (``flash`` false: vTrain's Megatron-DeepSpeed) computes the whole seq × seq score matrix
+  and masks it afterwards, so its attention core costs twice the causal-half FLOPs, and it writes and reads
+  that matrix in HBM: QK^T writes and AV reads 2 bytes per score (4·heads·seq bytes per token forward, twice
+  that backward, once more when recomputed), on top of the softmax/dropout traffic (5·heads·seq stored bytes
+  × ``mem_traffic``).
 - TP: 4 collectives per layer and micro-batch (2 forward, 2 backward; + 2 when the forward is recomputed),
   each moving 2(tp−1)/tp × micro-batch activations over NVLink inside the NVLink domain, else over the
   node network; ``tp_exposed`` of it is not hidden (fitted per framework).
@@ -22,9 +27,18 @@ Per step (one optimizer step of the global batch), for the slowest pipeline stag
 - PP: bubble (pp − 1) / vp × (micro-batch stage time) — i.e. (p−1)/(m+p−1) of the step for 1F1B — plus
   point-to-point activation sends between stages (forward and backward, × vp when interleaved).
 - optimizer: AdamW reads and writes ~32 bytes per local parameter at memory bandwidth; plus a fixed
-  per-step overhead and ``tau`` seconds per layer and micro-batch (kernel launches, small ops).
+  per-step overhead.
+- host dispatch: the framework's Python/launch work is ``tau_s`` seconds per layer and micro-batch. Kernel
+  launches are asynchronous, so the host runs ahead of the GPU: only the part of the host time that exceeds the
+  micro-batch's GPU time (compute + exposed communication) shows, max(GPU, host) per micro-batch. Small models
+  with short kernels are host-bound; large ones hide it completely.
 Collectives across nodes run at the per-GPU share of the node's network (node Gbit/s ÷ 8 ÷ GPUs per node)
-× ``net_eff``; inside the NVLink domain at NCCL's bus bandwidth.
+× ``net_eff`` × (group ranks per node)^``nic_parallel``; inside the NVLink domain at NCCL's bus bandwidth
+× ``nvlink_eff`` (≤ 1: NCCL's measured all-reduce bus bandwidth on an NVSwitch board is that figure). A
+collective over m nodes moves 2(m−1)/m of its buffer through each node's network (NCCL's tree / hierarchical
+schedule: reduce inside the node over NVLink, exchange between nodes, broadcast inside), not the
+2(n−1)/n of a flat ring over all n ranks: across m < n nodes the network term is (n−1)/n ÷ (m−1)/m shorter
+than a flat ring's (a group with one rank per node is unchanged). E.g. TP 16 over 2 nodes: 1.875× shorter.
 """
 
 from __future__ import annotations
@@ -58,10 +72,10 @@ class Constants:
     #: bytes per gradient element the data-parallel reduction moves (2 = bf16/fp16; up to 4 = fp32 main grads)
     grad_bytes: dict = field(default_factory=lambda: {"megatron": 2.0, "megatron-deepspeed": 2.0, "fsdp": 2.0})
     nic_parallel: float = 0.5  # cross-node bandwidth × (group ranks per node)^nic_parallel
-    tau_s: float = 2.0e-4  # seconds per layer per micro-batch
+    tau_s: float = 2.0e-3  # host (Python + launch) seconds per layer per micro-batch; hidden behind GPU work
     step_overhead_s: float = 0.05
     net_eff: float = 0.7  # achieved ÷ nominal inter-node bandwidth
-    nvlink_eff: float = 1.0
+    nvlink_eff: float = 0.9  # achieved ÷ NCCL's NVLink bus bandwidth (fitted in (0, 1])
     tp_exposed: dict = field(default_factory=lambda: {"megatron": 0.5, "megatron-deepspeed": 1.0, "fsdp": 1.0})
     dp_overlap: dict = field(default_factory=lambda: {"megatron": 0.9, "megatron-deepspeed": 0.0, "fsdp": 0.9})
     fsdp_overlap: dict = field(default_factory=lambda: {"megatron": 0.9, "megatron-deepspeed": 0.9, "fsdp": 0.9})
@@ -125,6 +139,9 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, act_none, layer_params,
     tokens_mb = mb * S / cp  # tokens of one micro-batch on one GPU's sequence shard
     # --- compute ----------------------------------------------------------------------------
     mm, att, head = _f(layer_matmul_flops), _f(layer_attention_flops), _f(head_flops)
+    unfused = _f(flash) <= 0
+    n_heads = _f(heads if heads is not None else 0.0)
+    att = att * np.where(unfused, 2.0, 1.0)  # unfused attention computes the masked half of seq × seq too
     bwd_factor = np.where(lora, 2.0, 3.0)  # LoRA: no weight gradients of the frozen base
     # Three rates: weight GEMMs at the run's precision; attention (flash kernels stay in bf16) at attn_eff of the
     # bf16 GEMM rate; memory-bound element-wise work (norms, activations, residuals, casts) at memory bandwidth,
@@ -137,9 +154,12 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, act_none, layer_params,
     attn_peak = _f(peak_tflops if attn_peak_tflops is None else attn_peak_tflops)
     attn_rate = attn_peak * 1e12 * _f(efficiency) * a_eff * sat
     mem_rate = _f(memory_gbs) * 1e9
-    scores = np.where(_f(flash) > 0, 0.0, 5.0 * _f(heads if heads is not None else 0.0) * S)
+    scores = np.where(unfused, 5.0 * n_heads * S, 0.0)
+    # the score matrix itself, written by QK^T and read by AV (fp16, 2 bytes a score): 4·a·s bytes per token
+    # forward, 8·a·s backward, 4·a·s again per recomputed forward; exact traffic, no mem_traffic multiplier
+    score_io = np.where(unfused, (12.0 + 4.0 * rec) * n_heads * S, 0.0)
     t_layer_tok = ((bwd_factor + rec) * mm / gemm_rate + (3.0 + rec) * att / attn_rate
-                   + (1.0 + rec / 3.0) * c.mem_traffic * (_f(act_none) + scores) / mem_rate)
+                   + ((1.0 + rec / 3.0) * c.mem_traffic * (_f(act_none) + scores) + score_io) / mem_rate)
     head_tok = bwd_factor * head / gemm_rate  # the LM head sits on the last stage (the slowest one)
     t_mb = tokens_mb * (stage_layers * t_layer_tok + head_tok) / tp
     t_attn_layer = tokens_mb * 3.0 * att / (tp * attn_rate)
@@ -151,9 +171,13 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, act_none, layer_params,
 
     def across(group, stride):
         """Bus bandwidth of a collective over ``group`` ranks spaced ``stride`` apart (rank order tp, cp, dp, pp):
-        NVLink inside the domain, else the per-GPU network share × (group ranks per node)^nic_parallel."""
-        per_node = np.clip(gpn / np.maximum(stride, 1.0), 1.0, np.maximum(group, 1.0))
-        return np.where(group * stride <= dom, intra, np.minimum(intra, inter * per_node ** c.nic_parallel))
+        NVLink inside the domain, else the per-GPU network share × (group ranks per node)^nic_parallel, scaled
+        so that the ring formula over the n ranks moves 2(m−1)/m of the buffer across the m nodes spanned."""
+        n = np.maximum(group, 1.0)
+        per_node = np.clip(gpn / np.maximum(stride, 1.0), 1.0, n)
+        m = np.maximum(n / per_node, 1.0)  # nodes the group spans
+        hier = np.where(m > 1.0, ((n - 1.0) / n) / np.maximum((m - 1.0) / m, 1e-9), 1.0)
+        return np.where(group * stride <= dom, intra, np.minimum(intra, inter * per_node ** c.nic_parallel * hier))
 
     bw_tp = across(tp, 1.0)
     bw_cp = across(cp, tp)
@@ -185,12 +209,14 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, act_none, layer_params,
     # --- pipeline -------------------------------------------------------------------------------
     p2p_bytes = tokens_mb * h * 2.0 / tp
     t_p2p_mb = np.where(pp > 1, 2.0 * vp * p2p_bytes / (bw_pp * 1e9), 0.0) * c.p2p_exposed
-    t_stage_mb = t_mb + t_tp_mb + t_cp_mb + t_fsdp_mb + t_launch + t_p2p_mb
+    t_gpu_mb = t_mb + t_tp_mb + t_cp_mb + t_fsdp_mb + t_p2p_mb
+    t_host_mb = np.maximum(t_launch - t_gpu_mb, 0.0)  # host dispatch runs ahead of the GPU: only its excess shows
+    t_stage_mb = t_gpu_mb + t_host_mb
     bubble = (pp - 1.0) / vp * t_stage_mb
     # --- optimizer + fixed ----------------------------------------------------------------------
     opt_params = grad_params / np.where(zero >= 1, dps, 1.0)
     t_opt = opt_params * 32.0 / (_f(memory_gbs) * 1e9)
-    other = t_opt + c.step_overhead_s + ga * t_launch
+    other = t_opt + c.step_overhead_s + ga * t_host_mb
     step = ga * (t_mb + t_tp_mb + t_cp_mb + t_fsdp_mb + t_p2p_mb) + bubble + t_dp + other
     return {"step_s": step, "compute_s": ga * t_mb, "tp_s": ga * t_tp_mb, "cp_s": ga * t_cp_mb,
             "fsdp_s": ga * t_fsdp_mb, "dp_s": t_dp, "pp_p2p_s": ga * t_p2p_mb, "bubble_s": bubble,
