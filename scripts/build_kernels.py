@@ -6,7 +6,8 @@ Reads NeuSight's ``dataset/`` folder (train/, test/ and train/collect/: GEMM/lin
 convolution, element-wise ops, layer norm, softmax; PyTorch 2.1, CUDA 12.1, fp32, one method on every
 GPU), pools the rows of every file, drops duplicate (op, GPU, shape) rows (keeping the median latency),
 and keeps a deterministic sample of at most ``CAP[op]`` shapes per (op, GPU), the *same* shapes on
-every GPU where they were measured (chosen by a hash of the shape). Output columns:
+every GPU where they were measured: shapes measured on more GPUs first (NeuSight's test split, measured on
+all eight), then by a hash of the shape. Output columns:
 
     op, op_class, accelerator, b, m, n, k, flops, bytes, latency_us
 
@@ -100,16 +101,23 @@ def main(argv: list[str]) -> int:
             key = (op, dev, b, m, n, k)
             lat.setdefault(key, []).append(lat_us)
             meta[key] = (cls, flops, byts)
-    # the same shapes on every GPU: rank each op's shapes by a hash, keep the first CAP per GPU
-    def h(key):
-        return hashlib.sha256(repr((key[0],) + key[2:]).encode()).hexdigest()
+    # the same shapes on every GPU: rank each op's shapes by how many GPUs measured them (NeuSight's test
+    # split, measured on every GPU, first), then by a hash; keep the first CAP per GPU
+    gpus_per_shape: dict[tuple, int] = {}
+    for key in lat:
+        shape = (key[0],) + key[2:]
+        gpus_per_shape[shape] = gpus_per_shape.get(shape, 0) + 1
+
+    def rank(key):
+        shape = (key[0],) + key[2:]
+        return -gpus_per_shape[shape], hashlib.sha256(repr(shape).encode()).hexdigest()
 
     by_op_dev: dict[tuple, list[tuple]] = {}
     for key in lat:
         by_op_dev.setdefault((key[0], key[1]), []).append(key)
     out = []
     for (op, dev), keys in sorted(by_op_dev.items()):
-        for key in sorted(keys, key=h)[:CAP[op]]:
+        for key in sorted(keys, key=rank)[:CAP[op]]:
             v = sorted(lat[key])
             med = v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
             cls, flops, byts = meta[key]

@@ -54,3 +54,20 @@ def test_an_unseen_gpu_gets_a_prediction_from_its_specs(data):
     # B200 has 4.1× A100's fp32 peak and 5.1× its bandwidth: large fp32 GEMMs run faster, but not faster
     # than the peak ratio allows
     assert (np.median(t_a100 / t_b200) > 1.5) and (np.median(t_a100 / t_b200) < 80 / 19.5 * 1.2)
+
+
+def test_gemm_leave_gpu_out_holds_its_measured_level(report):
+    # issue 15 asks ≤ 10% (missed: 20.1% measured, L4's 72 W board the largest part); a guard on what was
+    # measured so a change that loses the shape-only features' transfer fails here
+    blk = report["classes"]["gemm"]
+    assert blk["mape"] <= 0.23
+    assert blk["gpus"]["A100-80GB"]["mape"] <= 0.15 and blk["gpus"]["H100"]["mape"] <= 0.22
+
+
+def test_a_held_out_gpu_is_not_recognised_by_its_clock(data):
+    # with eight GPUs, raw SM count and clock features put a held-out H100 (1.98 GHz) among the L4's leaves
+    # (2.04 GHz, a 72 W card at 27% of its fp32 peak): MAPE 118%. Spec features must transfer, not name a GPU.
+    others = tuple(g for g in kernels.TRAIN_GPUS + kernels.TEST_GPUS if g != "H100")
+    rep = kernels.leave_gpu_out(data, train_gpus=others, test_gpus=("H100",))
+    assert rep["classes"]["gemm"]["mape"] < 0.30
+    assert abs(rep["classes"]["gemm"]["log_bias"]) < 0.15
