@@ -31,7 +31,9 @@ def test_numpy_forest_matches_xgboost_on_training_features(prep):
     ours = forest.predict(prep.X)
     theirs = booster.predict(xgb.DMatrix(prep.X.astype(np.float32)))
     assert np.max(np.abs(ours - theirs)) < 1e-5
-    assert np.max(np.abs(ours - theirs) / np.maximum(np.abs(theirs), 1e-3)) < 1e-5
+    # xgboost sums 300 leaves in float32, we in float64: ~300 roundings of 6e-8 each (a wrong path is off by
+    # a leaf value, ~1e-2 and more)
+    assert np.max(np.abs(ours - theirs) / np.maximum(np.abs(theirs), 1e-3)) < 5e-5
 
 
 def test_shipped_model_forest_matches_a_refit(prep):
