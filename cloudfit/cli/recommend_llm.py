@@ -12,6 +12,10 @@ def is_llm_request(*, model, profile, tokens, config, layout) -> bool:
         return True
     if model is None or profile is not None:
         return False
+    from cloudfit import resources
+
+    if (resources.profiles_dir() / f"{model}.json").is_file():  # a shipped single-model profile: no LLM
+        return False  # has such a name (tests/llm_recommend/test_plan.py), so the zoo need not be imported
     from cloudfit.llm.zoo import is_llm
 
     return is_llm(model)

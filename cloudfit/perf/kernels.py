@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from cloudfit.catalog import hardware
+from cloudfit.perf.tables import BYTES_LOG2, FLOPS_LOG2, Tables  # noqa: F401  (re-exported)
 
 OP_CLASSES = ("gemm", "conv", "memory")
 TRAIN_GPUS = ("P4", "P100", "T4", "V100", "A100")
@@ -210,33 +211,6 @@ def leave_gpu_out(kern: Kernels | None = None, train_gpus=TRAIN_GPUS, test_gpus=
 
 # --------------------------------------------------------------------------------------------
 # Efficiency tables: what the end-to-end prior uses (cloudfit.perf.prior.compute_time)
-
-#: log2 grids of per-kernel traffic (bytes) and work (FLOPs) the tables are evaluated on.
-BYTES_LOG2 = tuple(range(10, 35))
-FLOPS_LOG2 = tuple(range(16, 47))
-
-
-@dataclass(frozen=True)
-class Tables:
-    """Per accelerator: achieved fraction of the datasheet memory bandwidth by a memory-bound kernel moving
-    2^BYTES_LOG2 bytes, and of the fp32 peak by a square GEMM of 2^FLOPS_LOG2 FLOPs (kernel-model predictions,
-    clipped to (0, 1]). Latency floors, wave quantisation and sustained clocks are in these fractions."""
-
-    memory: dict[str, tuple[float, ...]]
-    gemm: dict[str, tuple[float, ...]]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"bytes_log2": list(BYTES_LOG2), "flops_log2": list(FLOPS_LOG2),
-                "memory": {k: list(v) for k, v in sorted(self.memory.items())},
-                "gemm": {k: list(v) for k, v in sorted(self.gemm.items())}}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Tables":
-        if tuple(d["bytes_log2"]) != BYTES_LOG2 or tuple(d["flops_log2"]) != FLOPS_LOG2:
-            raise ValueError("kernel tables on another grid")
-        return cls({k: tuple(float(x) for x in v) for k, v in d["memory"].items()},
-                   {k: tuple(float(x) for x in v) for k, v in d["gemm"].items()})
-
 
 def _sig4(x: float) -> float:
     return float(f"{x:.4g}")

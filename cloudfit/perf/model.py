@@ -138,7 +138,7 @@ def load_model(path: str | None = None) -> FittedModel:
     q = {k: (float(v[0]), float(v[1])) for k, v in doc["band"]["log_quantiles"].items()}
     lam = {k: float(v) for k, v in doc["anchor_lambda"].items()}
     sigs = np.array(doc["band"]["seen_signatures"], dtype=float).reshape(-1, 6)
-    from cloudfit.perf.kernels import Tables
+    from cloudfit.perf.tables import Tables
 
     return FittedModel(Forest.from_dict(doc["forest"]), q, lam, dict(doc["prior_constants"]),
                        "sha256:" + hashlib.sha256(raw).hexdigest()[:16], str(p), sigs,

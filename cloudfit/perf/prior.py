@@ -203,7 +203,7 @@ def kernel_efficiencies(w: Work, s: Setup) -> tuple[np.ndarray, np.ndarray, np.n
     achieved fraction of peak of the step's average tensor kernel (its FLOPs) and of the memory bandwidth
     of its average kernel's traffic, from the counted kernels per step. 1 where there are no tables or no
     kernel count."""
-    from cloudfit.perf.kernels import BYTES_LOG2, FLOPS_LOG2
+    from cloudfit.perf.tables import BYTES_LOG2, FLOPS_LOG2
 
     b = _f(s.batch)
     n = b.shape[0] if b.ndim else 1

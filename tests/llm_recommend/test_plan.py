@@ -275,3 +275,15 @@ def test_budget_picks_the_knee_not_the_last_second():
     c = p.chosen
     assert knee_key(np.array([c.cost_usd]), np.array([c.hours]))[0] <= key.min() + 1e-6
     assert "literal fastest" in p.sensitivity or "also the fastest" in p.sensitivity
+
+
+def test_no_llm_shares_a_name_with_a_shipped_profile():
+    """recommend tells a shipped single-model profile from an LLM without importing the zoo; that needs
+    the two sets of names (with the zoo's aliases) to be disjoint."""
+    from cloudfit.cli.recommend_llm import is_llm_request
+    from cloudfit.profiling.io import shipped_profiles
+
+    names = set(zoo.ZOO) | set(zoo._ALIASES)
+    assert not names & set(shipped_profiles())
+    assert is_llm_request(model="llama3-8b", profile=None, tokens=None, config=None, layout=None)
+    assert not is_llm_request(model="resnet50", profile=None, tokens=None, config=None, layout=None)
