@@ -6,9 +6,11 @@ the recommender calls :func:`predict_many` once with thousands of queries on its
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
+import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -196,9 +198,11 @@ def _positive_int(v: Any, what: str) -> int:
     return int(v)
 
 
-def _canonical_queries(queries: Sequence[HardwareQuery], default_batch: int) -> list[HardwareQuery]:
+def _canonical_queries(queries: Sequence[HardwareQuery]) -> list[HardwareQuery]:
     """Validated queries. Accelerator names are the catalog's canonical ones (resolved once, where the
-    catalog or ``predict`` reads them); another spelling is resolved here, an unknown one raises."""
+    catalog or ``predict`` reads them); another spelling is resolved here, an unknown one raises. A batch
+    of None stays None (the profile's batch, filled in by ``_rows``): the recommender's thousands of
+    queries are then returned as they are, not rebuilt."""
     known = hardware.ACCELERATORS
     out = []
     for q in queries:
@@ -208,7 +212,7 @@ def _canonical_queries(queries: Sequence[HardwareQuery], default_batch: int) -> 
         prec = q.precision if q.precision in PRECISIONS else str(q.precision).lower()
         if prec not in PRECISIONS:
             raise UsageError(f"unknown precision {q.precision!r} (expected {', '.join(PRECISIONS)})")
-        batch = default_batch if q.batch_size is None else _positive_int(q.batch_size, "batch size")
+        batch = None if q.batch_size is None else _positive_int(q.batch_size, "batch size")
         if q.parallelism not in PARALLELISMS:
             raise UsageError(f"unknown parallelism {q.parallelism!r} (expected {', '.join(PARALLELISMS)})")
         net = float(q.network_gbps or 0.0)
@@ -223,7 +227,7 @@ def _canonical_queries(queries: Sequence[HardwareQuery], default_batch: int) -> 
     return out
 
 
-def _rows(qs: Sequence[HardwareQuery]) -> dict[str, np.ndarray | list]:
+def _rows(qs: Sequence[HardwareQuery], default_batch: int | None = None) -> dict[str, np.ndarray | list]:
     acc = [q.accelerator for q in qs]
     count = np.array([q.count for q in qs], dtype=float)
     nodes = np.array([q.nodes for q in qs], dtype=float)
@@ -232,7 +236,8 @@ def _rows(qs: Sequence[HardwareQuery]) -> dict[str, np.ndarray | list]:
     net = np.array([q.network_gbps if q.nodes > 1 else features.NO_LINK_GBPS for q in qs], dtype=float)
     ps = np.array([1.0 if q.parallelism == "ps" else 0.0 for q in qs])
     ps_net = np.array([q.ps_network_gbps if q.ps_network_gbps else n for q, n in zip(qs, net)], dtype=float)
-    return {"acc": acc, "prec": [q.precision for q in qs], "batch": np.array([q.batch_size for q in qs], dtype=float),
+    batch = np.array([default_batch if q.batch_size is None else q.batch_size for q in qs], dtype=float)
+    return {"acc": acc, "prec": [q.precision for q in qs], "batch": batch,
             "count": count, "nodes": nodes,
             "intra": intra, "net": net, "ps": ps, "ps_count": np.array([q.ps_count for q in qs], dtype=float),
             "ps_net": ps_net}
@@ -278,7 +283,7 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     """
     _check_profile(profile)
     m = load_model(model_file)
-    qs = _canonical_queries(queries, int(profile.stats.batch_size))
+    qs = _canonical_queries(queries)
     n_in = len(qs)
     if n_in == 0:
         z = np.zeros(0)
@@ -286,14 +291,20 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     uniq: dict[HardwareQuery, int] = {}
     inverse = np.array([uniq.setdefault(q, len(uniq)) for q in qs])
     # Each multi-device query also needs its one-node and one-device versions (for the scaling cap).
-    base = {}
-    for q in list(uniq):
+    # Queries that differ only in their node count share both variants: make each pair once (the
+    # recommender asks for every shape at 1..64 nodes).
+    base, pairs = {}, {}
+    for q, i in list(uniq.items()):
         if q.count * q.nodes > 1:
-            node1, dev1 = _variant(q, q.count, 1), _variant(q, 1, 1)
-            base[uniq[q]] = (uniq.setdefault(node1, len(uniq)), uniq.setdefault(dev1, len(uniq)))
+            key = _ALL_BUT_NODES(q)
+            ids = pairs.get(key)
+            if ids is None:
+                node1, dev1 = _variant(q, q.count, 1), _variant(q, 1, 1)
+                ids = pairs[key] = (uniq.setdefault(node1, len(uniq)), uniq.setdefault(dev1, len(uniq)))
+            base[i] = ids
     uq = list(uniq)
     work = features.work_from_stats(profile.stats)
-    r = _rows(uq)
+    r = _rows(uq, int(profile.stats.batch_size))
     s, p, f = _evaluate(m, work, r)
     anchors = _anchors(m, profile, work)
     devices = r["count"] * r["nodes"]
@@ -348,6 +359,10 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     cols = [np.where(fits, c, 0.0)[inverse] for c in cols]
     return PredictionTable(*cols, fits=fits[inverse], basis=tuple(basis[i] for i in inverse),
                            reason=tuple(reasons[i] for i in inverse))
+
+
+#: Every field of a query but its node count (what the one-node and one-device variants depend on).
+_ALL_BUT_NODES = operator.attrgetter(*(f.name for f in dataclasses.fields(HardwareQuery) if f.name != "nodes"))
 
 
 def _variant(q: HardwareQuery, count: int, nodes: int) -> HardwareQuery:
