@@ -89,6 +89,20 @@ def test_duplicate_queries_are_evaluated_once_and_kept_in_order(profiles):
     assert t.samples_per_second[1] > t.samples_per_second[0]
 
 
+def test_no_batch_means_the_profiles_batch(profiles):
+    """A query without a batch runs the profile's; the same query with that batch written out predicts the
+    same, on one node and on many (where the scaling cap's one-node and one-device variants come in)."""
+    prof = profiles["resnet50"]
+    b = int(prof.stats.batch_size)
+    qs = [HardwareQuery("V100", 8, n, 100.0, "fp16") for n in (1, 2, 4)]
+    qb = [dataclasses.replace(q, batch_size=b) for q in qs]
+    t, tb = predict_many(prof, qs + qb), predict_many(prof, qb + qs)
+    assert np.array_equal(t.samples_per_second[:3], t.samples_per_second[3:])
+    assert np.array_equal(t.samples_per_second, tb.samples_per_second)
+    assert not np.array_equal(predict_many(prof, [dataclasses.replace(qs[0], batch_size=2 * b)]).samples_per_second,
+                              t.samples_per_second[:1])
+
+
 def test_anchored_prediction_reproduces_its_anchor(stats_profiles):
     base = stats_profiles["resnet50@256"]
     stats_only = predict(base, "A100", batch_size=256, precision="fp32")
