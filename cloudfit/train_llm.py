@@ -433,6 +433,9 @@ def _fail(msg: str, rank: int = 0) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import faulthandler
+
+    faulthandler.enable()  # a rank that dies of a signal (e.g. SIGSEGV in a collective) leaves its Python stacks in the log
     rank = int(os.environ.get("RANK", 0))
     try:
         args = parse_args(argv)
