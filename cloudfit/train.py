@@ -180,6 +180,16 @@ class Uploader:
 
 # ------------------------------------------------------------------------------ training
 
+def control_args(progress_file: str | None, stop_file: str | None, stop_at: float | None) -> list[str]:
+    """The progress and stop flags both trainers take (``--progress-file``, ``--stop-file``, ``--stop-at``)."""
+    args = ["--progress-file", progress_file] if progress_file else []
+    if stop_file:
+        args += ["--stop-file", stop_file]
+    if stop_at is not None:
+        args += ["--stop-at", f"{stop_at:.0f}"]
+    return args
+
+
 def torchrun_env() -> tuple[bool, int, int, int, int]:
     """(launched by torchrun?, rank, world size, local rank, elastic restart count) from the environment."""
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ

@@ -185,12 +185,9 @@ def trainer_args(layout: Layout, *, steps: int, checkpoint_dir: str, shape: str 
         a += ["--checkpoint-every", str(checkpoint_every)]
     if checkpoint_interval_s:
         a += ["--checkpoint-interval-s", f"{checkpoint_interval_s:g}"]
-    if progress_file:
-        a += ["--progress-file", progress_file]
-    if stop_file:
-        a += ["--stop-file", stop_file]
-    if stop_at is not None:
-        a += ["--stop-at", f"{stop_at:.0f}"]
+    from cloudfit.train import control_args
+
+    a += control_args(progress_file, stop_file, stop_at)
     if rehearsal_of:
         a += ["--rehearsal-of", rehearsal_of]
     return a + list(extra or [])

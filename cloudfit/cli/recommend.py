@@ -109,6 +109,20 @@ def _distinct(plan, k: int) -> list:
     return out
 
 
+def limits_and_goal(w) -> str:
+    """"deadline 24.0 h at 90% and budget $300.00, the cost × time knee": the table title's tail."""
+    from cloudfit.cli.render import money
+    from cloudfit.units import format_hours
+
+    limits = []
+    if w.deadline_hours is not None:
+        limits.append(f"deadline {format_hours(w.deadline_hours)} at {w.confidence:.0%}")
+    if w.budget_usd is not None:
+        limits.append(f"budget {money(w.budget_usd)}")
+    goal = {"cost": "minimising cost", "time": "the cost × time knee", "fastest": "minimising time"}.get(w.objective, w.objective)
+    return f"{' and '.join(limits)}, {goal}"
+
+
 def write_outputs(plan, out: Path | None, sky: Path | None, plot: Path | None) -> None:
     """The files ``recommend`` was asked for: plan.json, a SkyPilot task, a Pareto plot (each atomic)."""
     if out is not None:
@@ -140,14 +154,8 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
     from cloudfit.units import format_hours
 
     w = plan.workload
-    limits = []
-    if w.deadline_hours is not None:
-        limits.append(f"deadline {format_hours(w.deadline_hours)} at {w.confidence:.0%}")
-    if w.budget_usd is not None:
-        limits.append(f"budget {money(w.budget_usd)}")
     con = con or console()
-    goal = {"cost": "minimising cost", "time": "the cost × time knee", "fastest": "minimising time"}.get(w.objective, w.objective)
-    title = f"{w.model}: {w.samples:,.0f} samples, {' and '.join(limits)}, {goal}"
+    title = f"{w.model}: {w.samples:,.0f} samples, {limits_and_goal(w)}"
     width = con.width
     if wide or width >= WIDE_COLUMNS:
         cols = [Column("#", "right"), Column("zone"), Column("machine type"), Column("GPUs/node"), Column("nodes", "right"),

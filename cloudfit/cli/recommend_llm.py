@@ -127,16 +127,13 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
     from cloudfit.cli.table import WIDE_COLUMNS, Column, fit_distinct, print_table
     from cloudfit.units import format_hours
 
+    from cloudfit.cli.recommend import limits_and_goal
+
     w, L = plan.workload, plan.layout
-    limits = []
-    if w.deadline_hours is not None:
-        limits.append(f"deadline {format_hours(w.deadline_hours)} at {w.confidence:.0%}")
-    if w.budget_usd is not None:
-        limits.append(f"budget {money(w.budget_usd)}")
     con = con or console()
     ft = f"LoRA r={L['lora_rank']}" if L["finetune"] == "lora" else "full training"
     title = (f"{w.model} ({ft}, {L['precision']}): {L['tokens']:.3g} tokens at {seq_len:,}/sequence, "
-             f"{' and '.join(limits)}, minimising {'cost' if w.objective == 'cost' else 'time'}")
+             f"{limits_and_goal(w)}")
     width = con.width
     if wide or width >= WIDE_COLUMNS:
         cols = [Column("#", "right"), Column("zone"), Column("machine type"), Column("GPUs/node"),

@@ -115,13 +115,9 @@ class JobSpec:
             args += ["--batch-size", str(self.batch_size_per_device)]
         for k, v in sorted(self.model_options.items()):
             args += ["--model-option", f"{k}={str(v).lower() if isinstance(v, bool) else v}"]
-        if progress_file:
-            args += ["--progress-file", progress_file]
-        if stop_file:
-            args += ["--stop-file", stop_file]
-        if stop_at is not None:
-            args += ["--stop-at", f"{stop_at:.0f}"]
-        return args
+        from cloudfit.train import control_args
+
+        return args + control_args(progress_file, stop_file, stop_at)
 
 
     def _llm_trainer_args(self, checkpoint_dir, stop_file, stop_at, progress_file, progress_every_s, config) -> list[str]:
@@ -138,13 +134,9 @@ class JobSpec:
             args += ["--checkpoint-interval-s", f"{self.checkpoint_interval_s:g}"]
         every = self.progress_every_s if progress_every_s is None else progress_every_s
         args += ["--progress-interval-s", f"{every:g}"]
-        if progress_file:
-            args += ["--progress-file", progress_file]
-        if stop_file:
-            args += ["--stop-file", stop_file]
-        if stop_at is not None:
-            args += ["--stop-at", f"{stop_at:.0f}"]
-        return args
+        from cloudfit.train import control_args
+
+        return args + control_args(progress_file, stop_file, stop_at)
 
 
 def _trainer_precision(p: str) -> str:

@@ -35,10 +35,15 @@ def knee_key(cost_usd: np.ndarray, hours: np.ndarray, elasticity: float = KNEE_E
         return np.log(np.maximum(cost_usd, 1e-12)) + elasticity * np.log(np.maximum(hours, 1e-12))
 
 
+def _feasible_ids(a, problem, ids: np.ndarray | None) -> np.ndarray:
+    """The feasible ids of ``ids`` (default all), in their order."""
+    feasible, _, _ = score(a, problem)
+    return np.flatnonzero(feasible) if ids is None else np.asarray(ids, dtype=np.int64)[feasible[ids]]
+
+
 def knee_order(a, problem, ids: np.ndarray | None = None) -> np.ndarray:
     """Feasible candidate ids (of ``ids``, default all) best first by the knee's score, then hours, then id."""
-    feasible, _, _ = score(a, problem)
-    keep = np.flatnonzero(feasible) if ids is None else np.asarray(ids, dtype=np.int64)[feasible[ids]]
+    keep = _feasible_ids(a, problem, ids)
     cost, hours = np.asarray(a.cost_usd, dtype=float)[keep], np.asarray(a.hours, dtype=float)[keep]
     # round the score to 1e-9 relative so float noise between zones does not decide the order
     key = np.round(knee_key(cost, hours), 9)
@@ -47,8 +52,7 @@ def knee_order(a, problem, ids: np.ndarray | None = None) -> np.ndarray:
 
 def fastest_id(a, problem, ids: np.ndarray | None = None) -> int | None:
     """The literal fastest feasible candidate (ties: cheaper, then lower id)."""
-    feasible, _, _ = score(a, problem)
-    keep = np.flatnonzero(feasible) if ids is None else np.asarray(ids, dtype=np.int64)[feasible[ids]]
+    keep = _feasible_ids(a, problem, ids)
     if keep.size == 0:
         return None
     hours, cost = np.asarray(a.hours, dtype=float)[keep], np.asarray(a.cost_usd, dtype=float)[keep]
@@ -57,8 +61,7 @@ def fastest_id(a, problem, ids: np.ndarray | None = None) -> int | None:
 
 def cheapest_id(a, problem, ids: np.ndarray | None = None) -> int | None:
     """The cheapest feasible candidate (ties: faster, then lower id)."""
-    feasible, _, _ = score(a, problem)
-    keep = np.flatnonzero(feasible) if ids is None else np.asarray(ids, dtype=np.int64)[feasible[ids]]
+    keep = _feasible_ids(a, problem, ids)
     if keep.size == 0:
         return None
     hours, cost = np.asarray(a.hours, dtype=float)[keep], np.asarray(a.cost_usd, dtype=float)[keep]

@@ -40,7 +40,7 @@ from cloudfit.errors import InfeasibleError
 from cloudfit.llm import hardware as lhw
 from cloudfit.llm import space as lsp
 from cloudfit.llm.zoo import LLMShape
-from cloudfit.search.space import GUARD_INTERVAL_S, TEARDOWN_S, Priced, Space, _price_groups
+from cloudfit.search.space import GUARD_INTERVAL_S, TEARDOWN_S, Priced, Space, _price_groups, add_candidates
 from cloudfit.types import ModelStats, Plan, Profile, Workload
 
 RELAUNCH_BASE_S = 30.0
@@ -150,15 +150,7 @@ class LLMSpace(Space):
 
         S = capacity.startup_seconds(n[first] if groups is not None else n, sp,
                                      {True: ov.start_spot_s, False: ov.start_on_demand_s}) / 3600.0
-        with np.errstate(all="ignore"):
-            out = sm._assess_rows(W, sig, Lam, S, C, R, deadline_hours)
-            lost = ~np.isfinite(out["hours_p90"]) | ~np.isfinite(out["hours"])
-            if lost.any():
-                for k in ("hours", "hours_p90", "expected_preemptions", "overhead_hours"):
-                    out[k] = np.where(lost, np.inf, out[k])
-                out["p_on_time"] = np.where(lost & (deadline_hours is not None), 0.0, out["p_on_time"])
-            if groups is not None:
-                out = {k: v[inverse] for k, v in out.items()}
+        out = sm.assess_rows(W, sig, Lam, S, C, R, deadline_hours, None if groups is None else inverse)
         teardown = price * (TEARDOWN_S / 3600.0)
         cost, cost90 = sm.bill(price, out["hours"]) + teardown, sm.bill(price, out["hours_p90"]) + teardown
         # stockouts: waiting for capacity adds time (not billed) and deadline risk, as in Space._assess
@@ -281,13 +273,7 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("offering", "nodes", "spot", "price")}
     for is_spot in {"allow": (False, True), "never": (False,), "only": (True,)}[workload.spot]:
         per_node = spp if is_spot else od
-        priced = ~np.isnan(per_node)
-        oi, ni = np.nonzero(fits_off & priced[:, None])
-        ni = ni + 1
-        cols["offering"].append(oi)
-        cols["nodes"].append(ni)
-        cols["spot"].append(np.full(oi.size, is_spot))
-        cols["price"].append(per_node[oi] * ni)
+        add_candidates(cols, fits_off & ~np.isnan(per_node)[:, None], per_node, is_spot)
     offering = np.concatenate(cols["offering"])
     if offering.size == 0:
         raise _does_not_fit(job, res, hws, N, constraints)

@@ -79,24 +79,9 @@ def skypilot_task(plan: Plan, *, bucket: str | None = None, steps_command: str |
     if steps_command is None and plan.layout:  # a large-model plan: torchrun runs the plan's layout
         launch = plan.layout["launch"]  # (or the nearest layout cloudfit.train_llm runs: no pp/cp there)
         args = launch["args"] if launch.get("runnable", True) or not launch.get("runnable_args") else launch["runnable_args"]
-        steps_command = (
-            "set -e\n"
-            'MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)\n'
-            "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n"
-            'python -m torch.distributed.run --nnodes="$SKYPILOT_NUM_NODES" '
-            '--nproc-per-node="$SKYPILOT_NUM_GPUS_PER_NODE" --node-rank="$SKYPILOT_NODE_RANK" '
-            '--master-addr="$MASTER_ADDR" --master-port=29500 '
-            "-m cloudfit.train_llm " + " ".join(shlex.quote(str(a)) for a in args)
-            + f" --checkpoint-dir {CHECKPOINT_MOUNT} --progress-file /tmp/cloudfit-progress.json\n")
-    run = steps_command or (
-        "set -e\n"
-        'MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)\n'
-        "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n"
-        'python -m torch.distributed.run --nnodes="$SKYPILOT_NUM_NODES" '
-        '--nproc-per-node="$SKYPILOT_NUM_GPUS_PER_NODE" --node-rank="$SKYPILOT_NODE_RANK" '
-        '--master-addr="$MASTER_ADDR" --master-port=29500 '
-        "-m cloudfit.train " + " ".join(shlex.quote(a) for a in trainer) + "\n"
-    )
+        steps_command = _torchrun("cloudfit.train_llm", [*map(str, args), "--checkpoint-dir", CHECKPOINT_MOUNT,
+                                                         "--progress-file", "/tmp/cloudfit-progress.json"])
+    run = steps_command or _torchrun("cloudfit.train", trainer)
     ordered = [{
         "cloud": "gcp",
         "region": c.offering.region,
@@ -122,3 +107,14 @@ def _default_batch(model: str) -> int:
         return int(zoo.info(model)["default_batch_size"])
     except Exception:  # a user model: the trainer's own default applies per rank; count one sample
         return 1
+
+
+def _torchrun(module: str, args: list[str]) -> str:
+    """The task's run script: torchrun over SkyPilot's nodes (node 0 is the rendezvous) running ``module``."""
+    return ("set -e\n"
+            'MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)\n'
+            "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n"
+            'python -m torch.distributed.run --nnodes="$SKYPILOT_NUM_NODES" '
+            '--nproc-per-node="$SKYPILOT_NUM_GPUS_PER_NODE" --node-rank="$SKYPILOT_NODE_RANK" '
+            '--master-addr="$MASTER_ADDR" --master-port=29500 '
+            f"-m {module} " + " ".join(shlex.quote(a) for a in args) + "\n")

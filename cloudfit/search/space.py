@@ -297,12 +297,7 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
                 key = f"more than {workload.max_gpus} GPUs (--max-gpus)"
                 excluded[key] = excluded.get(key, 0) + n_over
             ok &= ~over
-        oi, ni = np.nonzero(ok)  # offering-major, then nodes
-        ni = ni + 1
-        cols["offering"].append(oi)
-        cols["nodes"].append(ni)
-        cols["spot"].append(np.full(oi.size, is_spot))
-        cols["price"].append(per_node[oi] * ni)
+        add_candidates(cols, ok, per_node, is_spot)
     offering = np.concatenate(cols["offering"])
     if offering.size == 0:
         raise InfeasibleError("no configuration can hold the model: " + "; ".join(excluded) if excluded
@@ -324,6 +319,17 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
         checkpoint_bytes=_checkpoint_bytes(profile),
         _cache={_GROUPS: _price_groups(shape, nodes, is_spot, hz_off, offering, n_shapes, max_nodes)},
     )
+
+
+def add_candidates(cols: dict[str, list[np.ndarray]], ok: np.ndarray, per_node: np.ndarray, is_spot: bool) -> None:
+    """Append the candidates ``ok`` (offering × nodes, True where kept) to ``cols``: offering-major,
+    then nodes (1-based), priced at ``per_node`` × nodes."""
+    oi, ni = np.nonzero(ok)
+    ni = ni + 1
+    cols["offering"].append(oi)
+    cols["nodes"].append(ni)
+    cols["spot"].append(np.full(oi.size, is_spot))
+    cols["price"].append(per_node[oi] * ni)
 
 
 def _compute_hours(samples: float, samples_per_second: np.ndarray) -> np.ndarray:

@@ -375,17 +375,24 @@ def assess(
         W, sig, Lam, sp = W[first], sig[first], Lam[first], sp[first]
         st = None if st is None else st[first]
     S = (np.where(sp, ov.start_spot_s, ov.start_on_demand_s) if st is None else st) / 3600.0
-    with np.errstate(all="ignore"):  # absurd clusters overflow to inf hours; that is the answer
+    out = assess_rows(W, sig, Lam, S, C, R, deadline_hours, None if groups is None else inverse)
+    cost, cost_p90 = bill(price, out["hours"]), bill(price, out["hours_p90"])
+    return Assessment(cost_usd=cost, cost_p90_usd=cost_p90, **out)
+
+
+def assess_rows(W, sig, Lam, S, C, R, deadline_hours: float | None, inverse: np.ndarray | None = None) -> dict:
+    """``_assess_rows`` where a run that never ends (absurd clusters overflow to inf hours: that is the
+    answer) takes inf hours and no chance of finishing on time; ``inverse`` expands group rows to candidates."""
+    with np.errstate(all="ignore"):
         out = _assess_rows(W, sig, Lam, S, C, R, deadline_hours)
-        lost = ~np.isfinite(out["hours_p90"]) | ~np.isfinite(out["hours"])  # a run that never ends
+        lost = ~np.isfinite(out["hours_p90"]) | ~np.isfinite(out["hours"])
         if lost.any():
             for k in ("hours", "hours_p90", "expected_preemptions", "overhead_hours"):
                 out[k] = np.where(lost, np.inf, out[k])
             out["p_on_time"] = np.where(lost & (deadline_hours is not None), 0.0, out["p_on_time"])
-        if groups is not None:
+        if inverse is not None:
             out = {k: v[inverse] for k, v in out.items()}
-    cost, cost_p90 = bill(price, out["hours"]), bill(price, out["hours_p90"])
-    return Assessment(cost_usd=cost, cost_p90_usd=cost_p90, **out)
+    return out
 
 
 def bill(price_per_hour: np.ndarray, hours: np.ndarray) -> np.ndarray:
