@@ -152,6 +152,10 @@ def changes(report: dict) -> list[str]:
              "| scheme | regime | before | after | band before | band after |", "|---|---|---:|---:|---:|---:|"]
     for scheme, regimes in report["schemes"].items():
         for regime, b in regimes.items():
+            if regime not in BEFORE[scheme]:  # a regime new this round
+                lines.append(f"| {SCHEMES[scheme]} | {regime} | — | {_fmt(b, 'cloudfit')} | — | "
+                             f"{b['coverage'] * 100:.0f}% |")
+                continue
             mb, db, cb = BEFORE[scheme][regime]
             lines.append(f"| {SCHEMES[scheme]} | {regime} | {mb:.1f} / {db:.1f} | {_fmt(b, 'cloudfit')} | {cb}% | "
                          f"{b['coverage'] * 100:.0f}% |")

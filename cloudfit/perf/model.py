@@ -197,22 +197,32 @@ def anchor_shift(anchors: _Anchors, log_batch: np.ndarray, count: np.ndarray, no
     never beat one N-GPU VM whatever the anchors say (tests/perf/test_anchors.py). Past the largest
     anchor count the weights no longer change, so k stops there."""
     lb = np.asarray(log_batch, dtype=float)
-    corr_term = anchors.log_over_prior[None, :] - lam[:, None] * anchors.correction[None, :]
+    lam = np.asarray(lam, dtype=float)
     w = anchor_weights(lb, anchors.log_batch, np.log(count), anchors.log_count)
-    shift = (w * corr_term).sum(1)
+    shift = w @ anchors.log_over_prior - lam * (w @ anchors.correction)
     if len(anchors.log_count) and np.ptp(anchors.log_count) > 0:
-        c_max = float(np.exp(anchors.log_count.max()))
         multi_node = np.flatnonzero(nodes > 1)
         if len(multi_node):
-            c, n = count[multi_node], nodes[multi_node]
-            k_top = int(min(n.max(), np.ceil(c_max / c.min()) + 1))
-            for k in range(1, k_top + 1):
-                live = n >= k
-                if not live.any():
-                    break
-                idx = multi_node[live]
-                wk = anchor_weights(lb[idx], anchors.log_batch, np.log(count[idx] * k), anchors.log_count)
-                shift[idx] = np.minimum(shift[idx], (wk * corr_term[idx]).sum(1))
+            # The envelope depends on (batch, devices per node, λ) and the node count only: the recommender's
+            # thousands of queries share a few such keys, so make each key's running minimum once.
+            c_top = float(np.exp(anchors.log_count.max()))
+            cols = (lb[multi_node], count[multi_node], lam[multi_node])
+            codes = [np.unique(col, return_inverse=True) for col in cols]
+            key = np.zeros(len(multi_node), dtype=np.int64)
+            for vals, inv in codes:
+                key = key * len(vals) + inv.ravel()
+            _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+            n = nodes[multi_node]
+            for u, r in enumerate(first):
+                rows = inv.ravel() == u
+                c = float(count[multi_node[r]])
+                k_top = int(min(n[rows].max(), np.ceil(c_top / c) + 1))
+                ks = np.arange(1, k_top + 1, dtype=float)
+                wk = anchor_weights(np.full(k_top, lb[multi_node[r]]), anchors.log_batch, np.log(c * ks),
+                                    anchors.log_count)
+                sk = np.minimum.accumulate(wk @ anchors.log_over_prior - lam[multi_node[r]] * (wk @ anchors.correction))
+                idx = multi_node[rows]
+                shift[idx] = np.minimum(shift[idx], sk[np.minimum(n[rows], k_top).astype(int) - 1])
     return shift, w
 
 
