@@ -119,3 +119,19 @@ def test_the_issue_regime_keeps_its_single_device_anchors_and_weights(table):
     lb, lc = np.log(table["batch_per_device"]), np.log(table["count"])
     assert all(np.all(table["count"][a] * table["nodes"][a] == 1) for a in anchors)
     assert np.allclose(fit.anchor_weight_matrix(anchors, lb, lc), fit.anchor_weight_matrix(anchors, lb))
+
+
+def test_the_eval_reports_the_same_scale_regime_beside_the_issue_regime(table):
+    from cloudfit.perf import evaluate, fit
+
+    idx = np.where(np.isin(table["source"], ["lambda", "sailor"]))[0]
+    small = fit.prepare(table.take(idx))
+    report = evaluate.run(prep=small, inner=False, schemes=("accelerator",), keep_records=True)
+    regimes = report["schemes"]["accelerator"]
+    same = fit.anchor_candidates(small.table, same_scale=True)
+    assert regimes["multi-anchored-same-scale"]["n"] == sum(len(a) > 0 for a in same) > 0
+    assert regimes["multi-anchored"]["n"] == sum(bool(m) and len(a) > 0 for m, a in zip(small.multi, small.anchors))
+    recs = {r["row"]: r for r in report["records"]["accelerator"]}
+    frame = evaluate.to_frame(report, kind="anchored-same-scale")
+    assert len(frame) == regimes["multi-anchored-same-scale"]["n"] and frame["multi"].all()
+    assert all(np.isnan(recs[i]["cloudfit"]["anchored-same-scale"]) for i in np.flatnonzero(~small.multi))
