@@ -152,6 +152,10 @@ def changes(report: dict) -> list[str]:
              "| scheme | regime | before | after | band before | band after |", "|---|---|---:|---:|---:|---:|"]
     for scheme, regimes in report["schemes"].items():
         for regime, b in regimes.items():
+            if regime not in BEFORE[scheme]:  # a regime new this round
+                lines.append(f"| {SCHEMES[scheme]} | {regime} | — | {_fmt(b, 'cloudfit')} | — | "
+                             f"{b['coverage'] * 100:.0f}% |")
+                continue
             mb, db, cb = BEFORE[scheme][regime]
             lines.append(f"| {SCHEMES[scheme]} | {regime} | {mb:.1f} / {db:.1f} | {_fmt(b, 'cloudfit')} | {cb}% | "
                          f"{b['coverage'] * 100:.0f}% |")
@@ -504,6 +508,94 @@ def latency() -> dict:
             "import_and_load_s": imp}
 
 
+def _same_scale_rows(report: dict, scheme: str) -> dict:
+    """cloudfit on the multi-device rows that have a same-scale anchor: MAPE anchored on single-device runs
+    (the issue's regime) vs at the row's scale, overall and per group of ``key``."""
+    import math
+
+    import numpy as np
+
+    recs = [r for r in report.get("records", {}).get(scheme, [])
+            if r["multi"] and not math.isnan(r["cloudfit"].get("anchored-same-scale", math.nan))]
+
+    def mape(sel, kind, m="cloudfit"):
+        return 100 * float(np.mean([abs(r[m][kind] / r["measured"] - 1) for r in sel])) if sel else math.nan
+
+    out = {"n": len(recs), "single": mape(recs, "anchored"), "same": mape(recs, "anchored-same-scale")}
+    for key in ("generation", "source"):
+        out[key] = {g: (len(v), mape(v, "anchored"), mape(v, "anchored-same-scale"))
+                    for g in sorted({r[key] for r in recs}) for v in [[r for r in recs if r[key] == g]]}
+    return out
+
+
+def anchors_round(report: dict) -> list[str]:
+    """This round's part on anchors at the query's scale (issue 15, the multi-device target)."""
+    acc = report["schemes"]["accelerator"]
+    ma, ss = acc["multi-anchored"], acc.get("multi-anchored-same-scale")
+    if ss is None or not report.get("records"):
+        return []
+    sub = _same_scale_rows(report, "accelerator")
+    lomo = _same_scale_rows(report, "model")
+    gens = "; ".join(f"{g} {b['cloudfit']['mape'] * 100:.1f}% (n = {b['n']})" for g, b in ss["generations"].items())
+    by = lambda d: "; ".join(f"{g} {a:.1f} → {b:.1f}% (n = {n})" for g, (n, a, b) in d.items())
+    return [
+        "What changed in this round (issue 15, anchors at the query's scale):",
+        "",
+        f"- **The issue's regime is unchanged by construction** (multi-anchored = anchored on single-device runs): "
+        f"{ma['cloudfit']['mape'] * 100:.1f}% (n = {ma['n']}), by generation "
+        + "; ".join(f"{g} {b['cloudfit']['mape'] * 100:.1f}%" for g, b in ma["generations"].items())
+        + " — target ≤ 15%: missed. model.json is byte-identical (the device term below weighs single-device anchors alike).",
+        f"- **New report line, `multi-anchored-same-scale`**: a multi-device row anchored on the same workload's run "
+        f"at its own devices per node × nodes, parallelism and parameter servers on another accelerator (same source, "
+        f"nearest batch; multi-node anchors carry their own network from the table), where one exists "
+        f"(`fit.anchor_candidates(same_scale=True)`). Leave-one-accelerator-out: cloudfit "
+        f"{ss['cloudfit']['mape'] * 100:.1f}% (n = {ss['n']}; band {ss['coverage'] * 100:.0f}%), by generation {gens}; "
+        f"on the same {sub['n']} rows the issue's single-device anchoring gives {sub['single']:.1f}% — by source "
+        f"{by(sub['source'])}; by generation {by(sub['generation'])}. Leave-one-model-out: "
+        f"{lomo['single']:.1f} → {lomo['same']:.1f}% on its {lomo['n']} rows. Here the datasheet prior "
+        f"({ss['prior']['mape'] * 100:.1f}%) and the calibrated prior ({ss['calibrated-prior']['mape'] * 100:.1f}%) "
+        f"beat cloudfit: with the scaling measured, the learned correction (λ = 1 on multi-device rows, chosen on "
+        f"the issue's regime) adds more scatter than it removes (λ = 0 on this regime, quick eval: 29.8 → 28.9%). "
+        f"What is left is the cross-accelerator part: Gavel's and tf_cnn_benchmarks' K80 against P100/V100.",
+        "- **The product: anchors weighted by devices per node as well as batch** (`model.anchor_weights`, "
+        "`ANCHOR_DEVICE_SCALE` = 1: × exp(−|Δ log devices per node|)), shared by `predict_many` and the eval's "
+        "weight matrix (`fit.anchor_weight_matrix`). A profile holding 1×V100 and 4×V100 runs now predicts 1×A100 "
+        "from the one-GPU run (weight 0.8) and 4×A100 from the four-GPU run, carrying its measured scaling "
+        "(tests/perf/test_anchors.py). Multi-node queries take the least shift over c·k GPUs in one VM, k = 1..n "
+        "(`model.anchor_shift`), so more nodes never raise per-GPU throughput and N one-GPU VMs never beat one "
+        "N-GPU VM whatever counts the anchors were measured at (tested on V100 runs at 0.25–1.0 of linear; each "
+        "rule fails its test without the envelope). Multi-node runs still do not anchor in the product: a "
+        "`Measurement` holds no network.",
+        "- **The evidence for the scale** (`python bench/anchor_scale_sweep.py`: leave-one-accelerator-out, every "
+        "row anchored as a profile would be, on all one-node runs of its workload on the other accelerators at any "
+        "batch and count, through `anchor_shift` and the cap; quick, λ as shipped; MAPE single-device (those whose "
+        "anchors include multi-GPU runs) | multi-device (one node / several)): batch only 21.8 (25.1) | 32.5 "
+        "(30.6 / 35.3); scale 4: 21.4 (24.5) | 32.8; 2: 21.0 (23.9) | 32.9; **1: 20.6 (23.3) | 33.2 (31.3 / "
+        "36.0)**; 0.5: 20.6 (23.3) | 33.6; 0.25: 20.8 (23.6) | 34.0. One-GPU queries gain up to 1.8 points; "
+        "multi-device ones lose 0.3–1.5: on these sources the average over all of a workload's runs (every count, "
+        "every batch) predicts a multi-GPU row better than the runs at its own count (one-node rows 30.6 → 31.3), "
+        "and the envelope lowers Gavel's spread runs to its one-VM shift (several-node rows 35.3 → 36.0), where "
+        "its spread runs beat its consolidated ones in 43 of 165 pairs (median ratio 0.73). Over all 718 rows the scales 1–∞ are level "
+        "(29.8–30.0%); 1 is shipped for the one-GPU gain and the behaviour users expect of a multi-GPU "
+        "measurement, with the multi-device cost named here. `predict_many` on 2,240 queries: unchanged without "
+        "anchors at several counts (13.5 ms here), 14.9 → 15.4 ms with a 1×/8×V100 profile.",
+        "- Tried and dropped: weights on total devices (count × nodes) instead of devices per node — mixes Gavel's "
+        "consolidated and spread runs at the same GPU count: profile sweep with multi-node anchors, no envelope, "
+        "34.7–35.1% (scale 0.1–0.5) against 29.9% with devices per node and nodes weighed apart; a device term only for one-GPU queries (no "
+        "envelope needed): single 20.6 | multi 33.1, level with the shipped form; multi-node anchors with a node "
+        "term (eval rows carry their network; node scale 0.1, no device term): profile sweep multi 32.5 → 29.2% "
+        "without the envelope, 32.7% with it — needs a network on `Measurement` first.",
+        "- **Physics of the scaling error (direction B): nothing encoded.** Gavel's workloads at the pinned commit "
+        "run `torch.nn.parallel.DistributedDataParallel` over NCCL, one process per GPU, `DistributedSampler`, two "
+        "DataLoader workers per process (`workloads/pytorch/image_classification/cifar10/main.py`); so not "
+        "single-process DataParallel, and its 0.64–0.90 of linear is not the GIL or a scatter/gather through GPU 0. "
+        "Its artifact ran on AWS (EXPERIMENTS.md: an us-east-1 AMI; the worker example has 4 GPUs), but the servers' "
+        "GPU topology, vCPUs and whether an 8-GPU 'consolidated' job spanned two 4-GPU servers are not documented "
+        "in the stored sources — no measurement property to encode, and no fudge by source name.",
+        "",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "RESULTS_perf.md")
@@ -557,6 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += issue15_targets(report)
     lines += targets(report)
     lines += changes(report)
+    lines += anchors_round(report)
     lines += generation_tables(report)
     lines += relative_speeds()
     lines += accuracy_tables(report)

@@ -6,7 +6,12 @@ training rows only) and every baseline are refit without the group. A held-out r
 
 * anchored — from the same workload's single-device measurement(s) on *another* accelerator (same
   source, precision, nearest batch): what a profile measured elsewhere provides; and
-* stats-only — from model stats and hardware specs alone.
+* stats-only — from model stats and hardware specs alone; and, for multi-device rows only,
+* anchored at the same scale (regime ``multi-anchored-same-scale``) — from the same workload's
+  measurement at the row's own devices per node × nodes on another accelerator (same source,
+  parallelism and parameter servers, nearest batch), where one exists: a profile that measured the
+  query's scale elsewhere, whose measured scaling efficiency the anchor carries. An added report line;
+  ``multi-anchored`` keeps the single-device anchors above.
 
 cloudfit's predictions go through the path `predict_many` ships (``fit.shipped_predictions``: λ per
 single/multi-device, then the linear-scaling cap against the same prediction on one node and on one
@@ -21,6 +26,7 @@ constants. Also reported, as an ablation: cloudfit's calibrated prior without th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable
 
@@ -40,6 +46,8 @@ def generation(accelerator: str) -> str:
 
 
 METHODS = ("cloudfit", "tflops-ratio", "svr", "prior", "calibrated-prior")
+#: Prediction kinds per row; "anchored-same-scale" is NaN for single-device rows and rows without such an anchor.
+KINDS = ("anchored", "stats-only", "anchored-same-scale")
 SCHEMES = {"accelerator": "leave-one-accelerator-out", "model": "leave-one-model-out"}
 
 
@@ -79,6 +87,10 @@ def run(*, progress: Callable[[str], None] | None = None, inner: bool = True,
     prep = prep or fit_mod.prepare()
     rows = np.arange(len(prep.y))
     report: dict[str, Any] = {"rows": int(len(rows)), "schemes": {}}
+    # anchors at the row's own scale (multi-device rows): the same weights, on other anchor rows
+    w_same = fit_mod.anchor_weight_matrix(fit_mod.anchor_candidates(prep.table, same_scale=True),
+                                          np.log(prep.setup.batch), np.log(prep.setup.count))
+    prep_same = dataclasses.replace(prep, anchor_weights=w_same)
     for scheme in schemes:
         recs: list[dict[str, Any]] = []
         for g, held in fit_mod.group_folds(prep, rows, scheme):
@@ -92,24 +104,30 @@ def run(*, progress: Callable[[str], None] | None = None, inner: bool = True,
                 "prior": prep.prior_sps,
                 "calibrated-prior": fm.prior_sps,
             }
-            preds = {m: fit_mod.predictions(prep, b, held) for m, b in bases.items()}
+            preds = {m: fit_mod.predictions(prep, b, held) + fit_mod.predictions(prep_same, b, held)[:1]
+                     for m, b in bases.items()}
             # cloudfit exactly as `predict_many` ships it: λ per single/multi, then the linear-scaling cap
-            preds["cloudfit"] = fit_mod.shipped_predictions(fp, fm, held, lam)
+            fp_same = dataclasses.replace(fp, anchor_weights=w_same)
+            preds["cloudfit"] = (fit_mod.shipped_predictions(fp, fm, held, lam)
+                                 + fit_mod.shipped_predictions(fp_same, fm, held, lam)[:1])
             new = fit_mod.novel(prep, train, held)
             q = cal.log_quantiles if cal is not None else None
-            scale = fit_mod.band_scale(fit_mod.anchor_jump(fp, fm, held), cal.jump_slope if cal is not None else 0.0)
+            slope = cal.jump_slope if cal is not None else 0.0
+            scale = fit_mod.band_scale(fit_mod.anchor_jump(fp, fm, held), slope)
+            scale_same = fit_mod.band_scale(fit_mod.anchor_jump(fp_same, fm, held), slope)
             for k, i in enumerate(held):
                 rec = {"row": int(i), "group": g, "multi": bool(prep.multi[i]), "measured": float(prep.measured[i]),
                        "source": str(prep.table["source"][i]), "workload": str(prep.table["workload"][i]),
                        "new_workload": bool(new[k]),
                        "generation": generation(str(prep.table["accelerator"][i]))}
                 for m in METHODS:
-                    rec[m] = {"anchored": float(preds[m][0][k]), "stats-only": float(preds[m][1][k])}
+                    rec[m] = {kind: float(preds[m][j][k]) for j, kind in enumerate(KINDS)}
                 if q is not None:
                     regime = "multi" if rec["multi"] else "single"
-                    rec["band"] = {kind: [v * (scale[k] if kind == "anchored" else 1.0)
-                                          for v in q[fit_mod.band_key(f"{regime}-{kind}", new[k])]]
-                                   for kind in ("anchored", "stats-only")}
+                    sc = {"anchored": scale[k], "stats-only": 1.0, "anchored-same-scale": scale_same[k]}
+                    rec["band"] = {kind: [v * sc[kind] for v in
+                                          q[fit_mod.band_key(f"{regime}-{kind.replace('-same-scale', '')}", new[k])]]
+                                   for kind in KINDS}
                 recs.append(rec)
             if progress:
                 progress(f"{SCHEMES[scheme]}: held out {g} ({len(held)} rows)")
@@ -133,7 +151,7 @@ def to_frame(report: dict[str, Any], scheme: str = "accelerator", kind: str = "a
         raise ValueError(f"the report holds no records for {scheme!r}: run(keep_records=True, schemes=(…, {scheme!r}))")
     rows = []
     for r in recs:
-        pred = r["cloudfit"][kind]
+        pred = r["cloudfit"].get(kind, math.nan)
         if math.isnan(pred):
             continue
         row = {k: r[k] for k in ("row", "group", "workload", "source", "multi", "measured")}
@@ -155,9 +173,9 @@ def summarize(recs: list[dict[str, Any]]) -> dict[str, Any]:
     coverage for cloudfit, and the same per held-out group."""
     out: dict[str, Any] = {}
     for multi in (False, True):
-        for kind in ("anchored", "stats-only"):
+        for kind in KINDS:
             regime = f"{'multi' if multi else 'single'}-{kind}"
-            sel = [r for r in recs if r["multi"] == multi and not math.isnan(r["cloudfit"][kind])]
+            sel = [r for r in recs if r["multi"] == multi and not math.isnan(r["cloudfit"].get(kind, math.nan))]
             if not sel:
                 continue
             out[regime] = _block(sel, kind)

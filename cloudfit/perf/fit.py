@@ -109,7 +109,7 @@ def prepare(table: data_mod.Table | None = None, constants: dict[str, float] | N
            "nodes": setup.nodes}
     if with_variants:
         anchors = anchor_candidates(t)
-        W, variants = anchor_weight_matrix(anchors, np.log(setup.batch)), _prepare_variants(t)
+        W, variants = anchor_weight_matrix(anchors, np.log(setup.batch), np.log(setup.count)), _prepare_variants(t)
     else:  # the variants themselves: predicted from their row's anchors, never anchors themselves
         anchors, W, variants = [np.zeros(0, dtype=int)] * len(t), np.zeros((0, 0)), None
     base = Prepared(t, work, setup, tf, {}, np.zeros((0, 0)), np.zeros(0), np.zeros(0), measured, multi,
@@ -142,17 +142,26 @@ def _prepare_variants(t: data_mod.Table) -> Prepared:
     return prepare(data_mod.Table(cols, t.stats), with_variants=False)
 
 
-def anchor_weight_matrix(anchors: list[np.ndarray], log_batch: np.ndarray) -> np.ndarray:
+def anchor_weight_matrix(anchors: list[np.ndarray], log_batch: np.ndarray,
+                         log_count: np.ndarray | None = None) -> np.ndarray:
     """Dense (n, n) matrix W with W[i, a] = the weight of anchor a in row i's anchored prediction,
-    exactly as ``predict_many`` weighs them (:func:`cloudfit.perf.model.anchor_weights`); so an anchored prediction is
-    ``base_i · exp(W[i] @ log(measured / base))``."""
+    exactly as ``predict_many`` weighs them (:func:`cloudfit.perf.model.anchor_weights`, by batch and by
+    devices per node); so an anchored prediction is ``base_i · exp(W[i] @ log(measured / base))``.
+
+    Exact for the regimes evaluated, where each row's anchors share one device count (single-device runs,
+    or runs at the row's own devices × nodes): then the device term and the multi-node envelope of
+    ``model.anchor_shift`` change nothing, and the row's one-node and one-device variants weigh its
+    anchors as the row does."""
     from cloudfit.perf.model import anchor_weights
 
     n = len(anchors)
     W = np.zeros((n, n))
     for i, a in enumerate(anchors):
         if len(a):
-            W[i, a] = anchor_weights(log_batch[i:i + 1], log_batch[a])[0]
+            if log_count is None:
+                W[i, a] = anchor_weights(log_batch[i:i + 1], log_batch[a])[0]
+            else:
+                W[i, a] = anchor_weights(log_batch[i:i + 1], log_batch[a], log_count[i:i + 1], log_count[a])[0]
     return W
 
 
@@ -280,24 +289,36 @@ def row_weights(t: data_mod.Table) -> np.ndarray:
     return w / w.mean()
 
 
-def anchor_candidates(t: data_mod.Table, *, same_accelerator: bool = False) -> list[np.ndarray]:
+def anchor_candidates(t: data_mod.Table, *, same_accelerator: bool = False,
+                      same_scale: bool = False) -> list[np.ndarray]:
     """For each row, the single-device rows of the same source, workload and precision on *another*
     accelerator, at the nearest batch size: what a profile measured elsewhere would hold.
 
     ``same_accelerator``: instead, for each multi-device row, those on its *own* accelerator (the
-    scaling pairs the communication constants are calibrated on); none for single-device rows."""
+    scaling pairs the communication constants are calibrated on); none for single-device rows.
+
+    ``same_scale``: instead, for each multi-device row, the rows on another accelerator at the *same*
+    devices per node, nodes, parallelism and parameter servers (same source, workload and precision;
+    nearest batch): a profile that measured the query's scale elsewhere, whose measured scaling the
+    anchor then carries (multi-node ones with their own network, which the table holds); none for
+    single-device rows."""
     n = len(t)
     single = (t["count"] * t["nodes"]) == 1
     key = [f"{s}|{w}|{p}" for s, w, p in zip(t["source"], t["workload"], t["precision"])]
+    if same_scale:
+        key = [f"{k}|{t['count'][i]:g}|{t['nodes'][i]:g}|{t['parallelism'][i]}|{t['ps_count'][i]}"
+               for i, k in enumerate(key)]
     by_key: dict[str, list[int]] = {}
     for i in range(n):
-        if single[i]:
+        if single[i] != same_scale:
             by_key.setdefault(key[i], []).append(i)
     lb = np.log(t["batch_per_device"])
     out = []
     for i in range(n):
         if same_accelerator:
             cand = [j for j in by_key.get(key[i], []) if t["accelerator"][j] == t["accelerator"][i] and not single[i]]
+        elif same_scale:
+            cand = [j for j in by_key.get(key[i], []) if t["accelerator"][j] != t["accelerator"][i] and not single[i]]
         else:
             cand = [j for j in by_key.get(key[i], []) if t["accelerator"][j] != t["accelerator"][i]]
         if cand:

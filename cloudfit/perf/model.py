@@ -30,6 +30,11 @@ DEFAULT_PRECISION = "fp16"
 #: weight = exp(−|Δ log batch| / ANCHOR_SCALE). Weights never depend on the hardware, so the anchored
 #: factor is the same for every accelerator and predictions stay monotone in hardware specs.
 ANCHOR_SCALE = 0.5
+#: … and so do those at another number of devices per node: × exp(−|Δ log devices per node| /
+#: ANCHOR_DEVICE_SCALE), so a measurement on 4 GPUs carries its measured scaling to a 4-GPU query and a
+#: one-GPU query leans on one-GPU runs. Chosen on the leave-one-accelerator-out sweep over profiles that
+#: hold several device counts (bench/anchor_scale_sweep.py; bench/RESULTS_perf.md, "This round").
+ANCHOR_DEVICE_SCALE = 1.0
 
 
 @dataclass(frozen=True)
@@ -165,14 +170,60 @@ class _Anchors:
     log_batch: np.ndarray
     labels: tuple[str, ...]
     log_prior_per_device: np.ndarray  # log(prior / devices) at each anchor: where its hardware sits
+    log_count: np.ndarray = field(default_factory=lambda: np.zeros(0))  # log devices per node at each anchor
 
 
-def anchor_weights(log_batch_q: np.ndarray, log_batch_a: np.ndarray) -> np.ndarray:
-    """(queries, anchors) batch-similarity weights exp(−|Δ log batch| / ANCHOR_SCALE), rows summing to 1.
-    Shared by prediction and cross-validation (``fit.anchor_weight_matrix``)."""
-    d = np.abs(np.asarray(log_batch_q, dtype=float)[:, None] - np.asarray(log_batch_a, dtype=float)[None, :])
-    w = np.exp(-(d - d.min(axis=1, keepdims=True)) / ANCHOR_SCALE)
+def anchor_weights(log_batch_q: np.ndarray, log_batch_a: np.ndarray, log_count_q: np.ndarray | None = None,
+                   log_count_a: np.ndarray | None = None) -> np.ndarray:
+    """(queries, anchors) similarity weights exp(−|Δ log batch| / ANCHOR_SCALE − |Δ log devices per node| /
+    ANCHOR_DEVICE_SCALE), rows summing to 1 (no device term where counts are not given). Shared by
+    prediction and cross-validation (``fit.anchor_weight_matrix``)."""
+    d = np.abs(np.asarray(log_batch_q, dtype=float)[:, None] - np.asarray(log_batch_a, dtype=float)[None, :]) / ANCHOR_SCALE
+    if log_count_q is not None and log_count_a is not None:
+        d = d + np.abs(np.asarray(log_count_q, dtype=float)[:, None]
+                       - np.asarray(log_count_a, dtype=float)[None, :]) / ANCHOR_DEVICE_SCALE
+    w = np.exp(-(d - d.min(axis=1, keepdims=True)))
     return w / w.sum(1, keepdims=True)
+
+
+def anchor_shift(anchors: _Anchors, log_batch: np.ndarray, count: np.ndarray, nodes: np.ndarray,
+                 lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(shift, weights): the anchored log shift Σₐ wₐ·(log(measuredₐ / priorₐ) − λ·fₐ) of each query, and
+    its weights at the query's devices per node.
+
+    Anchors at several device counts make the shift depend on the count, and then two physical rules need
+    care: a query on n nodes takes the least shift of the same devices per node on 1..n nodes *and* of
+    c·k devices in one VM (k = 1..n), so more nodes never raise per-GPU throughput and N one-GPU VMs
+    never beat one N-GPU VM whatever the anchors say (tests/perf/test_anchors.py). Past the largest
+    anchor count the weights no longer change, so k stops there."""
+    lb = np.asarray(log_batch, dtype=float)
+    lam = np.asarray(lam, dtype=float)
+    w = anchor_weights(lb, anchors.log_batch, np.log(count), anchors.log_count)
+    shift = w @ anchors.log_over_prior - lam * (w @ anchors.correction)
+    if len(anchors.log_count) and np.ptp(anchors.log_count) > 0:
+        multi_node = np.flatnonzero(nodes > 1)
+        if len(multi_node):
+            # The envelope depends on (batch, devices per node, λ) and the node count only: the recommender's
+            # thousands of queries share a few such keys, so make each key's running minimum once.
+            c_top = float(np.exp(anchors.log_count.max()))
+            cols = (lb[multi_node], count[multi_node], lam[multi_node])
+            codes = [np.unique(col, return_inverse=True) for col in cols]
+            key = np.zeros(len(multi_node), dtype=np.int64)
+            for vals, inv in codes:
+                key = key * len(vals) + inv.ravel()
+            _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+            n = nodes[multi_node]
+            for u, r in enumerate(first):
+                rows = inv.ravel() == u
+                c = float(count[multi_node[r]])
+                k_top = int(min(n[rows].max(), np.ceil(c_top / c) + 1))
+                ks = np.arange(1, k_top + 1, dtype=float)
+                wk = anchor_weights(np.full(k_top, lb[multi_node[r]]), anchors.log_batch, np.log(c * ks),
+                                    anchors.log_count)
+                sk = np.minimum.accumulate(wk @ anchors.log_over_prior - lam[multi_node[r]] * (wk @ anchors.correction))
+                idx = multi_node[rows]
+                shift[idx] = np.minimum(shift[idx], sk[np.minimum(n[rows], k_top).astype(int) - 1])
+    return shift, w
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,7 +323,7 @@ def _anchors(m: FittedModel, profile: Profile, work: prior.Work) -> _Anchors | N
     labels = tuple(f"{u.accelerator}×{u.count} bs{u.batch_size_per_device} {u.precision}" for u in usable)
     meas_sps = np.array([u.samples_per_second for u in usable])
     return _Anchors(np.log(meas_sps / p.samples_per_second), f, np.log(r["batch"]), labels,
-                    np.log(p.samples_per_second / r["count"]))
+                    np.log(p.samples_per_second / r["count"]), np.log(r["count"]))
 
 
 def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_file: str | None = None) -> PredictionTable:
@@ -312,9 +363,8 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     band_scale = np.ones(len(uq))
     if anchors is not None:
         # Anchored: prior·exp(λ·f) on both ends, λ per single/multi-device chosen by grouped CV.
-        w = anchor_weights(np.log(r["batch"]), anchors.log_batch)
         lam = np.where(multi, m.anchor_lambda["multi"], m.anchor_lambda["single"])
-        shift = w @ anchors.log_over_prior - lam * (w @ anchors.correction)
+        shift, w = anchor_shift(anchors, np.log(r["batch"]), r["count"], r["nodes"], lam)
         sps = p.samples_per_second * np.exp(lam * f + shift)
         kind = "anchored"
         n_a = len(anchors.labels)
