@@ -49,6 +49,18 @@ BOARDS: dict[str, dict[str, float]] = {
     "A100-80GB": {"memory_bandwidth_gbps": 1935.0, "tdp_w": 300.0},
 }
 
+#: Process node in nm per architecture (TSMC N4/4N/4NP are 5 nm-class processes), and boards whose chip
+#: differs from their architecture's flagship: the A10 is GA102 on Samsung 8N, not GA100 on TSMC N7.
+PROCESS_NM = {"Kepler": 28.0, "Maxwell": 28.0, "Pascal": 16.0, "Volta": 12.0, "Turing": 12.0, "Ampere": 7.0,
+              "Ada Lovelace": 5.0, "Hopper": 5.0, "Blackwell": 5.0}
+PROCESS_NM_BOARD = {"A10": 8.0}
+
+#: Board watts per sustained fp32 TFLOPS at 12 nm (energy per FLOP scales with the node: capacitance ∝
+#: feature size). Chosen with the exponent 1 by leave-one-training-GPU-out cross-validation on the five
+#: training GPUs only (grid 12–30 W/TFLOPS × exponent 0, 0.5, 1, 1.5; bench/RESULTS_perf.md).
+POWER_W_PER_TFLOPS_12NM = 15.0
+POWER_NODE_EXPONENT = 1.0
+
 FEATURES = ("log_waves_128", "wave_fill_128", "log_waves_64", "wave_fill_64", "log_k", "log_intensity_over_ridge",
             "log_compute_us", "log_memory_us", "log_bytes_over_l2", "lanes_per_sm", "log_bw_per_sm")
 
@@ -96,23 +108,36 @@ def load(path: Path | None = None) -> Kernels:
 
 
 def specs(accelerators: np.ndarray, boards: bool = True) -> dict[str, np.ndarray]:
-    """Per row: fp32 peak (TFLOPS), bandwidth (GB/s), SMs, clock (MHz), L2 (MiB) of the board NeuSight
-    measured (``boards``) or of the canonical accelerator."""
-    out: dict[str, list[float]] = {k: [] for k in ("fp32_tflops", "memory_bandwidth_gbps", "sms", "clock_mhz", "l2_mib")}
+    """Per row: fp32 peak (TFLOPS), bandwidth (GB/s), SMs, clock (MHz), L2 (MiB), board power (W) and process
+    node (nm) of the board NeuSight measured (``boards``) or of the canonical accelerator."""
+    keys = ("fp32_tflops", "memory_bandwidth_gbps", "sms", "clock_mhz", "l2_mib", "tdp_w")
+    out: dict[str, list[float]] = {k: [] for k in keys + ("node_nm",)}
     cache: dict[str, tuple[float, ...]] = {}
     for a in accelerators:
         v = cache.get(a)
         if v is None:
             acc, board = hardware.get(a), BOARDS.get(a, {}) if boards else {}
-            v = cache[a] = tuple(float(board.get(k, getattr(acc, k))) for k in out)
+            node = PROCESS_NM_BOARD.get(acc.name, PROCESS_NM.get(acc.arch, float("nan")))
+            v = cache[a] = tuple(float(board.get(k, getattr(acc, k))) for k in keys) + (node,)
         for k, x in zip(out, v):
             out[k].append(x)
     return {k: np.array(v) for k, v in out.items()}
 
 
-def roofline_us(kern: Kernels, s: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(compute, memory) time at the datasheet fp32 peak and bandwidth, microseconds."""
-    return kern.flops / (s["fp32_tflops"] * 1e6), kern.bytes / (s["memory_bandwidth_gbps"] * 1e3)
+def sustained_fp32_tflops(s: dict[str, np.ndarray]) -> np.ndarray:
+    """The fp32 peak a board can hold within its power: min(peak, TDP / e(node)), e = watts per TFLOPS,
+    :data:`POWER_W_PER_TFLOPS_12NM` × (node / 12 nm)^:data:`POWER_NODE_EXPONENT`. Binds on the 70 W cards
+    (T4 0.58 of its peak, P4 0.68, L4 0.38), not on the 250 W+ boards (no node known: no ceiling)."""
+    e = POWER_W_PER_TFLOPS_12NM * (s["node_nm"] / 12.0) ** POWER_NODE_EXPONENT
+    cap = np.where(np.isfinite(e), s["tdp_w"] / (s["fp32_tflops"] * np.where(np.isfinite(e), e, 1.0)), 1.0)
+    return s["fp32_tflops"] * np.minimum(1.0, cap)
+
+
+def roofline_us(kern: Kernels, s: dict[str, np.ndarray], sustained: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(compute, memory) time at the power-sustained fp32 peak (:func:`sustained_fp32_tflops`; the datasheet
+    peak with ``sustained=False``) and the datasheet bandwidth, microseconds."""
+    peak = sustained_fp32_tflops(s) if sustained else s["fp32_tflops"]
+    return kern.flops / (peak * 1e6), kern.bytes / (s["memory_bandwidth_gbps"] * 1e3)
 
 
 def features(kern: Kernels, boards: bool = True) -> np.ndarray:
@@ -124,7 +149,7 @@ def features(kern: Kernels, boards: bool = True) -> np.ndarray:
         tiles = kern.b * np.ceil(kern.m / tile) * np.ceil(kern.n / tile)
         waves = tiles / sms
         cols += [np.log(waves), tiles / (np.ceil(waves) * sms)]
-    ridge = s["fp32_tflops"] * 1e3 / s["memory_bandwidth_gbps"]  # FLOPs per byte where compute = memory time
+    ridge = sustained_fp32_tflops(s) * 1e3 / s["memory_bandwidth_gbps"]  # FLOPs per byte where compute = memory time
     lanes = s["fp32_tflops"] * 1e6 / (2.0 * sms * s["clock_mhz"])
     # SMs and clock enter only through the waves and the peak: as raw features they name the GPU (five
     # training GPUs are five points; H100's 1.98 GHz sits next to L4's 2.04, not next to any training GPU)
@@ -183,8 +208,10 @@ def leave_gpu_out(kern: Kernels | None = None, train_gpus=TRAIN_GPUS, test_gpus=
     tk = kern.take(np.flatnonzero(test))
     pred = predict_us(forests, tk)
     # baseline: the roofline × the training GPUs' median latency/roofline ratio of the op class
-    y_train = target(kern.take(np.flatnonzero(train)))
-    t_c, t_m = roofline_us(tk, specs(tk.accelerator))
+    tr = kern.take(np.flatnonzero(train))
+    t_c, t_m = roofline_us(tr, specs(tr.accelerator), sustained=False)
+    y_train = np.log(tr.latency_us / np.maximum(t_c, t_m))
+    t_c, t_m = roofline_us(tk, specs(tk.accelerator), sustained=False)
     base = np.maximum(t_c, t_m) * np.array([np.exp(np.median(y_train[kern.op_class[train] == c])) for c in tk.op_class])
     ape, ape_b = np.abs(pred / tk.latency_us - 1), np.abs(base / tk.latency_us - 1)
     group = np.where(np.isin(tk.op, ("linear", "bmm", "conv", "ln", "softmax")), tk.op, "element-wise")
