@@ -62,7 +62,8 @@ POWER_W_PER_TFLOPS_12NM = 15.0
 POWER_NODE_EXPONENT = 1.0
 
 FEATURES = ("log_waves_128", "wave_fill_128", "log_waves_64", "wave_fill_64", "log_k", "log_intensity_over_ridge",
-            "log_compute_us", "log_memory_us", "log_bytes_over_l2", "lanes_per_sm", "log_bw_per_sm")
+            "log_compute_us", "log_memory_us", "log_bytes_over_l2", "lanes_per_sm", "log_bw_per_sm", "log_b", "log_m",
+            "log_n")
 
 XGB_PARAMS = {"objective": "reg:squarederror", "eta": 0.05, "max_depth": 6, "min_child_weight": 5.0,
               "subsample": 0.8, "nthread": 1, "seed": 20261123, "tree_method": "hist", "base_score": 0.0}
@@ -154,7 +155,9 @@ def features(kern: Kernels, boards: bool = True) -> np.ndarray:
     # SMs and clock enter only through the waves and the peak: as raw features they name the GPU (five
     # training GPUs are five points; H100's 1.98 GHz sits next to L4's 2.04, not next to any training GPU)
     cols += [np.log(kern.k), np.log(kern.flops / kern.bytes / ridge), np.log(t_c), np.log(t_m),
-             np.log(kern.bytes / (s["l2_mib"] * 2**20)), lanes, np.log(s["memory_bandwidth_gbps"] / sms)]
+             np.log(kern.bytes / (s["l2_mib"] * 2**20)), lanes, np.log(s["memory_bandwidth_gbps"] / sms),
+             # the shape itself (the same on every GPU, so it cannot name one): batch count and output sides
+             np.log(kern.b), np.log(kern.m), np.log(kern.n)]
     X = np.column_stack(cols)
     return X.astype(np.float32).astype(np.float64)
 
