@@ -5,17 +5,27 @@
 fp32) on eight NVIDIA GPUs: GEMM (linear, bmm), convolution (as its implicit GEMM) and memory-bound ops
 (element-wise, layer norm, softmax). Per op class a gradient-boosted model learns
 
-    log(latency / roofline),   roofline = max(FLOPs / fp32 peak, bytes / memory bandwidth)
+    log(latency / roofline),   roofline = max(FLOPs / sustained fp32 peak, bytes / memory bandwidth)
 
-from the kernel's shape as it meets the GPU — waves of 128×128 and 64×64 output tiles over the SMs and the
-last wave's fill, reduction depth, arithmetic intensity against the GPU's ridge point, working set against
-L2, roofline time (small kernels are latency-bound) — and from two spec ratios (FP32 lanes per SM, memory
-bandwidth per SM). Not the raw SM count or clock: they reach the model through the waves and the peak, and
-as features of their own they let the trees recognise a GPU (with eight GPUs, a held-out H100 fell among
-the L4's leaves by its clock: leave-H100-out MAPE 118% with them, 20% without). Never a GPU's name: a GPU that is not in the data gets a prediction from
-its specs (``cloudfit.catalog.hardware``). The evaluation (:func:`leave_gpu_out`, shown by
-``cloudfit model eval``) trains on P4, P100, T4, V100 and A100-40GB and tests on A100-80GB, H100 and L4
-(convolutions: A100-80GB only — NeuSight measured no convolution on H100 or L4).
+The *sustained* peak is the datasheet fp32 peak capped by what the board's power can feed
+(:func:`sustained_fp32_tflops`): min(peak, TDP / e), e = 15 W per TFLOPS at 12 nm × node / 12 nm (energy per
+FLOP ∝ feature size). It binds on the 70 W cards only — T4 0.58 of its peak, P4 0.68, L4 0.38, A10 0.48,
+L40S 0.61 — and not on any 250 W+ datacentre board. Without it the trees, which cannot extrapolate, put a
+held-out L4 (72 W, 30 TFLOPS: it sustains 27–29% of its peak on long sgemm) at a T4's fraction; with it the
+L4 is where its power puts it. The constant and the exponent were chosen by leave-one-training-GPU-out
+cross-validation on the five training GPUs only (bench/RESULTS_perf.md).
+
+Features: the kernel's shape as it meets the GPU — waves of 128×128 and 64×64 output tiles over the SMs and
+the last wave's fill, reduction depth, arithmetic intensity against the (sustained) ridge point, working set
+against L2, roofline times (small kernels are latency-bound) — the shape itself (log batch count and output
+sides, the same on every GPU) and two spec ratios (FP32 lanes per SM, memory bandwidth per SM). Not the raw
+SM count or clock: they reach the model through the waves and the peak, and as features of their own they
+let the trees recognise a GPU (with eight GPUs, a held-out H100 fell among the L4's leaves by its clock:
+leave-H100-out MAPE 118% with them, 20% without). Never a GPU's name: a GPU that is not in the data gets a
+prediction from its specs (``cloudfit.catalog.hardware``; the process node from its architecture,
+:data:`PROCESS_NM`). The evaluation (:func:`leave_gpu_out`, shown by ``cloudfit model eval``) trains on P4,
+P100, T4, V100 and A100-40GB and tests on A100-80GB, H100 and L4 (convolutions: A100-80GB only — NeuSight
+measured no convolution on H100 or L4).
 
 The measured boards differ from the canonical specs in a few numbers (:data:`BOARDS`): NeuSight's V100 is the
 PCIe card (1370 MHz, 14.0 TFLOPS, 250 W), its A100s are PCIe cards (250 W; the 80 GB one 1935 GB/s, 300 W).
@@ -64,6 +74,10 @@ POWER_NODE_EXPONENT = 1.0
 FEATURES = ("log_waves_128", "wave_fill_128", "log_waves_64", "wave_fill_64", "log_k", "log_intensity_over_ridge",
             "log_compute_us", "log_memory_us", "log_bytes_over_l2", "lanes_per_sm", "log_bw_per_sm", "log_b", "log_m",
             "log_n")
+#: Features per op class: the shape columns (log b, m, n) for the GEMM-like classes only — a memory-bound op's
+#: "shape" is rows × row length, and the tables probe it at one row (b = 1), below every measured kernel (b ≥ 4),
+#: where the trees' extrapolation gave the H100 (no memory-bound kernel measured) 3–5× the tiny-kernel speed.
+CLASS_FEATURES = {"gemm": FEATURES, "conv": FEATURES, "memory": FEATURES[:-3]}
 
 XGB_PARAMS = {"objective": "reg:squarederror", "eta": 0.05, "max_depth": 6, "min_child_weight": 5.0,
               "subsample": 0.8, "nthread": 1, "seed": 20261123, "tree_method": "hist", "base_score": 0.0}
@@ -184,7 +198,9 @@ def fit(kern: Kernels):
         sel = kern.op_class == cls
         if not sel.any():
             continue
-        d = xgb.DMatrix(X[sel].astype(np.float32), label=y[sel].astype(np.float32), feature_names=list(FEATURES))
+        cols = [FEATURES.index(f) for f in CLASS_FEATURES[cls]]
+        d = xgb.DMatrix(X[sel][:, cols].astype(np.float32), label=y[sel].astype(np.float32),
+                        feature_names=list(CLASS_FEATURES[cls]))
         out[cls] = Forest.from_dict(export_booster(xgb.train(dict(XGB_PARAMS), d, num_boost_round=ROUNDS)))
     return out
 
@@ -196,7 +212,8 @@ def predict_us(forests: dict[str, Any], kern: Kernels, boards: bool = True) -> n
     for cls, forest in forests.items():
         sel = kern.op_class == cls
         if sel.any():
-            out[sel] = np.maximum(t_c, t_m)[sel] * np.exp(forest.predict(X[sel]))
+            cols = [FEATURES.index(f) for f in CLASS_FEATURES[cls]]
+            out[sel] = np.maximum(t_c, t_m)[sel] * np.exp(forest.predict(X[sel][:, cols]))
     return out
 
 
