@@ -5,17 +5,27 @@
 fp32) on eight NVIDIA GPUs: GEMM (linear, bmm), convolution (as its implicit GEMM) and memory-bound ops
 (element-wise, layer norm, softmax). Per op class a gradient-boosted model learns
 
-    log(latency / roofline),   roofline = max(FLOPs / fp32 peak, bytes / memory bandwidth)
+    log(latency / roofline),   roofline = max(FLOPs / sustained fp32 peak, bytes / memory bandwidth)
 
-from the kernel's shape as it meets the GPU — waves of 128×128 and 64×64 output tiles over the SMs and the
-last wave's fill, reduction depth, arithmetic intensity against the GPU's ridge point, working set against
-L2, roofline time (small kernels are latency-bound) — and from two spec ratios (FP32 lanes per SM, memory
-bandwidth per SM). Not the raw SM count or clock: they reach the model through the waves and the peak, and
-as features of their own they let the trees recognise a GPU (with eight GPUs, a held-out H100 fell among
-the L4's leaves by its clock: leave-H100-out MAPE 118% with them, 20% without). Never a GPU's name: a GPU that is not in the data gets a prediction from
-its specs (``cloudfit.catalog.hardware``). The evaluation (:func:`leave_gpu_out`, shown by
-``cloudfit model eval``) trains on P4, P100, T4, V100 and A100-40GB and tests on A100-80GB, H100 and L4
-(convolutions: A100-80GB only — NeuSight measured no convolution on H100 or L4).
+The *sustained* peak is the datasheet fp32 peak capped by what the board's power can feed
+(:func:`sustained_fp32_tflops`): min(peak, TDP / e), e = 15 W per TFLOPS at 12 nm × node / 12 nm (energy per
+FLOP ∝ feature size). It binds on the 70 W cards only — T4 0.58 of its peak, P4 0.68, L4 0.38, A10 0.48,
+L40S 0.61 — and not on any 250 W+ datacentre board. Without it the trees, which cannot extrapolate, put a
+held-out L4 (72 W, 30 TFLOPS: it sustains 27–29% of its peak on long sgemm) at a T4's fraction; with it the
+L4 is where its power puts it. The constant and the exponent were chosen by leave-one-training-GPU-out
+cross-validation on the five training GPUs only (bench/RESULTS_perf.md).
+
+Features: the kernel's shape as it meets the GPU — waves of 128×128 and 64×64 output tiles over the SMs and
+the last wave's fill, reduction depth, arithmetic intensity against the (sustained) ridge point, working set
+against L2, roofline times (small kernels are latency-bound) — the shape itself (log batch count and output
+sides, the same on every GPU) and two spec ratios (FP32 lanes per SM, memory bandwidth per SM). Not the raw
+SM count or clock: they reach the model through the waves and the peak, and as features of their own they
+let the trees recognise a GPU (with eight GPUs, a held-out H100 fell among the L4's leaves by its clock:
+leave-H100-out MAPE 118% with them, 20% without). Never a GPU's name: a GPU that is not in the data gets a
+prediction from its specs (``cloudfit.catalog.hardware``; the process node from its architecture,
+:data:`PROCESS_NM`). The evaluation (:func:`leave_gpu_out`, shown by ``cloudfit model eval``) trains on P4,
+P100, T4, V100 and A100-40GB and tests on A100-80GB, H100 and L4 (convolutions: A100-80GB only — NeuSight
+measured no convolution on H100 or L4).
 
 The measured boards differ from the canonical specs in a few numbers (:data:`BOARDS`): NeuSight's V100 is the
 PCIe card (1370 MHz, 14.0 TFLOPS, 250 W), its A100s are PCIe cards (250 W; the 80 GB one 1935 GB/s, 300 W).
@@ -49,8 +59,25 @@ BOARDS: dict[str, dict[str, float]] = {
     "A100-80GB": {"memory_bandwidth_gbps": 1935.0, "tdp_w": 300.0},
 }
 
+#: Process node in nm per architecture (TSMC N4/4N/4NP are 5 nm-class processes), and boards whose chip
+#: differs from their architecture's flagship: the A10 is GA102 on Samsung 8N, not GA100 on TSMC N7.
+PROCESS_NM = {"Kepler": 28.0, "Maxwell": 28.0, "Pascal": 16.0, "Volta": 12.0, "Turing": 12.0, "Ampere": 7.0,
+              "Ada Lovelace": 5.0, "Hopper": 5.0, "Blackwell": 5.0}
+PROCESS_NM_BOARD = {"A10": 8.0}
+
+#: Board watts per sustained fp32 TFLOPS at 12 nm (energy per FLOP scales with the node: capacitance ∝
+#: feature size). Chosen with the exponent 1 by leave-one-training-GPU-out cross-validation on the five
+#: training GPUs only (grid 12–30 W/TFLOPS × exponent 0, 0.5, 1, 1.5; bench/RESULTS_perf.md).
+POWER_W_PER_TFLOPS_12NM = 15.0
+POWER_NODE_EXPONENT = 1.0
+
 FEATURES = ("log_waves_128", "wave_fill_128", "log_waves_64", "wave_fill_64", "log_k", "log_intensity_over_ridge",
-            "log_compute_us", "log_memory_us", "log_bytes_over_l2", "lanes_per_sm", "log_bw_per_sm")
+            "log_compute_us", "log_memory_us", "log_bytes_over_l2", "lanes_per_sm", "log_bw_per_sm", "log_b", "log_m",
+            "log_n")
+#: Features per op class: the shape columns (log b, m, n) for the GEMM-like classes only — a memory-bound op's
+#: "shape" is rows × row length, and the tables probe it at one row (b = 1), below every measured kernel (b ≥ 4),
+#: where the trees' extrapolation gave the H100 (no memory-bound kernel measured) 3–5× the tiny-kernel speed.
+CLASS_FEATURES = {"gemm": FEATURES, "conv": FEATURES, "memory": FEATURES[:-3]}
 
 XGB_PARAMS = {"objective": "reg:squarederror", "eta": 0.05, "max_depth": 6, "min_child_weight": 5.0,
               "subsample": 0.8, "nthread": 1, "seed": 20261123, "tree_method": "hist", "base_score": 0.0}
@@ -96,23 +123,36 @@ def load(path: Path | None = None) -> Kernels:
 
 
 def specs(accelerators: np.ndarray, boards: bool = True) -> dict[str, np.ndarray]:
-    """Per row: fp32 peak (TFLOPS), bandwidth (GB/s), SMs, clock (MHz), L2 (MiB) of the board NeuSight
-    measured (``boards``) or of the canonical accelerator."""
-    out: dict[str, list[float]] = {k: [] for k in ("fp32_tflops", "memory_bandwidth_gbps", "sms", "clock_mhz", "l2_mib")}
+    """Per row: fp32 peak (TFLOPS), bandwidth (GB/s), SMs, clock (MHz), L2 (MiB), board power (W) and process
+    node (nm) of the board NeuSight measured (``boards``) or of the canonical accelerator."""
+    keys = ("fp32_tflops", "memory_bandwidth_gbps", "sms", "clock_mhz", "l2_mib", "tdp_w")
+    out: dict[str, list[float]] = {k: [] for k in keys + ("node_nm",)}
     cache: dict[str, tuple[float, ...]] = {}
     for a in accelerators:
         v = cache.get(a)
         if v is None:
             acc, board = hardware.get(a), BOARDS.get(a, {}) if boards else {}
-            v = cache[a] = tuple(float(board.get(k, getattr(acc, k))) for k in out)
+            node = PROCESS_NM_BOARD.get(acc.name, PROCESS_NM.get(acc.arch, float("nan")))
+            v = cache[a] = tuple(float(board.get(k, getattr(acc, k))) for k in keys) + (node,)
         for k, x in zip(out, v):
             out[k].append(x)
     return {k: np.array(v) for k, v in out.items()}
 
 
-def roofline_us(kern: Kernels, s: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(compute, memory) time at the datasheet fp32 peak and bandwidth, microseconds."""
-    return kern.flops / (s["fp32_tflops"] * 1e6), kern.bytes / (s["memory_bandwidth_gbps"] * 1e3)
+def sustained_fp32_tflops(s: dict[str, np.ndarray]) -> np.ndarray:
+    """The fp32 peak a board can hold within its power: min(peak, TDP / e(node)), e = watts per TFLOPS,
+    :data:`POWER_W_PER_TFLOPS_12NM` × (node / 12 nm)^:data:`POWER_NODE_EXPONENT`. Binds on the 70 W cards
+    (T4 0.58 of its peak, P4 0.68, L4 0.38), not on the 250 W+ boards (no node known: no ceiling)."""
+    e = POWER_W_PER_TFLOPS_12NM * (s["node_nm"] / 12.0) ** POWER_NODE_EXPONENT
+    cap = np.where(np.isfinite(e), s["tdp_w"] / (s["fp32_tflops"] * np.where(np.isfinite(e), e, 1.0)), 1.0)
+    return s["fp32_tflops"] * np.minimum(1.0, cap)
+
+
+def roofline_us(kern: Kernels, s: dict[str, np.ndarray], sustained: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(compute, memory) time at the power-sustained fp32 peak (:func:`sustained_fp32_tflops`; the datasheet
+    peak with ``sustained=False``) and the datasheet bandwidth, microseconds."""
+    peak = sustained_fp32_tflops(s) if sustained else s["fp32_tflops"]
+    return kern.flops / (peak * 1e6), kern.bytes / (s["memory_bandwidth_gbps"] * 1e3)
 
 
 def features(kern: Kernels, boards: bool = True) -> np.ndarray:
@@ -124,12 +164,14 @@ def features(kern: Kernels, boards: bool = True) -> np.ndarray:
         tiles = kern.b * np.ceil(kern.m / tile) * np.ceil(kern.n / tile)
         waves = tiles / sms
         cols += [np.log(waves), tiles / (np.ceil(waves) * sms)]
-    ridge = s["fp32_tflops"] * 1e3 / s["memory_bandwidth_gbps"]  # FLOPs per byte where compute = memory time
+    ridge = sustained_fp32_tflops(s) * 1e3 / s["memory_bandwidth_gbps"]  # FLOPs per byte where compute = memory time
     lanes = s["fp32_tflops"] * 1e6 / (2.0 * sms * s["clock_mhz"])
     # SMs and clock enter only through the waves and the peak: as raw features they name the GPU (five
     # training GPUs are five points; H100's 1.98 GHz sits next to L4's 2.04, not next to any training GPU)
     cols += [np.log(kern.k), np.log(kern.flops / kern.bytes / ridge), np.log(t_c), np.log(t_m),
-             np.log(kern.bytes / (s["l2_mib"] * 2**20)), lanes, np.log(s["memory_bandwidth_gbps"] / sms)]
+             np.log(kern.bytes / (s["l2_mib"] * 2**20)), lanes, np.log(s["memory_bandwidth_gbps"] / sms),
+             # the shape itself (the same on every GPU, so it cannot name one): batch count and output sides
+             np.log(kern.b), np.log(kern.m), np.log(kern.n)]
     X = np.column_stack(cols)
     return X.astype(np.float32).astype(np.float64)
 
@@ -156,7 +198,9 @@ def fit(kern: Kernels):
         sel = kern.op_class == cls
         if not sel.any():
             continue
-        d = xgb.DMatrix(X[sel].astype(np.float32), label=y[sel].astype(np.float32), feature_names=list(FEATURES))
+        cols = [FEATURES.index(f) for f in CLASS_FEATURES[cls]]
+        d = xgb.DMatrix(X[sel][:, cols].astype(np.float32), label=y[sel].astype(np.float32),
+                        feature_names=list(CLASS_FEATURES[cls]))
         out[cls] = Forest.from_dict(export_booster(xgb.train(dict(XGB_PARAMS), d, num_boost_round=ROUNDS)))
     return out
 
@@ -168,7 +212,8 @@ def predict_us(forests: dict[str, Any], kern: Kernels, boards: bool = True) -> n
     for cls, forest in forests.items():
         sel = kern.op_class == cls
         if sel.any():
-            out[sel] = np.maximum(t_c, t_m)[sel] * np.exp(forest.predict(X[sel]))
+            cols = [FEATURES.index(f) for f in CLASS_FEATURES[cls]]
+            out[sel] = np.maximum(t_c, t_m)[sel] * np.exp(forest.predict(X[sel][:, cols]))
     return out
 
 
@@ -183,8 +228,10 @@ def leave_gpu_out(kern: Kernels | None = None, train_gpus=TRAIN_GPUS, test_gpus=
     tk = kern.take(np.flatnonzero(test))
     pred = predict_us(forests, tk)
     # baseline: the roofline × the training GPUs' median latency/roofline ratio of the op class
-    y_train = target(kern.take(np.flatnonzero(train)))
-    t_c, t_m = roofline_us(tk, specs(tk.accelerator))
+    tr = kern.take(np.flatnonzero(train))
+    t_c, t_m = roofline_us(tr, specs(tr.accelerator), sustained=False)
+    y_train = np.log(tr.latency_us / np.maximum(t_c, t_m))
+    t_c, t_m = roofline_us(tk, specs(tk.accelerator), sustained=False)
     base = np.maximum(t_c, t_m) * np.array([np.exp(np.median(y_train[kern.op_class[train] == c])) for c in tk.op_class])
     ape, ape_b = np.abs(pred / tk.latency_us - 1), np.abs(base / tk.latency_us - 1)
     group = np.where(np.isin(tk.op, ("linear", "bmm", "conv", "ln", "softmax")), tk.op, "element-wise")

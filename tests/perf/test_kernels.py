@@ -57,11 +57,45 @@ def test_an_unseen_gpu_gets_a_prediction_from_its_specs(data):
 
 
 def test_gemm_leave_gpu_out_holds_its_measured_level(report):
-    # issue 15 asks ≤ 10% (missed: 20.1% measured, L4's 72 W board the largest part); a guard on what was
-    # measured so a change that loses the shape-only features' transfer fails here
+    # issue 15 asks ≤ 10% (missed: 16.4% measured; H100/L4 bmm's per-shape scatter the largest part); a guard
+    # on what was measured so a change that loses the power ceiling's or the shape features' transfer fails here
     blk = report["classes"]["gemm"]
-    assert blk["mape"] <= 0.23
-    assert blk["gpus"]["A100-80GB"]["mape"] <= 0.15 and blk["gpus"]["H100"]["mape"] <= 0.22
+    assert blk["mape"] <= 0.19
+    assert blk["gpus"]["A100-80GB"]["mape"] <= 0.12 and blk["gpus"]["H100"]["mape"] <= 0.23
+    # the L4 (72 W, 30 TFLOPS) was 30.8% when the trees put it at a T4's fraction of its datasheet peak
+    assert blk["gpus"]["L4"]["mape"] <= 0.24
+
+
+def test_the_power_ceiling_binds_on_low_power_boards_only():
+    from cloudfit.catalog import hardware
+
+    names = np.array(list(hardware.ACCELERATORS))
+    s = kernels.specs(names, boards=False)
+    share = dict(zip(names, kernels.sustained_fp32_tflops(s) / s["fp32_tflops"]))
+    assert all(0.0 < v <= 1.0 for v in share.values())
+    for low in ("T4", "L4", "P4"):  # 70-75 W cards
+        assert share[low] < 0.75, low
+    for big in ("V100", "A100", "A100-80GB", "H100", "H200", "B200", "P100", "K80"):
+        assert share[big] == 1.0, big
+    # more board power never lowers the sustained peak; a finer process never lowers it either
+    one = kernels.specs(np.array(["L4"]), boards=False)
+    for key, scale in (("tdp_w", 2.0), ("node_nm", 0.5)):
+        more = dict(one, **{key: one[key] * scale})
+        assert kernels.sustained_fp32_tflops(more)[0] > kernels.sustained_fp32_tflops(one)[0]
+    # an architecture without a known node gets no ceiling (the datasheet peak), not a crash
+    unknown = dict(one, node_nm=np.array([np.nan]))
+    assert kernels.sustained_fp32_tflops(unknown)[0] == one["fp32_tflops"][0]
+
+
+def test_the_l4_runs_slower_than_its_peak_says_but_faster_than_a_t4(data):
+    # the ceiling moves the L4 below the fraction the training GPUs reach, not below the T4 it outruns
+    forests = kernels.fit(data.take(np.flatnonzero(np.isin(data.accelerator, kernels.TRAIN_GPUS))))
+    big = data.take(np.flatnonzero((data.accelerator == "T4") & (data.op == "linear") & (data.flops > 1e11))[:40])
+    on = {g: kernels.predict_us(forests, kernels.Kernels(*(getattr(big, f) if f != "accelerator" else np.full(len(big), g)
+                                                            for f in big.__dataclass_fields__)), boards=False)
+          for g in ("T4", "L4")}
+    speedup = np.median(on["T4"] / on["L4"])
+    assert 1.2 < speedup < 30.3 / 8.1  # measured 2.3× on large linear shapes, predicted 2.8× (fp32 peaks: 3.7×)
 
 
 def test_a_held_out_gpu_is_not_recognised_by_its_clock(data):
