@@ -147,10 +147,7 @@ ACCELERATORS: dict[str, Accelerator] = {
         _a("H100", "Hopper", 80, 3350, 67, 494.5, 989, 989, 1979, 900, 5, 700, 2022),
         # Same H100 SXM GPU as H100; a3-megagpu-8g differs only by its network (see vm_network_gbps).
         _a("H100-MEGA", "Hopper", 80, 3350, 67, 494.5, 989, 989, 1979, 900, 5, 700, 2022),
-        # H100 PCIe memory: five HBM2e stacks (5120-bit) at 1593 MHz, 1593e6 × 2 × 5120 / 8 = 2,039 GB/s — the
-        # A100 80GB SXM4's memory configuration; NVIDIA's datasheet rounds it to "2TB/s", its product brief
-        # (PB-11133) says "greater than 2,000 GB/s".
-        _a("H100-PCIe", "Hopper", 80, 2039, 51, 378, 756, 756, 1513, None, 5, 350, 2022),
+        _a("H100-PCIe", "Hopper", 80, 2000, 51, 378, 756, 756, 1513, None, 5, 350, 2022),
         _a("H200", "Hopper", 141, 4800, 67, 494.5, 989, 989, 1979, 900, 5, 700, 2024),
         _a("GH200", "Hopper", 96, 4000, 67, 494.5, 989, 989, 1979, 900, 5, 900, 2023),
         _a("B200", "Blackwell", 180, 8000, 80, 1125, 2250, 2250, 4500, 1800, 5, 1000, 2025),
