@@ -228,8 +228,10 @@ def tf_cnn() -> list[dict]:
                 ps_net = 96.0 if par == "ps" else ""
                 intra = _fmt(_DGX1_NVLINK_GBPS) if platform == "NVIDIA DGX-1" else ""
                 plat = {"NVIDIA DGX-1": "dgx1", "Google Compute Engine": "gce", "Amazon EC2": "aws"}[platform]
+            # DGX-1's P100s are the SXM2 module (hardware.BOARD_OF), not the PCIe card
+            acc = "P100-SXM2" if platform == "NVIDIA DGX-1" and r["gpu"] == "P100" else r["gpu"]
             rows.append(_row(source="tf_cnn_benchmarks", ref=f"{plat}/{model}/bs{batch}/x{n}", workload=wl,
-                             model_group=_family(wl), accelerator=r["gpu"], count=count, nodes=nodes,
+                             model_group=_family(wl), accelerator=acc, count=count, nodes=nodes,
                              batch_per_device=batch, precision="fp32", parallelism=par, ps_count=ps,
                              network_gbps=net, ps_network_gbps=ps_net, intra_gbps=intra, framework="tensorflow",
                              samples_per_second=float(r["images_per_sec"]), note=f"{platform}, synthetic data"))
@@ -291,7 +293,7 @@ def _lambda_system(name: str) -> tuple[str, int, str, str] | None:
     if name == "LambdaCloud A100 40GB PCIe":
         return "A100", 1, "Lambda Cloud A100 40GB PCIe", ""
     if "A100 80GB PCIe" in name:
-        return "A100-80GB", n, name, _fmt(PCIE4_RING_GBPS) if n > 1 else ""
+        return "A100-80GB-PCIe", n, name, _fmt(PCIE4_RING_GBPS) if n > 1 else ""
     if "A100 80GB SXM4" in name:
         return "A100-80GB", n, name, ""
     if name.startswith("LambdaCloud") and "H100" in name:

@@ -2,7 +2,8 @@
 
 Keyed by the canonical accelerator names the catalog uses (``A100``, ``A100-80GB``, ``H100``,
 ``H100-MEGA``, ``H200``, ``B200``, ``L4``, ``T4``, ``V100``, ``P100``, ``P4``) plus accelerators that
-only appear in training measurements (``K80``, ``GH200``, ``L40S``, ``A10``, ``H100-PCIe``).
+only appear in training measurements (``K80``, ``GH200``, ``L40S``, ``A10``, ``H100-PCIe``, and the board variants
+``P100-SXM2`` and ``A100-80GB-PCIe``, see ``BOARD_OF``).
 
 Provenance: ``data/raw/gpus/gpu_specs.csv`` (copied from the shared data set; see
 ``data/raw/gpus/PROVENANCE.md``): NVIDIA datasheets cross-checked against stas00/ml-engineering.
@@ -98,10 +99,12 @@ _CHIP: dict[str, tuple[int, float, float]] = {
     "K80": (13, 875, 1.5),
     "P4": (20, 1113, 2),
     "P100": (56, 1380, 4),
+    "P100-SXM2": (56, 1480, 4),
     "V100": (80, 1530, 6),
     "T4": (40, 1590, 4),
     "A100": (108, 1410, 40),
     "A100-80GB": (108, 1410, 40),
+    "A100-80GB-PCIe": (108, 1410, 40),
     "A10": (72, 1695, 6),
     "L4": (58, 2040, 48),
     "L40S": (142, 2520, 96),
@@ -128,10 +131,16 @@ ACCELERATORS: dict[str, Accelerator] = {
         _a("K80", "Kepler", 12, 240, 2.8, None, None, None, None, None, 3, 150, 2014),
         _a("P4", "Pascal", 8, 192, 5.5, None, None, None, None, None, 3, 75, 2016),
         _a("P100", "Pascal", 16, 732, 9.3, None, 18.7, None, None, None, 3, 250, 2016),
+        # Board variants measured in the training data (see BOARD_OF): the DGX-1's P100 is the SXM2 module
+        # (1480 MHz boost: 10.6 / 21.2 TFLOPS, 300 W; NVIDIA Tesla P100 datasheet), not the 9.3-TFLOPS PCIe card
+        # GCP rents; Lambda's "A100 80GB PCIe" has HBM2e at 1,935 GB/s and 300 W against the SXM4 module's
+        # 2,039 GB/s and 400 W (NVIDIA A100 datasheet; same peaks, 108 SMs at 1410 MHz).
+        _a("P100-SXM2", "Pascal", 16, 732, 10.6, None, 21.2, None, None, 160, 3, 300, 2016),
         _a("V100", "Volta", 16, 900, 15.7, None, 125, None, None, 300, 3, 300, 2017),
         _a("T4", "Turing", 16, 320, 8.1, None, 65, None, None, None, 3, 70, 2018),
         _a("A100", "Ampere", 40, 1555, 19.5, 156, 312, 312, None, 600, 4, 400, 2020),
         _a("A100-80GB", "Ampere", 80, 2039, 19.5, 156, 312, 312, None, 600, 4, 400, 2020),
+        _a("A100-80GB-PCIe", "Ampere", 80, 1935, 19.5, 156, 312, 312, None, None, 4, 300, 2021),
         _a("A10", "Ampere", 24, 600, 31.2, 62.5, 125, 125, None, None, 4, 150, 2021),
         _a("L4", "Ada Lovelace", 24, 300, 30.3, 60, 121, 121, 242.5, None, 4, 72, 2023),
         _a("L40S", "Ada Lovelace", 48, 864, 91.6, 183, 362, 362, 733, None, 4, 350, 2023),
@@ -145,12 +154,26 @@ ACCELERATORS: dict[str, Accelerator] = {
     )
 }
 
+#: Board variant → the accelerator it is a board of (the same GPU and memory on another module, with other
+#: clocks, power or memory speed): measurements keep the board they ran on (its specs enter the prior), while
+#: leave-one-accelerator-out evaluation holds out, and anchors across, whole accelerators
+#: (:func:`accelerator_of`), so a held-out GPU is never predicted from its own twin board.
+BOARD_OF = {"P100-SXM2": "P100", "A100-80GB-PCIe": "A100-80GB"}
+
+
+def accelerator_of(name: str) -> str:
+    """The accelerator a (canonical) board name belongs to: itself unless it is a :data:`BOARD_OF` variant."""
+    return BOARD_OF.get(name, name)
+
+
 #: Spellings users, GCP and CUDA device names use → canonical name.
 _ALIASES = {
     "A100-40GB": "A100",
     "A100-SXM4-40GB": "A100",
     "NVIDIA-TESLA-A100": "A100",
     "A100-SXM4-80GB": "A100-80GB",
+    "A100-PCIE-80GB": "A100-80GB-PCIe",
+    "P100-SXM2-16GB": "P100-SXM2",
     "NVIDIA-A100-80GB": "A100-80GB",
     "H100-80GB": "H100",
     "H100-SXM": "H100",

@@ -39,6 +39,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from cloudfit.catalog import hardware
 from cloudfit.errors import ModelError
 from cloudfit.perf import data as data_mod
 from cloudfit.perf import features, prior
@@ -223,7 +224,7 @@ def per_accelerator_weights(accelerators: np.ndarray) -> np.ndarray:
     calibration, however many pairs its rows make: the data hold ~1,000 K80 pairs (three TensorFlow-era
     sources) against ~100 per Ampere/Hopper GPU, and an unweighted mean let the K80's rows set the
     memory efficiency that decides how Ampere and Hopper compare (bench/RESULTS_perf.md, "This round")."""
-    acc = np.asarray(accelerators, dtype=object)
+    acc = np.asarray([hardware.accelerator_of(a) for a in accelerators], dtype=object)  # boards count as their GPU
     if not len(acc):
         return np.ones(0)
     names, inverse, counts = np.unique(acc.astype(str), return_inverse=True, return_counts=True)
@@ -313,14 +314,15 @@ def anchor_candidates(t: data_mod.Table, *, same_accelerator: bool = False,
         if single[i] != same_scale:
             by_key.setdefault(key[i], []).append(i)
     lb = np.log(t["batch_per_device"])
+    gpu = [hardware.accelerator_of(a) for a in t["accelerator"]]  # another *accelerator*: never a twin board
     out = []
     for i in range(n):
         if same_accelerator:
             cand = [j for j in by_key.get(key[i], []) if t["accelerator"][j] == t["accelerator"][i] and not single[i]]
         elif same_scale:
-            cand = [j for j in by_key.get(key[i], []) if t["accelerator"][j] != t["accelerator"][i] and not single[i]]
+            cand = [j for j in by_key.get(key[i], []) if gpu[j] != gpu[i] and not single[i]]
         else:
-            cand = [j for j in by_key.get(key[i], []) if t["accelerator"][j] != t["accelerator"][i]]
+            cand = [j for j in by_key.get(key[i], []) if gpu[j] != gpu[i]]
         if cand:
             d = np.abs(lb[cand] - lb[i])
             cand = [c for c, dd in zip(cand, d) if dd <= d.min() + 1e-9]
@@ -494,6 +496,8 @@ def group_folds(prep: Prepared, rows: np.ndarray, scheme: str) -> list[tuple[str
     """(group name, held-out rows) for leave-one-accelerator-out or leave-one-model-family-out."""
     col = {"accelerator": "accelerator", "model": "model_group"}[scheme]
     vals = prep.table[col][rows]
+    if scheme == "accelerator":  # a board variant is held out with its accelerator (hardware.BOARD_OF)
+        vals = np.array([hardware.accelerator_of(a) for a in vals], dtype=object)
     return [(g, rows[vals == g]) for g in sorted(set(vals))]
 
 

@@ -18,6 +18,7 @@ _GPU_PATTERNS: list[tuple[str, str]] = [
     (r"\bH200\b", "H200"),
     (r"\bH100\b.*\bPCIE\b", "H100-PCIe"),
     (r"\bH100\b", "H100"),
+    (r"\bA100\b.*\bPCIE\b.*\b80\s?GB\b|\bA100\b.*\b80\s?GB\b.*\bPCIE\b", "A100-80GB-PCIe"),
     (r"\bA100\b.*\b80\s?GB\b", "A100-80GB"),
     (r"\bA100\b", "A100"),
     (r"\bA10\b", "A10"),
@@ -25,6 +26,7 @@ _GPU_PATTERNS: list[tuple[str, str]] = [
     (r"\bL4\b", "L4"),
     (r"\bT4\b", "T4"),
     (r"\bV100\b", "V100"),
+    (r"\bP100\b.*\bSXM2\b", "P100-SXM2"),
     (r"\bP100\b", "P100"),
     (r"\bP4\b", "P4"),
     (r"\bK80\b", "K80"),
@@ -34,7 +36,8 @@ _GPU_PATTERNS: list[tuple[str, str]] = [
 def canonical_device_name(raw: str) -> str:
     """The catalog's accelerator name for a CUDA device name; ``"cpu"`` for a CPU.
 
-    ``"NVIDIA A100-SXM4-40GB"`` → ``A100``, ``"NVIDIA A100-SXM4-80GB"`` → ``A100-80GB``,
+    ``"NVIDIA A100-SXM4-40GB"`` → ``A100``, ``"NVIDIA A100-SXM4-80GB"`` → ``A100-80GB``, ``"NVIDIA A100 80GB PCIe"`` →
+    ``A100-80GB-PCIe`` (a board variant, ``hardware.BOARD_OF``), ``"Tesla P100-SXM2-16GB"`` → ``P100-SXM2``,
     ``"Tesla T4"`` → ``T4``, ``"NVIDIA H100 80GB HBM3"`` → ``H100``, ``"NVIDIA H100 PCIe"`` → ``H100-PCIe``,
     ``"NVIDIA L4"`` → ``L4``, ``"Tesla V100-SXM2-16GB"`` → ``V100``. A GPU the hardware table does not
     know keeps its own name without the vendor prefix (``"NVIDIA GeForce RTX 4090"`` → ``GeForce-RTX-4090``).

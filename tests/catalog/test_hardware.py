@@ -83,3 +83,23 @@ def test_the_prior_runs_memory_bound_work_at_the_sustained_bandwidth():
     assert hw.mem_bw_gbps[0] == pytest.approx(hardware.get("K80").sustained_bandwidth_gbps)
     assert hw.mem_bw_gbps[0] < hardware.get("K80").memory_bandwidth_gbps
     assert hw.mem_bw_gbps[1] == hardware.get("P100").memory_bandwidth_gbps
+
+
+def test_board_variants_carry_their_own_datasheet_specs():
+    """Training rows keep the board they ran on (bench/RESULTS_perf.md, issue 15): the DGX-1's P100 is the SXM2
+    module (NVIDIA Tesla P100 datasheet: 10.6 / 21.2 TFLOPS at 1480 MHz, 300 W, against the PCIe card's 9.3 /
+    18.7 at 250 W) and Lambda's A100 80GB PCIe moves 1,935 GB/s at 300 W (A100 datasheet; SXM4: 2,039 GB/s,
+    400 W) with the same peaks. Each is a board of the catalog accelerator, not an accelerator of its own."""
+    p100, sxm2 = hardware.get("P100"), hardware.get("P100-SXM2")
+    assert sxm2.fp32_tflops == 10.6 and sxm2.fp16_tflops == 21.2 and sxm2.clock_mhz == 1480
+    assert sxm2.fp32_tflops == pytest.approx(sxm2.sms * 64 * 2 * sxm2.clock_mhz / 1e6, rel=0.01)  # 64 lanes/SM
+    assert sxm2.fp32_tflops > p100.fp32_tflops
+    assert sxm2.memory_bandwidth_gbps == p100.memory_bandwidth_gbps and sxm2.sms == p100.sms
+    sxm4, pcie = hardware.get("A100-80GB"), hardware.get("A100-80GB-PCIe")
+    assert pcie.memory_bandwidth_gbps == 1935 < sxm4.memory_bandwidth_gbps == 2039
+    assert pcie.tdp_w == 300 < sxm4.tdp_w
+    for prec in ("fp32", "tf32", "fp16", "bf16"):
+        assert pcie.peak_tflops(prec) == sxm4.peak_tflops(prec)
+    assert hardware.accelerator_of("P100-SXM2") == "P100" and hardware.accelerator_of("A100-80GB-PCIe") == "A100-80GB"
+    assert hardware.accelerator_of("H100-PCIe") == "H100-PCIe"  # another chip configuration (114 SMs), not a board
+    assert hardware.canonical_name("A100-PCIE-80GB") == "A100-80GB-PCIe"

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from cloudfit.catalog import hardware
 from cloudfit.perf import evaluate, fit
 from cloudfit.perf.data import load_table
 
@@ -25,6 +26,8 @@ def test_anchors_come_from_other_accelerators_of_the_same_workload(small):
     for i, anchors in enumerate(small.anchors):
         for j in anchors:
             assert t["accelerator"][j] != t["accelerator"][i]
+            # never a board of the same accelerator (Lambda's A100 80GB PCIe for its SXM4 rows)
+            assert hardware.accelerator_of(t["accelerator"][j]) != hardware.accelerator_of(t["accelerator"][i])
             assert t["workload"][j] == t["workload"][i] and t["source"][j] == t["source"][i]
             assert t["precision"][j] == t["precision"][i]
             assert t["count"][j] * t["nodes"][j] == 1
@@ -38,10 +41,27 @@ def test_folds_partition_the_rows_by_group(small, scheme, col):
     folds = fit.group_folds(small, rows, scheme)
     seen = np.concatenate([h for _, h in folds])
     assert sorted(seen.tolist()) == rows.tolist()
+    group = small.table[col]
+    if scheme == "accelerator":  # a board variant is held out with its accelerator
+        group = np.array([hardware.accelerator_of(a) for a in group], dtype=object)
     for g, held in folds:
-        assert set(small.table[col][held]) == {g}
+        assert set(group[held]) == {g}
         train = np.setdiff1d(rows, held)
-        assert g not in set(small.table[col][train])
+        assert g not in set(group[train])
+
+
+def test_a_board_variant_is_held_out_and_anchored_as_its_accelerator(small):
+    """Lambda measured the A100 80GB as PCIe and SXM4 boards (hardware.BOARD_OF): holding out the A100-80GB
+    holds out both, and neither anchors the other, so a held-out GPU is never predicted from its twin."""
+    t = small.table
+    pcie = np.where(t["accelerator"] == "A100-80GB-PCIe")[0]
+    sxm = np.where(t["accelerator"] == "A100-80GB")[0]
+    assert len(pcie) and len(sxm)
+    folds = dict(fit.group_folds(small, np.arange(len(t)), "accelerator"))
+    assert "A100-80GB-PCIe" not in folds
+    assert set(pcie) | set(sxm) == set(folds["A100-80GB"].tolist())
+    for i in np.concatenate([pcie, sxm]):
+        assert not set(small.anchors[i].tolist()) & (set(pcie) | set(sxm))
 
 
 def test_prior_calibration_sees_only_its_rows(small):

@@ -16,7 +16,8 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 
 
 @pytest.mark.parametrize("raw, name", [
-    ("NVIDIA A100-SXM4-40GB", "A100"), ("NVIDIA A100-SXM4-80GB", "A100-80GB"), ("NVIDIA A100 80GB PCIe", "A100-80GB"),
+    ("NVIDIA A100-SXM4-40GB", "A100"), ("NVIDIA A100-SXM4-80GB", "A100-80GB"), ("NVIDIA A100 80GB PCIe", "A100-80GB-PCIe"),
+    ("NVIDIA A100-PCIE-80GB", "A100-80GB-PCIe"), ("Tesla P100-SXM2-16GB", "P100-SXM2"),
     ("Tesla T4", "T4"), ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H100 PCIe", "H100-PCIe"), ("NVIDIA L4", "L4"),
     ("Tesla V100-SXM2-16GB", "V100"), ("Tesla P100-PCIE-16GB", "P100"), ("Tesla P4", "P4"), ("Tesla K80", "K80"),
     ("NVIDIA L40S", "L40S"), ("NVIDIA A10", "A10"), ("NVIDIA H200", "H200"), ("NVIDIA GH200 480GB", "GH200"),
