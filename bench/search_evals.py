@@ -33,7 +33,7 @@ CASES = [
     dict(model="resnet50", epochs=90, dataset_size=1_281_167, deadline="24h"),
     dict(model="resnet50", epochs=90, dataset_size=1_281_167, budget="100"),
     dict(model="bert-large", samples=5e7, deadline="12h"),
-    dict(model="gpt2", samples=2e7, budget="500", spot="never"),
+    dict(model="gpt2", samples=2e7, budget="600", spot="never"),
     dict(model="transformer-base", samples=1e8, deadline="6h", confidence=0.95),
     dict(model="vgg16", epochs=30, dataset_size=1_281_167, budget="60"),
 ]

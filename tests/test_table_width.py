@@ -15,7 +15,7 @@ from cloudfit.workload import make_workload
 
 WORKLOADS = [
     dict(model="bert-base", epochs=2, dataset_size=88_000, budget="10", spot="only"),
-    dict(model="gpt2", samples=2e7, budget="500", spot="never"),
+    dict(model="gpt2", samples=2e7, budget="600", spot="never"),
     dict(model="resnet50", epochs=90, dataset_size=1_281_167, deadline="24h"),
 ]
 
