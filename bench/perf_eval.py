@@ -128,11 +128,15 @@ def analysis(orc: dict[str, float], report: dict) -> list[str]:
     "board-to-board differences in sustained clocks (power limits) reach the SXM predictions. With every "
     "accelerator weighing the same in the calibration the held-out A100-80GB went from 25.6% to "
     f"{sa['groups']['A100-80GB']['cloudfit']['mape'] * 100:.1f}% (the datasheet prior: 11.7%).",
-    "- **Kernel level GEMM on H100 and L4 bmm.** With the power ceiling the L4's level follows its 72 W (30.8 → "
-    "20.7% held out); what is left is per-shape: on the same shapes H100 and L4 bmm sit 18–20% around the best "
-    "constant ratio to any training GPU (other tiles and kernels chosen on the new chips), and H100/L4 linear "
-    "run 13–16% slower than predicted (128 FP32 lanes per SM, whose only training example is the power-held P4); "
-    "memory-bound ops transfer well (latency floors and bandwidth fractions are similar across GPUs).",
+    "- **Kernel level GEMM on H100 and L4 bmm** (16.4% held out, target 10%). With the power ceiling the L4's "
+    "level follows its 72 W (30.8 → 20.7% held out); what is left is per-shape, not level: one oracle constant "
+    "per held-out GPU and op still leaves H100 bmm 24%, L4 bmm 21%, L4 linear 17%. H100's cuBLAS picks 64-wide "
+    "tiles for skinny shapes that the A100 runs as half-empty 128×128 tiles (the training GPUs teach that those "
+    "shapes are slow); the L4 runs the A100's own kernel on every bmm and still scatters ±25% in log (a 72 W "
+    "board's clock under varying load); H100/L4 linear run 13–16% slower than predicted (128 FP32 lanes per SM, "
+    "whose only training example is the power-held P4). Neither the kernels' own launches (NeuSight's input) "
+    "nor wave-quantised targets transferred (Kernel-level notes). Memory-bound ops transfer well (latency floors "
+    "and bandwidth fractions are similar across GPUs).",
     "- **Band.** Conformal per regime and workload novelty as before; accelerators without measured rows get at "
     "least the leave-one-accelerator-out quantiles.",
     "",
@@ -430,7 +434,58 @@ KERNEL_BEFORE = {
 }
 
 KERNEL_NOTES = [
-    "What changed in this round: (1) **a power ceiling under the roofline** (`kernels.sustained_fp32_tflops`): "
+    "Tried in a second pass this round, not shipped: **a MAPE shift on the GEMM class** (−0.05 in log: "
+    "predictions × 0.951). The trees fit log(latency / roofline) by least squares, its conditional mean, while "
+    "the target metric is MAPE, which a log-symmetric scatter rewards for predicting a little fast. The value "
+    "was chosen by leave-one-training-GPU-out cross-validation on the five training GPUs only "
+    "(on branch i15k3, `kernels.cv_log_shift`; GEMM MAPE over the five folds, shifts 0 to −0.10 by 0.01: 20.1% at 0, a flat "
+    "minimum 19.6% from −0.04 to −0.07, 19.9% at −0.10; −0.05 is its middle; tested there "
+    "too). Its inner gain is mostly the P4 fold (29.9 → 26.3%; A100 fold 13.2 → 15.1%, "
+    "worse). Held-out: GEMM 16.4 → 16.0% — A100-80GB 9.1 → 6.1 (linear 10.7 → 5.6), but H100 19.6 → 20.5 and "
+    "L4 20.7 → 21.3, whose linear kernels were already predicted too fast (H100 13.9 → 16.6, L4 19.6 → 21.6); "
+    "bmm 18.2 → 17.3. Not applied to memory-bound ops (6.1%, target met) or convolution (NeuSight measured none "
+    "on the A100-40GB, so there is no fifth training fold). A small gain, the 10% target still missed, and not shipped: it "
+    "biases every GEMM latency 5% fast to suit the metric, which the end-to-end prior (recalibrated on top) "
+    "does not want from a physical model, and end to end it raises every shipped GEMM fraction by 5% below the plateau and is about neutral (nested, cloudfit "
+    "MAPE, model.json refitted; before = the 16.4% kernel model): leave-one-accelerator-out single-anchored "
+    "19.0 → 18.9, single-stats-only 22.2 → 22.3, multi-anchored 34.9 → 34.9, multi-stats-only 34.8 → 34.7; "
+    "leave-one-model-out 19.1 → 19.3, 35.2 → 35.5, 28.5 → 28.0, 39.5 → 39.3; held-out single-anchored A100 "
+    "7.0 → 7.4, A100-80GB 12.0 → 12.0, GH200 18.5 → 17.6, H100 6.2 → 6.2, H100-PCIe 8.9 → 8.9.",
+    "",
+    "Also tried in the second pass, not shipped (GEMM class; *inner* = five-fold leave-one-training-GPU-out MAPE, "
+    "*held-out* = the A100-80GB/H100/L4 split; base 20.1 / 16.4%): separate linear and bmm models 20.9 / 18.9 "
+    "(H100 linear 27.7); a host/launch floor, latency = F + roofline × efficiency, F = 10 / 20 µs: 20.1 / 16.5, "
+    "20.2 / 16.6 (only ~2% of the held-out kernels are under 60 µs: the error is in the large kernels); "
+    "explicit wave quantisation as the normaliser, latency / (⌈tiles / SMs⌉ × tile time) at the sustained "
+    "per-SM rate, tiles 128 / 64 / 32: 22.8 / 20.3, 21.9 / 17.8, 20.0 / 15.6 (the finer the tile, the closer "
+    "to the plain roofline; the quantised times as extra features: 19.8 / 16.9); a power duty-cycle term "
+    "(short kernels escape the power ceiling: cap × (1 + τ / t), τ = 30–1000 µs): 20.1–23.1 / 17.4–18.7; the "
+    "kernel's own launch from NeuSight's records (tile sides from the kernel name, CTAs, waves, fill, padded "
+    "work; what NeuSight takes as input) as features: 19.1 / 17.4 (H100 linear 23.2), without the shape "
+    "features 18.8 / 18.9, and as the normaliser (padded FLOPs / peak) 25.4–41.3 / 20.0–36.6; FP32 lanes per "
+    "warp scheduler (32 on Pascal, Ada, Hopper; 16 on Volta, Turing, GA100: the issue-slot argument for why "
+    "128-lane SMs stop at ~75% of peak) replacing lanes per SM 27.6 / 18.8 (P4 fold 46.7: it then pairs the "
+    "power-held P4 with the P100), added 20.0 / 16.1; the power-cap ratio or log(TDP / peak) replacing lanes "
+    "per SM 29.1 / 14.9 and 22.3 / 15.9 (held-out better, inner worse: not chosen); dropping one feature at a "
+    "time: inner 19.4–24.5, held-out 14.9–19.9 — dropping log k is the inner CV's best (19.4) and the held-out "
+    "worst (19.9: H100 bmm 31.4, L4 bmm 36.2), so no drop was made on either basis; averaging the base model "
+    "with five one-feature-dropped models 19.5 / 16.4 (with the shift 19.1 / 15.9: not worth six GEMM fits); "
+    "colsample 0.5 / 0.7 by tree or 0.5 by node, 300 rounds: 19.8–20.6 / 16.0–16.6; a squared-relative-error "
+    "objective 19.8 / 18.8.",
+    "",
+    "What dominates what is left (16.4%): the per-shape scatter on the new chips, not their level. With one "
+    "oracle constant per held-out GPU and op: H100 bmm 25.3 → 24.3%, L4 bmm 21.8 → 20.8, L4 "
+    "linear 19.6 → 16.9, H100 linear 13.9 → 11.0, A100-80GB linear 10.7 → 2.6 (its level is the whole error). "
+    "H100 bmm's residual follows the kernel cuBLAS picks (its median log residual per kernel from −0.31 to "
+    "+0.67): shapes with a 64-wide side run 0.19–0.23 of the A100's time on H100 (a 64-wide tile) against "
+    "0.32–0.45 elsewhere, because the A100 runs every bmm as `ampere_sgemm_128x128_nn` and wastes half of each "
+    "tile — the training GPUs teach that such shapes are slow. The L4 runs the A100's very kernel on every bmm "
+    "yet scatters ±25% in log around the prediction (short kernels predicted slow, +0.11; long ones fast, "
+    "−0.07): the 72 W board's clock varies with the load in a way no training GPU shows. Linear on H100 and "
+    "L4 stays 13% / 16% too fast in level (both 128 FP32 lanes per SM; the only such training GPU, the P4, sits "
+    "at its power ceiling).",
+    "",
+    "What changed in this round (GEMM 20.1 → 16.4%): (1) **a power ceiling under the roofline** (`kernels.sustained_fp32_tflops`): "
     "the compute roofline runs at min(fp32 peak, TDP / e), e = 15 W per TFLOPS at 12 nm × node / 12 nm (energy "
     "per FLOP ∝ feature size; the node from the architecture, `kernels.PROCESS_NM`). It binds on the 70–75 W "
     "cards only (T4 0.58 of its peak, P4 0.68, L4 0.38; of the unmeasured catalog GPUs A10 0.48 and L40S 0.61) "
@@ -473,7 +528,7 @@ KERNEL_NOTES = [
     "FLOPs per SM: 20.6 / 17.5%; an L1 (median) objective 22.8% (L4 40%); before this round: base/boost clock "
     "ratio 25.2 / 26.4%, monotone in waves 19.8%, the held-out GPU's own launch (tile, CTAs: NeuSight's input) 20.7%.",
     "",
-    "What dominates what is left (16.4%): per-shape behaviour on H100 and L4 bmm that no training GPU shows. "
+    "The first pass's analysis of the 16.4%: per-shape behaviour on H100 and L4 bmm that no training GPU shows. "
     "Even the best constant latency ratio to any training GPU on the same shapes leaves, around it, H100 bmm "
     "20.0% (vs A100; 9.7% vs V100 on its 36 shared shapes), L4 bmm 18.4% (vs A100), and linear 11–12% (H100 vs "
     "A100, L4 vs T4 / V100), where the A100-80GB is the A100's twin (a constant 0.90–0.92 ratio, 1.6% / 3.9% "
