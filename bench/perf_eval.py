@@ -230,14 +230,15 @@ def changes(report: dict) -> list[str]:
         "clock is from third-party spec sheets), and the gain is a threshold effect — a 2% spec difference "
         "switches the dominance rule on and lifts a whole table — not the physics of 2% more bandwidth. (It was "
         "first held back because the Bayesian searcher's seed-0 contract run then stopped 14% above the optimum; "
-        "the searcher's local step below settles that.)",
-        "- **The Bayesian searcher's local step** (`search.bayesian._neighbours`; tests/search/test_bayesian.py): "
-        "whenever a trial finds a better feasible point, its unpriced neighbours — ±1 node, the other pricing mode, "
-        "the same accelerator in other VM sizes at about the same GPU count — are queued as the next trials "
-        "(`study.enqueue_trial`, inside the trial budget). TPE samples the VM shape as an unordered category, and "
-        "with this round's models seeded 300-trial studies stopped at a 2×H100 VM 10% above one 1×H100 VM (or "
-        "14% above the optimum, the H100 PCIe variant); seeds 0–3 now reach the exhaustive optimum on that case "
-        "(bench/RESULTS_recommend.md: the search bench rerun).",
+        "the searcher changes below settle that.)",
+        "- **The Bayesian searcher beyond TPE** (`search.bayesian`; tests/search/test_bayesian.py): a trial whose "
+        "proposal repeats a priced point prices a random unpriced one instead, and after the study the incumbent's "
+        "neighbourhood (±1 node, the other pricing mode, the same accelerator in other VM sizes at ½, 1 and 2× the "
+        "GPU count) is polished while it improves; TPE is told only its own proposals, so its sampling is "
+        "unchanged. With this round's models seeded 300-trial TPE studies stopped at a 2×H100 VM 12% above one "
+        "1×H100 VM (the contract test's case 2) and at a V100 VM 14% above three L4 VMs (case 0); queuing the "
+        "neighbours as optuna trials (`enqueue_trial`) fixed the first but cost up to 62% regret on the search "
+        "bench's transformer-base case and was dropped (bench/RESULTS_recommend.md: the search bench rerun).",
         "",
         "What changed in the previous round (issue 15, second session: the kernel model under the prior's efficiency tables):",
         "",

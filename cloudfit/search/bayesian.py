@@ -5,13 +5,21 @@ and each evaluation prices that point in every zone that offers it (an exact inn
 zones differ only in price and preemption hazard). For spaces too large to enumerate, and the
 basis of active search, where every evaluation is a paid probe run.
 
-Whenever a trial finds a better feasible point, its unpriced neighbours are queued as the next trials
-(``study.enqueue_trial``, inside the same trial budget): the same machine at one node more or fewer and
-on the other pricing mode, and the same accelerator in VMs of another size at about the same GPU count.
-TPE samples the shape as an unordered category, so on its own it may settle on an 8-GPU VM while the
-same GPUs in 1- or 2-GPU VMs are cheaper (a seeded 300-trial study stopped 10% above the exhaustive
-optimum that way, tests/search/test_contract.py): the queue makes the search a local search around its
-incumbent as well as a global one.
+Two additions to TPE, neither of which steers its sampling (TPE is told only its own proposals):
+
+- **Every trial prices a new point.** TPE often proposes a point it has already seen (a seeded 300-trial
+  study on 384 points priced only 143 of them); such a trial then prices an unpriced offered point drawn at
+  random (seeded), so ``n_trials`` trials price up to ``n_trials`` points.
+- **A local polish after the study**: the best feasible point's unpriced neighbours — the same machine at
+  one node more or fewer and on the other pricing mode, the same accelerator in VMs of another size at
+  about half, once and twice the GPU count — are priced, and the search moves to the best of them while one
+  improves (at most ``POLISH_ROUNDS`` rounds, a few dozen evaluations beyond ``n_trials``). TPE samples the
+  shape as an unordered category, so on its own it may settle on a 2-GPU VM while one 1-GPU VM is cheaper
+  (tests/search/test_bayesian.py).
+
+Queuing the neighbours as trials instead (``study.enqueue_trial``) was measured and dropped: it narrowed TPE
+onto its first incumbent's neighbourhood and cost up to 62% regret on bench/search_evals.py's
+transformer-base case.
 """
 
 from __future__ import annotations
@@ -23,6 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from cloudfit.search.problem import Problem, SearchResult, rank, score, violation
+
+
+#: Rounds of the local polish after the study (each prices the incumbent's unpriced neighbours).
+POLISH_ROUNDS = 5
 
 
 @dataclass
@@ -52,8 +64,10 @@ class BayesianSearcher:
         seen: dict[tuple, tuple[float, float, np.ndarray]] = {}
         evaluated: list[np.ndarray] = []
         best_val, first_hit = math.inf, None
-        queued: set[tuple] = set()
+        best_key = None
         worst = 1.0
+        offered = sorted(groups)
+        rng = np.random.default_rng(self.seed)
         for _ in range(self.n_trials):
             if len(seen) == len(groups):
                 break  # every point priced: nothing left to learn
@@ -73,18 +87,38 @@ class BayesianSearcher:
                     if viol <= 0 and v < best_val:
                         best_val = v
                         first_hit = len(evaluated)
-                        for nb in _neighbours(key, groups, gpus, max_nodes, len(modes) > 1):
-                            if nb not in seen and nb not in queued:
-                                queued.add(nb)
-                                params = {"shape": nb[0], "nodes": nb[1]}
-                                if len(modes) > 1:
-                                    params["spot"] = nb[2]
-                                study.enqueue_trial(params)
+                        best_key = key
+            else:
+                # TPE proposed a point it has seen: the trial still prices something new, drawn at random
+                # among the unpriced offered points (TPE is told only its own proposal, so its sampling is
+                # what it would be without this).
+                fresh = [k for k in offered if k not in seen]
+                if fresh:
+                    other = fresh[int(rng.integers(len(fresh)))]
+                    seen[other] = _evaluate(space, problem, groups[other])
+                    evaluated.append(groups[other])
+                    v, viol, _ = seen[other]
+                    if viol <= 0 and v < best_val:
+                        best_val, first_hit, best_key = v, len(evaluated), other
             value, violation, _ = seen[key]
             if math.isfinite(value):
                 worst = max(worst, value)
             trial.set_constraint("limits", violation)
             study.tell(trial, value if math.isfinite(value) else 10.0 * worst)
+
+        # Local polish around the incumbent (see the module docstring).
+        for _ in range(POLISH_ROUNDS if best_key is not None else 0):
+            moved = False
+            for nb in _neighbours(best_key, groups, gpus, max_nodes, len(modes) > 1):
+                if nb in seen:
+                    continue
+                seen[nb] = _evaluate(space, problem, groups[nb])
+                evaluated.append(groups[nb])
+                v, viol, _ = seen[nb]
+                if viol <= 0 and v < best_val:
+                    best_val, best_key, first_hit, moved = v, nb, len(evaluated), True
+            if not moved:
+                break
 
         ids = np.concatenate(evaluated) if evaluated else np.empty(0, dtype=np.int64)
         order = np.empty(0, dtype=np.int64)
@@ -99,7 +133,7 @@ def _neighbours(key: tuple[str, int, bool], groups, gpus: dict[str, tuple[str, i
                 both_modes: bool) -> list[tuple[str, int, bool]]:
     """Offered points next to ``key`` (machine shape, nodes, spot): the same shape at ±1 node and in the
     other pricing mode, and every other shape of the same accelerator at the node counts that put its GPU
-    count nearest to ``key``'s (from below and from above)."""
+    count nearest (from below and from above) to half, once and twice ``key``'s."""
     shape, nodes, spot = key
     acc, per_node = gpus[shape]
     total = per_node * nodes
@@ -108,9 +142,9 @@ def _neighbours(key: tuple[str, int, bool], groups, gpus: dict[str, tuple[str, i
         out.append((shape, nodes, not spot))
     for other, (a, c) in sorted(gpus.items()):
         if a == acc and other != shape:
-            lo, hi = max(1, total // c), min(max_nodes, -(-total // c))
-            out += [(other, n, spot) for n in sorted({lo, hi}) if 1 <= n <= max_nodes]
-    return [k for k in out if k in groups]
+            ns = {n for t in (total / 2, total, total * 2) for n in (max(1, int(t // c)), -(-int(t) // c))}
+            out += [(other, n, spot) for n in sorted(ns) if 1 <= n <= max_nodes]
+    return list(dict.fromkeys(k for k in out if k in groups))
 
 
 def _groups(space) -> dict[tuple[str, int, bool], np.ndarray]:

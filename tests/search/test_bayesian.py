@@ -1,4 +1,5 @@
-"""The Bayesian searcher's local step: around each new incumbent it queues the neighbouring points."""
+"""The Bayesian searcher beyond TPE: a repeated proposal prices a fresh point, and the incumbent's
+neighbourhood is polished after the study."""
 
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ def test_neighbours_stay_inside_the_offered_space():
 
 
 def test_every_seed_reaches_the_optimum_where_the_vm_size_decides_it():
-    """resnet50, 3 h deadline in us-central1: one spot 1×H100 VM is cheapest and one 2×H100 VM 10% dearer;
-    without the local step the seed-1 study stopped at the 2-GPU VM."""
+    """resnet50, 3 h deadline in us-central1 (384 points): one spot 1×H100 VM is cheapest and one 2×H100 VM
+    12% dearer; with TPE alone the seed-1 300-trial study stopped at the 2-GPU VM (it priced 143 points: the
+    other trials repeated points it had seen)."""
     from cloudfit import catalog
     from cloudfit.profiling.io import load_profile, resolve_profile
     from cloudfit.search import Problem, get_searcher
@@ -47,6 +49,6 @@ def test_every_seed_reaches_the_optimum_where_the_vm_size_decides_it():
     problem = Problem.of(w)
     cost = np.asarray(space.assess(problem).cost_usd)
     best = cost[get_searcher("exhaustive").search(space, problem).order[0]]
-    for seed in range(4):
-        res = get_searcher("bayes", n_trials=200, seed=seed).search(space, problem)
+    for seed in range(6):
+        res = get_searcher("bayes", n_trials=300, seed=seed).search(space, problem)
         assert cost[res.order[0]] <= best * 1.0 + 1e-9, seed
