@@ -2,8 +2,9 @@
 
 The study searches what decides throughput — hardware shape, node count, spot or on-demand —
 and each evaluation prices that point in every zone that offers it (an exact inner minimisation:
-zones differ only in price and preemption hazard). For spaces too large to enumerate, and the
-basis of active search, where every evaluation is a paid probe run.
+zones differ only in price and preemption hazard). For spaces too large to enumerate. Its evaluations
+are model predictions, cheap; active search, where every evaluation is a paid probe run, has its own loop
+(``cloudfit.active``) and does not use this searcher.
 
 Two additions to TPE, neither of which steers its sampling (TPE is told only its own proposals):
 
