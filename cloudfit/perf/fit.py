@@ -159,10 +159,8 @@ def anchor_weight_matrix(anchors: list[np.ndarray], log_batch: np.ndarray,
     W = np.zeros((n, n))
     for i, a in enumerate(anchors):
         if len(a):
-            if log_count is None:
-                W[i, a] = anchor_weights(log_batch[i:i + 1], log_batch[a])[0]
-            else:
-                W[i, a] = anchor_weights(log_batch[i:i + 1], log_batch[a], log_count[i:i + 1], log_count[a])[0]
+            counts = (None, None) if log_count is None else (log_count[i:i + 1], log_count[a])
+            W[i, a] = anchor_weights(log_batch[i:i + 1], log_batch[a], *counts)[0]
     return W
 
 

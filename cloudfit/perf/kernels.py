@@ -78,6 +78,7 @@ FEATURES = ("log_waves_128", "wave_fill_128", "log_waves_64", "wave_fill_64", "l
 #: "shape" is rows × row length, and the tables probe it at one row (b = 1), below every measured kernel (b ≥ 4),
 #: where the trees' extrapolation gave the H100 (no memory-bound kernel measured) 3–5× the tiny-kernel speed.
 CLASS_FEATURES = {"gemm": FEATURES, "conv": FEATURES, "memory": FEATURES[:-3]}
+_CLASS_COLS = {cls: [FEATURES.index(f) for f in names] for cls, names in CLASS_FEATURES.items()}
 
 XGB_PARAMS = {"objective": "reg:squarederror", "eta": 0.05, "max_depth": 6, "min_child_weight": 5.0,
               "subsample": 0.8, "nthread": 1, "seed": 20261123, "tree_method": "hist", "base_score": 0.0}
@@ -198,8 +199,7 @@ def fit(kern: Kernels):
         sel = kern.op_class == cls
         if not sel.any():
             continue
-        cols = [FEATURES.index(f) for f in CLASS_FEATURES[cls]]
-        d = xgb.DMatrix(X[sel][:, cols].astype(np.float32), label=y[sel].astype(np.float32),
+        d = xgb.DMatrix(X[sel][:, _CLASS_COLS[cls]].astype(np.float32), label=y[sel].astype(np.float32),
                         feature_names=list(CLASS_FEATURES[cls]))
         out[cls] = Forest.from_dict(export_booster(xgb.train(dict(XGB_PARAMS), d, num_boost_round=ROUNDS)))
     return out
@@ -212,8 +212,7 @@ def predict_us(forests: dict[str, Any], kern: Kernels, boards: bool = True) -> n
     for cls, forest in forests.items():
         sel = kern.op_class == cls
         if sel.any():
-            cols = [FEATURES.index(f) for f in CLASS_FEATURES[cls]]
-            out[sel] = np.maximum(t_c, t_m)[sel] * np.exp(forest.predict(X[sel][:, cols]))
+            out[sel] = np.maximum(t_c, t_m)[sel] * np.exp(forest.predict(X[sel][:, _CLASS_COLS[cls]]))
     return out
 
 

@@ -131,10 +131,11 @@ def rank(space, problem: Problem, workload: Workload, result) -> Ranked:
     """
     knee = workload.objective == "time"
     ids = None if result.searcher == "exhaustive" else result.order
+    a = space.assess(problem)  # the whole space, priced once (cached)
     if knee:
         from cloudfit.plan.knee import knee_order
 
-        knee_ranked = knee_order(space.assess(problem), problem, ids)
+        knee_ranked = knee_order(a, problem, ids)
     # the best few of the ranking are enough: take a longer head only if it runs out
     n = 4 * (N_ALTERNATIVES + 1)
     while True:
@@ -144,7 +145,6 @@ def rank(space, problem: Problem, workload: Workload, result) -> Ranked:
         if (picked.size == N_ALTERNATIVES + 1 and runner is not None) or head.size < n:
             break
         n *= 4
-    a = space.assess(problem)  # the whole space, priced once (cached)
     ranked = [estimate(space, int(i), a) for i in picked]
     chosen = ranked[0]
     explanation = explain(chosen, None if runner is None else estimate(space, runner, a), problem)

@@ -54,8 +54,7 @@ class BayesianSearcher:
         shape_names = sorted({k[0] for k in groups})
         modes = sorted({k[2] for k in groups})
         max_nodes = int(space.nodes.max())
-        gpus = {f"{sh.machine_type}/{sh.accelerators_per_node}x{sh.accelerator}": (sh.accelerator, sh.accelerators_per_node)
-                for sh in space.shapes}
+        gpus = {_shape_name(sh): (sh.accelerator, sh.accelerators_per_node) for sh in space.shapes}
         if self.sampler == "gp":
             sampler = optuna.samplers.GPSampler(seed=self.seed, n_startup_trials=10)
         else:
@@ -69,6 +68,18 @@ class BayesianSearcher:
         worst = 1.0
         offered = sorted(groups)
         rng = np.random.default_rng(self.seed)
+
+        def price(k: tuple) -> bool:
+            """Price the offered point ``k``; whether it is the new best feasible one."""
+            nonlocal best_val, best_key, first_hit
+            seen[k] = _evaluate(space, problem, groups[k])
+            evaluated.append(groups[k])
+            v, viol, _ = seen[k]
+            if viol <= 0 and v < best_val:
+                best_val, best_key, first_hit = v, k, len(evaluated)
+                return True
+            return False
+
         for _ in range(self.n_trials):
             if len(seen) == len(groups):
                 break  # every point priced: nothing left to learn
@@ -78,29 +89,17 @@ class BayesianSearcher:
             sp = trial.suggest_categorical("spot", modes) if len(modes) > 1 else modes[0]
             key = (s, n, sp)
             if key not in seen:
-                ids = groups.get(key)
-                if ids is None:  # not offered (e.g. no spot price, or does not fit)
+                if key in groups:
+                    price(key)
+                else:  # not offered (e.g. no spot price, or does not fit)
                     seen[key] = (math.inf, 1.0, np.empty(0, dtype=np.int64))
-                else:
-                    seen[key] = _evaluate(space, problem, ids)
-                    evaluated.append(ids)
-                    v, viol, _ = seen[key]
-                    if viol <= 0 and v < best_val:
-                        best_val = v
-                        first_hit = len(evaluated)
-                        best_key = key
             else:
                 # TPE proposed a point it has seen: the trial still prices something new, drawn at random
                 # among the unpriced offered points (TPE is told only its own proposal, so its sampling is
                 # what it would be without this).
                 fresh = [k for k in offered if k not in seen]
                 if fresh:
-                    other = fresh[int(rng.integers(len(fresh)))]
-                    seen[other] = _evaluate(space, problem, groups[other])
-                    evaluated.append(groups[other])
-                    v, viol, _ = seen[other]
-                    if viol <= 0 and v < best_val:
-                        best_val, first_hit, best_key = v, len(evaluated), other
+                    price(fresh[int(rng.integers(len(fresh)))])
             value, violation, _ = seen[key]
             if math.isfinite(value):
                 worst = max(worst, value)
@@ -111,13 +110,8 @@ class BayesianSearcher:
         for _ in range(POLISH_ROUNDS if best_key is not None else 0):
             moved = False
             for nb in _neighbours(best_key, groups, gpus, max_nodes, len(modes) > 1):
-                if nb in seen:
-                    continue
-                seen[nb] = _evaluate(space, problem, groups[nb])
-                evaluated.append(groups[nb])
-                v, viol, _ = seen[nb]
-                if viol <= 0 and v < best_val:
-                    best_val, best_key, first_hit, moved = v, nb, len(evaluated), True
+                if nb not in seen:
+                    moved |= price(nb)
             if not moved:
                 break
 
@@ -128,6 +122,11 @@ class BayesianSearcher:
             order = rank(a, problem, ids)
         return SearchResult(order=order, evaluations=len(evaluated), searcher=f"bayes-{self.sampler}",
                             trials=len(study.trials), first_hit=first_hit)
+
+
+def _shape_name(sh) -> str:
+    """The study's category for a machine shape (machine type, GPUs per node, accelerator)."""
+    return f"{sh.machine_type}/{sh.accelerators_per_node}x{sh.accelerator}"
 
 
 def _neighbours(key: tuple[str, int, bool], groups, gpus: dict[str, tuple[str, int]], max_nodes: int,
@@ -150,7 +149,7 @@ def _neighbours(key: tuple[str, int, bool], groups, gpus: dict[str, tuple[str, i
 
 def _groups(space) -> dict[tuple[str, int, bool], np.ndarray]:
     """Candidate ids per (machine shape, nodes, spot): the zones offering that point."""
-    names = [s.machine_type + f"/{s.accelerators_per_node}x{s.accelerator}" for s in space.shapes]
+    names = [_shape_name(s) for s in space.shapes]
     keys, inv = space.point_ids("cluster")
     order = np.argsort(inv, kind="stable")
     bounds = np.searchsorted(inv[order], np.arange(len(keys) + 1))
