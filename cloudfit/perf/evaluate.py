@@ -48,6 +48,9 @@ def generation(accelerator: str) -> str:
 METHODS = ("cloudfit", "tflops-ratio", "svr", "prior", "calibrated-prior")
 #: Prediction kinds per row; "anchored-same-scale" is NaN for single-device rows and rows without such an anchor.
 KINDS = ("anchored", "stats-only", "anchored-same-scale")
+#: The calibrated band each kind is reported with: same-scale anchoring is a report line, not a product
+#: path, so it has no band calibrated of its own and carries the anchored one (widened by its own jump).
+BAND_OF_KIND = {"anchored": "anchored", "stats-only": "stats-only", "anchored-same-scale": "anchored"}
 SCHEMES = {"accelerator": "leave-one-accelerator-out", "model": "leave-one-model-out"}
 
 
@@ -126,7 +129,7 @@ def run(*, progress: Callable[[str], None] | None = None, inner: bool = True,
                     regime = "multi" if rec["multi"] else "single"
                     sc = {"anchored": scale[k], "stats-only": 1.0, "anchored-same-scale": scale_same[k]}
                     rec["band"] = {kind: [v * sc[kind] for v in
-                                          q[fit_mod.band_key(f"{regime}-{kind.replace('-same-scale', '')}", new[k])]]
+                                          q[fit_mod.band_key(f"{regime}-{BAND_OF_KIND[kind]}", new[k])]]
                                    for kind in KINDS}
                 recs.append(rec)
             if progress:
