@@ -11,6 +11,7 @@ HERE = Path(__file__).resolve().parent
 PARTS = [  # (file, the script that writes it)
     ("RESULTS_profiling.md", "bench/profiling.py"),
     ("RESULTS_perf.md", "bench/perf_eval.py"),
+    ("RESULTS_floor.md", "bench/data_floor.py"),
     ("RESULTS_spot.md", "bench/spot_validation.py"),
     ("RESULTS_recommend.md", "bench/recommend_regret.py, bench/startup.py, bench/search_evals.py"),
     ("RESULTS_active.md", "bench/active_search.py"),
