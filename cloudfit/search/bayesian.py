@@ -142,7 +142,7 @@ def _neighbours(key: tuple[str, int, bool], groups, gpus: dict[str, tuple[str, i
         out.append((shape, nodes, not spot))
     for other, (a, c) in sorted(gpus.items()):
         if a == acc and other != shape:
-            ns = {n for t in (total / 2, total, total * 2) for n in (max(1, int(t // c)), -(-int(t) // c))}
+            ns = {n for t in (total / 2, total, total * 2) for n in (max(1, math.floor(t / c)), math.ceil(t / c))}
             out += [(other, n, spot) for n in sorted(ns) if 1 <= n <= max_nodes]
     return list(dict.fromkeys(k for k in out if k in groups))
 

@@ -26,6 +26,15 @@ def test_neighbours_are_the_same_gpus_in_other_vm_sizes_and_adjacent_node_counts
     assert len(set(nb)) == len(nb)
 
 
+def test_neighbours_of_an_odd_gpu_count_round_half_both_ways():
+    """3 L4s in 3 × g2-standard-8: half is 1.5 GPUs, so the bigger 1-L4 VM at 1 *and* 2 nodes are
+    neighbours (the ceiling was once taken of the truncated half, which dropped 2)."""
+    gpus = {"g2-standard-8/1xL4": ("L4", 1), "g2-standard-16/1xL4": ("L4", 1)}
+    offered = [(s, n, False) for s in gpus for n in range(1, 9)]
+    nb = _neighbours(("g2-standard-8/1xL4", 3, False), _groups(offered), gpus, 8, False)
+    assert [n for s, n, _ in nb if s == "g2-standard-16/1xL4"] == [1, 2, 3, 6]
+
+
 def test_neighbours_stay_inside_the_offered_space():
     offered = [("a3-highgpu-8g/8xH100", 1, True), ("a3-highgpu-8g/8xH100", 2, True)]
     nb = _neighbours(("a3-highgpu-8g/8xH100", 1, True), _groups(offered), GPUS, 8, True)
