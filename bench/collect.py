@@ -17,6 +17,7 @@ PARTS = [  # (file, the script that writes it)
     ("RESULTS_active.md", "bench/active_search.py"),
     ("RESULTS_executors.md", "bench/budget_sim.py, bench/stockout_fallback.py, bench/plan_fuzz.py"),
     ("RESULTS_llm.md", "bench/llm_eval.py, bench/llm_speed.py"),
+    ("RESULTS_sailor_gh200.md", "bench/sailor_gh200.py"),
     ("RESULTS_llm_recommend.md", "bench/llm_recommend_time.py, bench/llm_regret.py"),
 ]
 
