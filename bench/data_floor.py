@@ -174,6 +174,15 @@ def sailor_profiles_vs_runs() -> list[str]:
     return out
 
 
+def emit(lines: list[str], t0: float, out: str | None) -> None:
+    """The report, with its wall time, to ``out`` (Markdown) or standard output (shared by bench/sailor_gh200.py)."""
+    text = "\n".join(lines + ["", f"Wall time: {time.perf_counter() - t0:.1f} s."]) + "\n"
+    if out:
+        Path(out).write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--eval", help="saved evaluation (bench/perf_eval.py --save) for the decomposition")
@@ -245,12 +254,7 @@ def main() -> int:
               "same micro-batch, even with data-parallel gradient traffic (and gradient accumulation, global batch > "
               "GPUs × micro-batch). Precision is stated for neither (data/raw/sailor/PROVENANCE.md).", ""]
     lines += sailor_profiles_vs_runs()
-    lines += ["", f"Wall time: {time.perf_counter() - t0:.1f} s."]
-    text = "\n".join(lines) + "\n"
-    if args.out:
-        Path(args.out).write_text(text)
-    else:
-        sys.stdout.write(text)
+    emit(lines, t0, args.out)
     return 0
 
 

@@ -152,12 +152,9 @@ def main() -> int:
                      f"{r['max_mem_gib']:.1f} GiB, is less than the {r['model']} weights, gradients and Adam state alone "
                      f"({r['state_gib']:.0f} GiB at 16 bytes per parameter, no sharding): a run of a smaller model "
                      f"filed under this one.")
-    lines += ["", f"Wall time: {time.perf_counter() - t0:.1f} s."]
-    text = "\n".join(lines) + "\n"
-    if args.out:
-        Path(args.out).write_text(text)
-    else:
-        sys.stdout.write(text)
+    from data_floor import emit
+
+    emit(lines, t0, args.out)
     return 0 if all(math.isfinite(r["predicted_s"]) for r in rs) else 1
 
 
