@@ -130,8 +130,13 @@ def get(name: str) -> LLMShape:
 
 
 _DECODER_TYPES = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "olmo", "olmo2", "granite",
-                  "gpt2", "gpt_neox", "gptj", "opt", "falcon", "mpt", "bloom", "stablelm", "starcoder2",
+                  "gpt2", "gpt_neo", "gpt_neox", "gptj", "opt", "falcon", "mpt", "bloom", "stablelm", "starcoder2",
                   "cohere", "internlm2", "deepseek", "yi", "baichuan", "smollm3", "glm", "exaone"}
+#: Families whose MLP is two matrices with a GELU/ReLU (not gated): a config that names no activation gets
+#: theirs, not the SwiGLU of the Llama-like default.
+_UNGATED_TYPES = {"gpt2", "gpt_neo", "gpt_neox", "gptj", "opt", "falcon", "mpt", "bloom", "gpt_bigcode"}
+#: Families with a learned position table (the others rotate or use ALiBi).
+_LEARNED_POSITION_TYPES = {"gpt2", "gpt_neo", "opt", "gpt_bigcode"}
 
 
 def from_config(path: str | Path, *, name: str | None = None) -> LLMShape:
@@ -167,19 +172,20 @@ def from_config(path: str | Path, *, name: str | None = None) -> LLMShape:
 
     hidden = int(pick("hidden_size", "n_embd", "d_model"))
     layers = int(pick("num_hidden_layers", "n_layer", "n_layers", "num_layers"))
-    heads = int(pick("num_attention_heads", "n_head", "n_heads"))
+    heads = int(pick("num_attention_heads", "n_head", "n_heads", "num_heads"))
     kv = int(pick("num_key_value_heads", "num_kv_heads", "multi_query_group_num", default=heads))
-    act = str(pick("hidden_act", "activation_function", "hidden_activation", default="silu")).lower()
+    act = str(pick("hidden_act", "activation_function", "hidden_activation",
+                   default="gelu" if mtype in _UNGATED_TYPES else "silu")).lower()
     swiglu = act in ("silu", "swish", "swiglu") or mtype in ("llama", "mistral", "qwen2", "qwen3")
     ffn = int(pick("intermediate_size", "n_inner", "ffn_hidden_size", default=4 * hidden))
     vocab = int(pick("vocab_size"))
     max_pos = int(pick("max_position_embeddings", "n_positions", "max_seq_len", default=4096))
-    learned = max_pos if mtype in ("gpt2", "opt") else 0
+    learned = max_pos if mtype in _LEARNED_POSITION_TYPES else 0
     return LLMShape(
         name=name or cfg.get("_name_or_path") or p.parent.name or "custom",
         hidden=hidden, layers=layers, heads=heads, kv_heads=kv, ffn_hidden=ffn, vocab=vocab,
         mlp="swiglu" if swiglu else "gelu", tied_embeddings=bool(cfg.get("tie_word_embeddings", not swiglu)),
-        bias=bool(cfg.get("attention_bias", cfg.get("bias", mtype in ("gpt2", "opt", "bloom", "falcon")))),
+        bias=bool(cfg.get("attention_bias", cfg.get("bias", mtype in ("gpt2", "gpt_neo", "opt", "bloom", "falcon")))),
         norm="rms" if swiglu else "layer", learned_positions=learned, max_seq_len=max_pos,
         family=mtype or "custom")
 

@@ -63,6 +63,24 @@ def test_config_json_of_a_decoder(tmp_path):
     assert stats.parameters(s) == stats.parameters(zoo.get("llama3-8b"))
 
 
+@pytest.mark.parametrize("cfg", [
+    # GPT-2-style config without an activation key: a GELU MLP of two matrices, tied, LayerNorm, learned positions
+    {"model_type": "gpt2", "n_embd": 1024, "n_layer": 24, "n_head": 16, "vocab_size": 50272, "n_positions": 2048},
+    # GPT-Neo names its heads num_heads and its layers num_layers (EleutherAI/gpt-neo-2.7B's config.json)
+    {"architectures": ["GPTNeoForCausalLM"], "model_type": "gpt_neo", "hidden_size": 1024, "num_layers": 24,
+     "num_heads": 16, "intermediate_size": None, "activation_function": "gelu_new", "vocab_size": 50272,
+     "max_position_embeddings": 2048},
+])
+def test_config_json_of_an_ungated_gpt(tmp_path, cfg):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    s = zoo.from_config(p)
+    assert (s.mlp, s.norm, s.tied_embeddings, s.learned_positions) == ("gelu", "layer", True, 2048)
+    assert (s.hidden, s.layers, s.heads, s.ffn_hidden) == (1024, 24, 16, 4096)
+    # 12·h² per layer + biases and norms, tied 50,272-word embedding, 2,048 learned positions: OPT-350M's ~355 M
+    assert 3.3e8 < stats.parameters(s) < 3.7e8
+
+
 @pytest.mark.parametrize("cfg,msg", [
     ({"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 768}, "not a decoder"),
     ({"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "is_encoder_decoder": True}, "not a decoder"),
