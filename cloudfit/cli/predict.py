@@ -28,6 +28,10 @@ def predict(
     finetune: str = typer.Option("full", "--finetune", help="LLM: full or lora."),
     lora_rank: int = typer.Option(16, "--lora-rank", help="LLM: LoRA adapter rank (with --finetune lora)."),
     tokens: Optional[float] = typer.Option(None, "--tokens", help="LLM: tokens to train (adds samples and hours)."),
+    framework: Optional[str] = typer.Option(
+        None, "--framework", help="LLM: the training stack — fsdp (PyTorch FSDP/DDP: torchtitan, llm-foundry), megatron "
+                                  "(Megatron-LM/NeMo) or megatron-deepspeed (default: fsdp without TP/PP/CP, megatron "
+                                  "with them)."),
 ) -> None:
     """Predict samples/s (with a 10–90% band) of a profiled model on COUNT × ACCELERATOR × NODES."""
     from cloudfit.errors import UsageError
@@ -38,8 +42,11 @@ def predict(
         _predict_llm(model=model, config=config, accelerator=accelerator, count=count, nodes=nodes,
                      precision="bf16" if precision == "fp16" else precision, batch_size=batch_size or 1,
                      seq_len=seq_len, layout=layout, finetune=finetune, lora_rank=lora_rank,
-                     machine_type=machine_type, network_gbps=network_gbps, tokens=tokens, as_json=as_json)
+                     machine_type=machine_type, network_gbps=network_gbps, tokens=tokens, framework=framework,
+                     as_json=as_json)
         return
+    if framework is not None:
+        raise UsageError("--framework applies to the large-model path (--model / --config)")
     if profile is None:
         raise UsageError("give --profile (a profiled model) or --model NAME / --config config.json (an LLM)")
     from cloudfit.perf import model as perf
@@ -88,7 +95,7 @@ def predict(
 
 
 def _predict_llm(*, model, config, accelerator, count, nodes, precision, batch_size, seq_len, layout, finetune,
-                 lora_rank, machine_type, network_gbps, tokens, as_json) -> None:
+                 lora_rank, machine_type, network_gbps, tokens, framework, as_json) -> None:
     """The large-model branch of ``cloudfit predict`` (``--model llama3-8b`` / ``--config``)."""
     from cloudfit.llm.predict import predict as llm_predict
     from cloudfit.llm.predict import tokens_to_samples
@@ -97,7 +104,7 @@ def _predict_llm(*, model, config, accelerator, count, nodes, precision, batch_s
 
     p = llm_predict(model, accelerator, config=config, gpus_per_node=count, nodes=nodes, precision=precision,
                     seq_len=seq_len, batch_size=batch_size, layout=layout, finetune=finetune, lora_rank=lora_rank,
-                    machine_type=machine_type, network_gbps=network_gbps)
+                    machine_type=machine_type, network_gbps=network_gbps, framework=framework)
     out = p.to_dict()
     if samples is not None:
         out.update(tokens=tokens, samples=samples, hours=tokens / p.tokens_per_second / 3600.0)
@@ -106,7 +113,8 @@ def _predict_llm(*, model, config, accelerator, count, nodes, precision, batch_s
         return
     c = console()
     where = f"{nodes} × {count}× {p.accelerator}" if nodes > 1 else f"{count}× {p.accelerator}"
-    c.print(f"{p.model} on {where} ({precision}, seq {seq_len:,}, {finetune}); layout {p.layout.describe()}")
+    c.print(f"{p.model} on {where} ({precision}, seq {seq_len:,}, {finetune}, {p.framework}); layout "
+            f"{p.layout.describe()}")
     if not p.fits:
         c.print(f"  {p.memory.reason}")
     c.print(f"  {p.tokens_per_second:,.0f} tokens/s ({p.tokens_per_second / p.gpus:,.0f} per GPU; 10–90%: "

@@ -112,10 +112,14 @@ def tokens_to_samples(tokens: float, seq_len: int) -> float:
     return tokens / seq_len
 
 
+#: Training frameworks the step model has constants for (``--framework``); the default follows the layout.
+FRAMEWORKS = ("fsdp", "megatron", "megatron-deepspeed")
+
+
 def _framework(lay: Layout, framework: str | None) -> str:
     if framework:
-        if framework not in Constants().tp_exposed:
-            raise UsageError(f"unknown framework {framework!r}")
+        if framework not in FRAMEWORKS:
+            raise UsageError(f"--framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
         return framework
     return "fsdp" if (lay.tp == 1 and lay.pp == 1 and lay.cp == 1) else "megatron"
 
@@ -230,9 +234,10 @@ def candidate_layouts(shape: LLMShape, gpus: int, *, gpus_per_node: int = 8, glo
 
 def best_layout(shape: LLMShape, accelerator: str, gpus: int, *, seq_len: int, global_batch: int,
                 gpus_per_node: int = 8, precision: str = "bf16", finetune: str = "full", lora_rank: int = 16,
-                machine_type: str | None = None, network_gbps: float | None = None,
+                machine_type: str | None = None, network_gbps: float | None = None, framework: str | None = None,
                 c: Constants | None = None) -> Layout:
-    """The fastest layout that fits (``InfeasibleError``-style ``UsageError`` when none fits)."""
+    """The fastest layout that fits (``InfeasibleError``-style ``UsageError`` when none fits), each layout run
+    by ``framework`` (default: FSDP without model parallelism, Megatron with it)."""
     dom = lhw.nvlink_domain(accelerator, gpus_per_node)
     cands = candidate_layouts(shape, gpus, gpus_per_node=gpus_per_node, global_batch=global_batch,
                               seq_len=seq_len, nvlink_domain=dom)
@@ -241,7 +246,7 @@ def best_layout(shape: LLMShape, accelerator: str, gpus: int, *, seq_len: int, g
                           f"{global_batch} sequences")
     r = predict_layouts(shape, accelerator, cands, seq_len=seq_len, gpus_per_node=gpus_per_node,
                         precision=precision, finetune=finetune, lora_rank=lora_rank, machine_type=machine_type,
-                        network_gbps=network_gbps, c=c)
+                        network_gbps=network_gbps, framework=framework, c=c)
     tps = np.where(r["fits"], r["tokens_per_second"], -1.0)
     i = int(np.argmax(tps))
     if tps[i] < 0:
@@ -281,7 +286,7 @@ def predict(model: str | LLMShape | None, accelerator: str, *, config: str | Pat
     elif layout.strip().lower() == "auto":
         lay = best_layout(shape, acc.name, gpus, seq_len=seq_len, global_batch=batch_size * gpus,
                           gpus_per_node=gpus_per_node, precision=precision, finetune=finetune, lora_rank=lora_rank,
-                          machine_type=machine_type, network_gbps=network_gbps, c=c)
+                          machine_type=machine_type, network_gbps=network_gbps, framework=framework, c=c)
     else:
         lay = parse(layout, gpus=gpus, sequences_per_replica=batch_size)
     lay.check(gpus=gpus, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)

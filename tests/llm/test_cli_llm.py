@@ -36,6 +36,8 @@ def test_predict_llm_table_and_tokens(cli):
     (["--model", "llama3-8b", "--accelerator", "H100", "--count", "8", "--tokens", "0"], "tokens"),
     (["--model", "llama3-8b", "--accelerator", "A100", "--count", "8", "--precision", "fp8"], "FP8"),
     (["--model", "llama3-8b", "--accelerator", "H100", "--finetune", "lora", "--lora-rank", "0"], "lora-rank"),
+    (["--model", "llama3-8b", "--accelerator", "H100", "--framework", "deepspeed"], "--framework must be one of"),
+    (["--profile", "resnet50", "--accelerator", "H100", "--framework", "fsdp"], "large-model path"),
 ])
 def test_bad_input_one_line_exit_2(cli, extra, msg):
     r = cli("predict", *extra)
@@ -90,3 +92,28 @@ def test_predict_from_a_users_config_json(cli, tmp_path):
     assert r.exit_code == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["model"] == "my_model" and d["fits"] and d["tokens_per_second"] > 0
+
+
+def test_framework_names_the_training_stack(cli):
+    """--framework picks the stack's fitted constants; the default follows the layout (FSDP without model
+    parallelism). Sailor's Megatron-DeepSpeed runs on GH200 (bench/sailor_gh200.py) are predicted within 10% only
+    with their own stack: FSDP's constants make the pure data-parallel run nearly twice as fast."""
+    args = ["predict", "--model", "mpt-350m", "--accelerator", "GH200", "--count", "4", "--nodes", "4",
+            "--seq-len", "2048", "--batch-size", "64", "--layout", "dp=16,mb=8,ga=8,ac=none",
+            "--network-gbps", "800", "--json"]
+    runs = {fw: cli(*args, *(["--framework", fw] if fw else [])) for fw in (None, "fsdp", "megatron-deepspeed")}
+    assert all(r.exit_code == 0 for r in runs.values()), [r.stderr for r in runs.values()]
+    d = {fw: json.loads(r.stdout) for fw, r in runs.items()}
+    assert d[None]["framework"] == d["fsdp"]["framework"] == "fsdp"
+    assert d[None]["step_time_s"] == d["fsdp"]["step_time_s"]
+    assert d["megatron-deepspeed"]["framework"] == "megatron-deepspeed"
+    assert d["megatron-deepspeed"]["step_time_s"] > 1.3 * d["fsdp"]["step_time_s"]
+
+
+def test_every_framework_has_fitted_constants():
+    from cloudfit.llm.predict import FRAMEWORKS, constants
+    from cloudfit.llm.step import Constants
+
+    c = constants()
+    for table in ("tp_exposed", "dp_overlap", "fsdp_overlap", "attn_eff", "grad_bytes"):
+        assert set(getattr(c, table)) == set(FRAMEWORKS) == set(getattr(Constants(), table)), table
