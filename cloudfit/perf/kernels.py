@@ -262,6 +262,21 @@ def _sig4(x: float) -> float:
     return float(f"{x:.4g}")
 
 
+def _time_monotone(fraction: np.ndarray, grid_log2: np.ndarray) -> np.ndarray:
+    """A bigger kernel never takes less time: along the grid, the achieved fraction may at most double per
+    doubling of the size (its time, size / (peak × fraction), then never falls; between grid points too, as
+    the prior interpolates log fractions linearly in log2 size). Where the trees say a kernel twice the size
+    runs faster, the smaller one is given the larger one's time (the envelope runs down from the large,
+    measured sizes: a running minimum of time; latency-bound small kernels, whose time is flat, are left as
+    they are)."""
+    e = np.array(fraction, dtype=float)
+    step = np.diff(np.asarray(grid_log2, dtype=float))
+    for i in range(len(e) - 2, -1, -1):
+        # a hair over half, so the tables' rounding to 4 significant digits cannot turn the step back
+        e[i] = max(e[i], e[i + 1] / 2.0 ** step[i] * (1.0 + 1e-3))
+    return e
+
+
 def efficiency_tables(forests: dict[str, Any], accelerators: list[str]) -> Tables:
     """Evaluate the fitted kernel models on the table grids for every accelerator (by its specs)."""
     mem, gemm = {}, {}
@@ -277,13 +292,15 @@ def efficiency_tables(forests: dict[str, Any], accelerators: list[str]) -> Table
         s = specs(km.accelerator, boards=False)
         # a larger kernel never reaches a smaller fraction of the peak (running maximum over the grid: the
         # trees are flat and noisy beyond the measured sizes)
-        mem[acc] = tuple(_sig4(x) for x in np.maximum.accumulate(np.minimum(1.0, (by / (s["memory_bandwidth_gbps"] * 1e3)) / t)))
+        frac = np.maximum.accumulate(np.minimum(1.0, (by / (s["memory_bandwidth_gbps"] * 1e3)) / t))
+        mem[acc] = tuple(_sig4(x) for x in _time_monotone(frac, BYTES_LOG2))
         n = np.round((fl / 2.0) ** (1.0 / 3.0))
         kg = Kernels(np.full(len(n), "linear"), np.full(len(n), "gemm"), np.full(len(n), acc), np.ones(len(n)),
                      n, n, n, 2.0 * n**3, 12.0 * n**2, np.ones(len(n)))
         t = predict_us(forests, kg, boards=False)
         s = specs(kg.accelerator, boards=False)
-        gemm[acc] = tuple(_sig4(x) for x in np.maximum.accumulate(np.minimum(1.0, (kg.flops / (s["fp32_tflops"] * 1e6)) / t)))
+        frac = np.maximum.accumulate(np.minimum(1.0, (kg.flops / (s["fp32_tflops"] * 1e6)) / t))
+        gemm[acc] = tuple(_sig4(x) for x in _time_monotone(frac, FLOPS_LOG2))
     return _monotone(mem, gemm)
 
 

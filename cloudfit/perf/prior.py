@@ -92,6 +92,23 @@ def activation_scale(precision: str) -> float:
     return _SCALE_16[precision]
 
 
+#: ``fp8`` is Transformer Engine FP8 (``hardware.precision_note``): the Linear layers' GEMMs (this op class)
+#: run on the FP8 tensor cores; convolutions and attention stay 16-bit, as every other op does.
+FP8_CLASSES = ("matmul",)
+#: Share of fp32 bytes such an FP8 GEMM moves: its inputs are 1-byte FP8 and its output stays 16-bit, so a
+#: GEMM whose input and output are the same size moves (1 + 2) / (4 + 4) of its fp32 traffic; the casts are
+#: fused into the kernels that produce the inputs (TE's LayerNormLinear / LayerNormMLP).
+FP8_GEMM_BYTE_SCALE = 3.0 / 8.0
+
+
+_IS_FP8_CLASS = np.array([k in FP8_CLASSES for k in OP_CLASSES])
+
+
+def fp8_byte_scale(precision: str) -> float:
+    """Share of fp32 bytes the FP8 op classes (:data:`FP8_CLASSES`) move at ``precision``."""
+    return FP8_GEMM_BYTE_SCALE if precision == "fp8" else _SCALE_16[precision]
+
+
 @dataclass(frozen=True)
 class Work:
     """Per-sample counts of the model (arrays or scalars; op-class arrays have a trailing axis of 6)."""
@@ -149,7 +166,7 @@ class Setup:
     vector_tflops: np.ndarray  # FP32 rate for non-tensor ops
     mem_bw_gbps: np.ndarray  # GB/s
     memory_gib: np.ndarray
-    act_scale: np.ndarray  # 1.0 fp32/tf32, 0.5 16-bit
+    act_scale: np.ndarray  # 1.0 fp32/tf32, 0.5 16-bit (and every op fp8 leaves 16-bit)
     mixed: np.ndarray  # 1.0 when training keeps 16-bit weight copies
     batch: np.ndarray  # per device
     count: np.ndarray  # devices per node
@@ -164,6 +181,24 @@ class Setup:
     #: GEMM of 2^FLOPS_LOG2 FLOPs, (n, len(FLOPS_LOG2)). None: constant efficiencies (η_mem, η_class).
     mem_eff: np.ndarray | None = None
     gemm_eff: np.ndarray | None = None
+    #: FP8 rows (Transformer Engine): the share of fp32 bytes the FP8 classes move (:func:`fp8_byte_scale`) and
+    #: the 16-bit peak the other tensor classes keep; None: no FP8 row (``act_scale``, ``peak_tflops``).
+    fp8_scale: np.ndarray | None = None
+    peak16_tflops: np.ndarray | None = None
+
+    def byte_scale(self) -> np.ndarray:
+        """(…, classes) share of fp32 bytes each op class moves."""
+        act = _f(self.act_scale)[..., None]
+        if self.fp8_scale is None:
+            return np.broadcast_to(act, act.shape[:-1] + (len(OP_CLASSES),))
+        return np.where(_IS_FP8_CLASS, _f(self.fp8_scale)[..., None], act)
+
+    def class_peak_tflops(self) -> np.ndarray:
+        """(…, classes) the tensor peak each op class runs at (FP8 for the FP8 classes of an FP8 row only)."""
+        peak = _f(self.peak_tflops)[..., None]
+        if self.peak16_tflops is None:
+            return np.broadcast_to(peak, peak.shape[:-1] + (len(OP_CLASSES),))
+        return np.where(_IS_FP8_CLASS, peak, _f(self.peak16_tflops)[..., None])
 
 
 @dataclass(frozen=True)
@@ -188,14 +223,15 @@ TENSOR_KERNEL_SHARE = 1.0 / 3.0
 
 
 def _interp_rows(table: np.ndarray, log2_x: np.ndarray, start: int) -> np.ndarray:
-    """Row-wise linear interpolation of ``table`` (n, G), sampled at log2 = start, start+1, …, at ``log2_x``
-    (clamped to the grid)."""
+    """Row-wise interpolation of ``table`` (n, G) of achieved fractions, sampled at log2 = start, start+1, …,
+    at ``log2_x`` (clamped to the grid): linear in log fraction and log2 size, so a kernel's time,
+    size / (peak × fraction), is monotone between two grid points whenever it is at them."""
     g = table.shape[-1]
     pos = np.clip(np.nan_to_num(log2_x - start, nan=g - 1.0), 0.0, g - 1.0)
     lo = np.minimum(np.floor(pos).astype(int), g - 2)
     frac = pos - lo
     rows = np.arange(table.shape[0])
-    return table[rows, lo] * (1.0 - frac) + table[rows, lo + 1] * frac
+    return np.exp(np.log(table[rows, lo]) * (1.0 - frac) + np.log(table[rows, lo + 1]) * frac)
 
 
 def kernel_efficiencies(w: Work, s: Setup) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -208,8 +244,8 @@ def kernel_efficiencies(w: Work, s: Setup) -> tuple[np.ndarray, np.ndarray, np.n
     b = _f(s.batch)
     n = b.shape[0] if b.ndim else 1
     flops = np.broadcast_to(_f(w.flops), (n, len(OP_CLASSES)))
-    byts = np.broadcast_to(_f(w.bytes), (n, len(OP_CLASSES))) * _f(s.act_scale).reshape(-1, 1)
     is_tensor = np.array([k in TENSOR for k in OP_CLASSES])
+    byts = np.broadcast_to(_f(w.bytes), (n, len(OP_CLASSES))) * s.byte_scale().reshape(-1, len(OP_CLASSES))
     k = np.broadcast_to(_f(w.kernels), (n,))
     ok = np.isfinite(k) & (k > 0)
     k = np.where(ok, k, 1.0)
@@ -242,7 +278,7 @@ def compute_time(w: Work, s: Setup, c: dict[str, float] = CONSTANTS) -> tuple[np
     is_tensor = np.array([k in TENSOR for k in OP_CLASSES])
     bw0 = _f(s.mem_bw_gbps) * 1e9 * c["eta_mem"]
     vec = _f(s.vector_tflops)
-    usable = vec + c["tensor_core_share"] * np.maximum(_f(s.peak_tflops) - vec, 0.0)
+    usable = vec[..., None] + c["tensor_core_share"] * np.maximum(s.class_peak_tflops() - vec[..., None], 0.0)
     if s.mem_eff is not None and s.gemm_eff is not None:
         e_g, e_t, e_o, e_p = kernel_efficiencies(w, s)
         shape = np.shape(b)
@@ -252,9 +288,9 @@ def compute_time(w: Work, s: Setup, c: dict[str, float] = CONSTANTS) -> tuple[np
         bw_opt = bw0 * e_p
     else:
         bw, bw_opt = bw0[..., None], bw0
-    peak = np.where(is_tensor, usable[..., None], vec[..., None]) * 1e12 * eta
+    peak = np.where(is_tensor, usable, vec[..., None]) * 1e12 * eta
     t_flop = flops * b[..., None] / peak
-    t_mem = byts * b[..., None] * _f(s.act_scale)[..., None] / bw
+    t_mem = byts * b[..., None] * s.byte_scale() / bw
     per_class = np.maximum(t_flop, t_mem)
     t_opt = _f(w.parameters) * c["bytes_per_param_update"] / bw_opt
     # Per-step fixed work, independent of the batch; it runs faster on a faster memory system.
