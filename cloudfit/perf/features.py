@@ -14,7 +14,8 @@ from typing import Sequence
 import numpy as np
 
 from cloudfit.catalog import hardware
-from cloudfit.perf.prior import CONSTANTS, TENSOR, PriorResult, Setup, Work, activation_scale, memory_needed_bytes
+from cloudfit.perf.prior import (CONSTANTS, TENSOR, PriorResult, Setup, Work, activation_scale, fp8_byte_scale,
+                                 memory_needed_bytes)
 from cloudfit.types import OP_CLASSES, ModelStats
 
 #: Big stand-in for "no such link" (one device, one node) so log features stay finite.
@@ -196,11 +197,15 @@ def setup(accelerators: Sequence[str], precisions: Sequence[str] | str, *, batch
     precs = [precisions] * len(hw.peak_tflops) if isinstance(precisions, str) else list(precisions)
     act = np.array([activation_scale(p) for p in precs])
     mixed = (act < 1.0).astype(float)
+    fp8_scale = peak16 = None
+    if "fp8" in precs:  # Transformer Engine FP8: the Linear GEMMs at the FP8 peak, other tensor ops at 16-bit
+        fp8_scale = np.array([fp8_byte_scale(p) for p in precs])
+        peak16 = hardware_arrays(accelerators, ["bf16" if p == "fp8" else p for p in precs]).peak_tflops
     return Setup(hw.peak_tflops, hw.vector_tflops, hw.mem_bw_gbps, hw.memory_gib, act, mixed,
                  np.asarray(batch, dtype=float), np.asarray(count, dtype=float), np.asarray(nodes, dtype=float),
                  np.asarray(intra_gbps, dtype=float), np.asarray(network_gbps, dtype=float),
                  np.asarray(ps, dtype=float), np.asarray(ps_count, dtype=float), np.asarray(ps_network_gbps, dtype=float),
-                 mem_eff, gemm_eff)
+                 mem_eff, gemm_eff, fp8_scale, peak16)
 
 
 def intra_gbps(accelerators: Sequence[str], counts) -> np.ndarray:

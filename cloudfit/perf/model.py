@@ -294,12 +294,23 @@ def _rows(qs: Sequence[HardwareQuery], default_batch: int | None = None) -> dict
             "ps_net": ps_net}
 
 
+#: Precisions with no training row, and the precision whose learned correction they take: the trees have never
+#: seen an FP8 run (its peak lies outside every training row's), so FP8 takes the 16-bit correction and the
+#: prior alone carries what FP8 changes (the FP8 tensor peak and its 1-byte GEMM inputs).
+CORRECTION_PRECISION = {"fp8": "bf16"}
+
+
 def _evaluate(m: FittedModel, work: prior.Work, r: dict[str, Any], framework_tf: float = 0.0):
-    s = features.setup(r["acc"], r["prec"], batch=r["batch"], count=r["count"], nodes=r["nodes"],
-                       intra_gbps=r["intra"], network_gbps=r["net"], ps=r["ps"], ps_count=r["ps_count"],
-                       ps_network_gbps=r["ps_net"], tables=m.tables)
-    p = prior.prior(work, s, m.constants)
-    X = features.feature_matrix(work, s, p, np.full(len(r["acc"]), framework_tf))
+    def at(precisions):
+        s = features.setup(r["acc"], precisions, batch=r["batch"], count=r["count"], nodes=r["nodes"],
+                           intra_gbps=r["intra"], network_gbps=r["net"], ps=r["ps"], ps_count=r["ps_count"],
+                           ps_network_gbps=r["ps_net"], tables=m.tables)
+        return s, prior.prior(work, s, m.constants)
+
+    s, p = at(r["prec"])
+    prec_f = [CORRECTION_PRECISION.get(x, x) for x in r["prec"]]
+    s_f, p_f = at(prec_f) if prec_f != list(r["prec"]) else (s, p)
+    X = features.feature_matrix(work, s_f, p_f, np.full(len(r["acc"]), framework_tf))
     return s, p, m.forest.predict(X)
 
 
