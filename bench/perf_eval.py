@@ -188,7 +188,7 @@ THIS_ROUND = [
     "6.2 → 6.1, H100-PCIe 8.9 → 8.9, K80 27.6 → 27.9, P100 15.9 → 15.1, V100 22.1 → 22.0. The calibrated "
     "constants and λ are unchanged.",
     "- **FP8 is Transformer Engine on the Linear layers** (`prior.FP8_CLASSES`, `prior.fp8_byte_scale`, "
-    "`model.CORRECTION_PRECISION`; test in tests/perf/test_physics.py). Before, `--precision fp8` ran every "
+    "`prior.Setup.at_16bit`; test in tests/perf/test_physics.py). Before, `--precision fp8` ran every "
     "tensor class (convolutions and attention too) at the FP8 peak with 16-bit bytes, and the learned "
     "correction was evaluated at an FP8 peak no training row has; with the tables' superlinear steps FP8 "
     "came out up to 1.9% *slower* than bf16 on transformers (with the tables of this round's first part) and 1.31× faster on VGG-16 (convolutions, which "

@@ -294,22 +294,15 @@ def _rows(qs: Sequence[HardwareQuery], default_batch: int | None = None) -> dict
             "ps_net": ps_net}
 
 
-#: Precisions with no training row, and the precision whose learned correction they take: the trees have never
-#: seen an FP8 run (its peak lies outside every training row's), so FP8 takes the 16-bit correction and the
-#: prior alone carries what FP8 changes (the FP8 tensor peak and its 1-byte GEMM inputs).
-CORRECTION_PRECISION = {"fp8": "bf16"}
-
-
 def _evaluate(m: FittedModel, work: prior.Work, r: dict[str, Any], framework_tf: float = 0.0):
-    def at(precisions):
-        s = features.setup(r["acc"], precisions, batch=r["batch"], count=r["count"], nodes=r["nodes"],
-                           intra_gbps=r["intra"], network_gbps=r["net"], ps=r["ps"], ps_count=r["ps_count"],
-                           ps_network_gbps=r["ps_net"], tables=m.tables)
-        return s, prior.prior(work, s, m.constants)
-
-    s, p = at(r["prec"])
-    prec_f = [CORRECTION_PRECISION.get(x, x) for x in r["prec"]]
-    s_f, p_f = at(prec_f) if prec_f != list(r["prec"]) else (s, p)
+    s = features.setup(r["acc"], r["prec"], batch=r["batch"], count=r["count"], nodes=r["nodes"],
+                       intra_gbps=r["intra"], network_gbps=r["net"], ps=r["ps"], ps_count=r["ps_count"],
+                       ps_network_gbps=r["ps_net"], tables=m.tables)
+    p = prior.prior(work, s, m.constants)
+    # The trees have never seen an FP8 run (its peak lies outside every training row's): FP8 rows take the
+    # correction of the 16-bit run they are on top of, and the prior alone carries what FP8 changes.
+    s_f = s.at_16bit()
+    p_f = p if s_f is s else prior.prior(work, s_f, m.constants)
     X = features.feature_matrix(work, s_f, p_f, np.full(len(r["acc"]), framework_tf))
     return s, p, m.forest.predict(X)
 

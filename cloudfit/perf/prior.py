@@ -43,6 +43,7 @@ Throughput = N × b / step. Constants are in :data:`CONSTANTS` (recorded in the 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -188,17 +189,23 @@ class Setup:
 
     def byte_scale(self) -> np.ndarray:
         """(…, classes) share of fp32 bytes each op class moves."""
-        act = _f(self.act_scale)[..., None]
-        if self.fp8_scale is None:
-            return np.broadcast_to(act, act.shape[:-1] + (len(OP_CLASSES),))
-        return np.where(_IS_FP8_CLASS, _f(self.fp8_scale)[..., None], act)
+        return _by_fp8_class(self.act_scale if self.fp8_scale is None else self.fp8_scale, self.act_scale)
 
     def class_peak_tflops(self) -> np.ndarray:
         """(…, classes) the tensor peak each op class runs at (FP8 for the FP8 classes of an FP8 row only)."""
-        peak = _f(self.peak_tflops)[..., None]
+        return _by_fp8_class(self.peak_tflops,
+                             self.peak_tflops if self.peak16_tflops is None else self.peak16_tflops)
+
+    def at_16bit(self) -> "Setup":
+        """The same rows with every FP8 row as the 16-bit run it builds on (itself when there is none)."""
         if self.peak16_tflops is None:
-            return np.broadcast_to(peak, peak.shape[:-1] + (len(OP_CLASSES),))
-        return np.where(_IS_FP8_CLASS, peak, _f(self.peak16_tflops)[..., None])
+            return self
+        return dataclasses.replace(self, peak_tflops=self.peak16_tflops, fp8_scale=None, peak16_tflops=None)
+
+
+def _by_fp8_class(fp8_classes, other_classes) -> np.ndarray:
+    """(…, classes): ``fp8_classes`` on :data:`FP8_CLASSES`, ``other_classes`` on the rest (per-row values)."""
+    return np.where(_IS_FP8_CLASS, _f(fp8_classes)[..., None], _f(other_classes)[..., None])
 
 
 @dataclass(frozen=True)
