@@ -133,8 +133,27 @@ def _union(parts: list[Catalog]) -> Catalog:
     return Catalog(tuple(o for c in parts for o in c.offerings), PATH_SEPARATOR.join(c.path for c in parts), digest)
 
 
+_PARSED: dict[tuple, Catalog] = {}
+
+
 def _load_file(path: str | Path) -> Catalog:
+    """A validated catalog file, parsed once per process while its size and modification time stay the same
+    (``recommend --clouds`` reads the same files for the search and for its "why this cloud" line)."""
     p = Path(path)
+    try:
+        st = p.stat()
+        key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    if key is not None and key in _PARSED:
+        return dataclasses.replace(_PARSED[key], path=str(p))
+    cat = _parse_file(p)
+    if key is not None:
+        _PARSED[key] = cat
+    return cat
+
+
+def _parse_file(p: Path) -> Catalog:
     try:
         raw = p.read_bytes()
     except OSError as e:

@@ -22,7 +22,7 @@ def _load(catalog_path, cloud):
     from cloudfit.cli.options import split
     from cloudfit.workload import parse_clouds
 
-    clouds = parse_clouds(split(cloud) or None)
+    clouds = parse_clouds(None if cloud is None else split(cloud))
     return catalog.load(catalog_path, clouds=clouds), clouds != ("gcp",)
 
 

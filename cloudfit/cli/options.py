@@ -74,5 +74,5 @@ def workload(*, model, profile, samples, epochs, dataset_size, deadline, budget,
         deadline=deadline, budget=budget, objective=objective, regions=split(regions),
         accelerators=split(accelerators), spot=spot_mode, max_nodes=max_nodes, confidence=confidence,
         precision=precision, batch_size=batch_size, max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices,
-        clouds=split(clouds) or None,
+        clouds=None if clouds is None else split(clouds),
     )

@@ -61,7 +61,8 @@ def recommend_llm(*, model, profile, samples, epochs, dataset_size, deadline, bu
         model=shape.name, samples=samples_n, deadline=deadline, budget=budget, objective=objective,
         regions=opts.split(regions), accelerators=opts.split(accelerators), spot=opts.spot_mode(spot, spot_only),
         max_nodes=max_nodes, confidence=confidence, precision=prec,
-        max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices, clouds=opts.split(clouds) or None)
+        max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices,
+        clouds=None if clouds is None else opts.split(clouds))
     job = LLMJob(shape, float(tokens), seq_len, finetune, lora_rank, global_batch, layout, prec)
     plan = plan_llm(workload, job, catalog=catalog_path)
     shown = _distinct(plan, top)
