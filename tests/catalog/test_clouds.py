@@ -204,3 +204,19 @@ def test_catalog_gpus_compares_clouds(cli):
 def test_cloud_table_is_complete():
     assert set(CLOUDS) == {c.name for c in map(clouds.get, CLOUDS)}
     assert not clouds.get("lambda").sells_spot and clouds.get("runpod").max_nodes == 1
+
+
+def test_skypilot_task_is_refused_for_another_cloud_not_emitted_for_gcp_configs(cli, tmp_path):
+    task = tmp_path / "task.yaml"
+    r = cli("recommend", "--model", "resnet50", "--samples", "5e7", "--deadline", "24h", "--clouds", "gcp,aws",
+            "--emit-skypilot", str(task))
+    assert r.exit_code == 2 and "GCP plans only; this plan is for aws" in r.output and not task.exists()
+
+
+def test_checkpoint_interval_uses_the_clouds_hazard():
+    from cloudfit.spot.checkpointing import cluster_hazard_per_hour
+    from cloudfit.types import ClusterConfig
+
+    [o] = [o for o in ALL.offerings if o.cloud == "aws" and o.machine_type == "p5.48xlarge" and o.zone == "use1-az6"]
+    assert cluster_hazard_per_hour(ClusterConfig(o, 2, True)) == pytest.approx(
+        2 * spot.hazards(["H100"], ["us-east-1"], cloud="aws")[0])
