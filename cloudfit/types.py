@@ -17,13 +17,29 @@ PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
 OP_CLASSES: tuple[str, ...] = ("matmul", "conv", "attention", "normalization", "elementwise", "other")
 
 SpotPolicy = Literal["allow", "never", "only"]
+
+#: Clouds with a shipped catalog (``catalogs/<cloud>.csv``); their properties are in ``cloudfit.catalog.clouds``.
+CLOUDS: tuple[str, ...] = ("gcp", "aws", "lambda", "runpod", "nebius")
+
+
+def check_clouds(clouds) -> tuple[str, ...]:
+    """``clouds`` as a tuple if it is a non-empty collection of known cloud names; ``UsageError`` otherwise."""
+    from cloudfit.errors import UsageError
+
+    if isinstance(clouds, str) or not clouds:
+        raise UsageError(f"clouds must be a non-empty list of cloud names (known: {', '.join(CLOUDS)})")
+    bad = [c for c in clouds if c not in CLOUDS]
+    if bad:
+        raise UsageError(f"unknown cloud {bad[0]!r} (known: {', '.join(CLOUDS)}, or all)")
+    return tuple(clouds)
 Objective = Literal["cost", "time", "fastest"]
 
 
 def to_jsonable(obj: Any) -> Any:
     """Dataclasses, tuples and mappings → plain JSON types (dict, list, str, float, int, None)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not (f.metadata.get("omit_if_default") and getattr(obj, f.name) == f.default)}
     if isinstance(obj, Mapping):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -48,6 +64,9 @@ class Offering:
     zone: str
     price_per_hour: float  # host + accelerators, on-demand, USD
     spot_price_per_hour: float | None  # None where the source lists no spot price
+    #: The cloud selling it (``cloudfit.catalog.clouds``). Written to plans and JSON only when not "gcp", so
+    #: GCP-only plans read and write exactly as before; a plan without it is a GCP plan.
+    cloud: str = field(default="gcp", metadata={"omit_if_default": True})
 
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable(self)
@@ -64,6 +83,7 @@ class Offering:
             zone=str(d["zone"]),
             price_per_hour=float(d["price_per_hour"]),
             spot_price_per_hour=None if d.get("spot_price_per_hour") is None else float(d["spot_price_per_hour"]),
+            cloud=str(d.get("cloud") or "gcp"),
         )
 
 
@@ -91,7 +111,8 @@ class ClusterConfig:
     def label(self) -> str:
         o = self.offering
         kind = "spot" if self.spot else "on-demand"
-        return f"{self.nodes}× {o.machine_type} ({o.accelerators_per_node}×{o.accelerator}) {o.zone} {kind}"
+        where = o.zone if o.cloud == "gcp" else f"{o.cloud}:{o.zone}"
+        return f"{self.nodes}× {o.machine_type} ({o.accelerators_per_node}×{o.accelerator}) {where} {kind}"
 
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable(self)
@@ -233,6 +254,9 @@ class Workload:
     profile_path: str | None = None
     max_gpus: int | None = None  # most GPUs in the whole cluster (None = no limit besides max_nodes)
     allow_outlier_prices: bool = False  # use spot prices cloudfit.catalog.outliers flags
+    #: Clouds whose catalogs to search (``cloudfit.catalog.clouds.CLOUDS``); written to plans only when not
+    #: the default, GCP alone.
+    clouds: tuple[str, ...] = field(default=("gcp",), metadata={"omit_if_default": True})
 
     def __post_init__(self) -> None:
         """A Workload checks its limits once, when it is made: every holder may trust them.
@@ -261,6 +285,7 @@ class Workload:
             raise UsageError(f"--max-nodes must be at least 1, got {self.max_nodes}")
         if self.max_gpus is not None and self.max_gpus < 1:
             raise UsageError(f"--max-gpus must be at least 1, got {self.max_gpus}")
+        check_clouds(self.clouds)
 
     def require_limit(self) -> "Workload":
         """This workload, if it has a deadline or a budget to plan under; ``UsageError`` otherwise."""
@@ -276,7 +301,7 @@ class Workload:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Workload":
         kw = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d}
-        for name in ("regions", "accelerators"):
+        for name in ("regions", "accelerators", "clouds"):
             if name in kw:
                 kw[name] = tuple(kw[name])
         return cls(**kw)
@@ -301,10 +326,13 @@ class Estimate:
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable(self)
 
-    def row(self) -> dict[str, Any]:
-        """The flat form of this candidate (``recommend --json`` candidates, ``Plan.to_frame`` rows)."""
+    def row(self, cloud: bool | None = None) -> dict[str, Any]:
+        """The flat form of this candidate (``recommend --json`` candidates, ``Plan.to_frame`` rows);
+        ``cloud``: include the cloud (default: only when it is not GCP)."""
         c, o = self.config, self.config.offering
+        head = {"cloud": o.cloud} if (o.cloud != "gcp" if cloud is None else cloud) else {}
         return {
+            **head,
             "machine_type": o.machine_type,
             "accelerator": o.accelerator,
             "accelerators_per_node": o.accelerators_per_node,

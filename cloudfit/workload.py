@@ -11,6 +11,21 @@ from cloudfit.types import PRECISIONS, Workload
 from cloudfit.units import parse_hours, parse_usd
 
 
+def parse_clouds(text: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """``"gcp,aws"`` / ``["gcp", "aws"]`` / ``"all"`` → known clouds, first-mention order (default: GCP
+    alone); ``UsageError`` naming an unknown cloud."""
+    from cloudfit.types import CLOUDS, check_clouds
+
+    if text is None:
+        return ("gcp",)
+    names: list[str] = []
+    for item in [text] if isinstance(text, str) else list(text):
+        for x in str(item).split(","):
+            x = x.strip().lower()
+            names.extend(CLOUDS if x == "all" else [x] if x else [])
+    return check_clouds(tuple(dict.fromkeys(names)))
+
+
 def default_objective(deadline_hours: float | None, budget_usd: float | None) -> str:
     """Cost under a deadline, time under a budget (only a budget → time)."""
     return "time" if deadline_hours is None and budget_usd is not None else "cost"
@@ -35,6 +50,7 @@ def make_workload(
     batch_size: int | None = None,
     max_gpus: int | None = None,
     allow_outlier_prices: bool = False,
+    clouds: str | list[str] | tuple[str, ...] | None = None,
 ) -> Workload:
     """Check the options together and return the Workload (``UsageError`` on anything wrong)."""
     if (model is None) == (profile is None):
@@ -74,4 +90,5 @@ def make_workload(
         profile_path=None if profile is None else str(profile),
         max_gpus=None if max_gpus is None else int(max_gpus),
         allow_outlier_prices=bool(allow_outlier_prices),
+        clouds=parse_clouds(clouds),
     ).require_limit()

@@ -13,7 +13,17 @@ def meta_path(catalog_path: str | Path) -> Path:
 
 
 def price_date(catalog_path: str | Path) -> str:
-    """One phrase naming the prices' date and source, for every recommendation."""
+    """One phrase naming the prices' date and source, for every recommendation; a union catalog
+    (paths joined by ``loader.PATH_SEPARATOR``) names each file's date, prefixed by its name."""
+    from cloudfit.catalog.loader import PATH_SEPARATOR
+
+    parts = str(catalog_path).split(PATH_SEPARATOR)
+    if len(parts) > 1:
+        return "; ".join(f"{Path(x).stem}: {_one_date(x)}" for x in parts)
+    return _one_date(catalog_path)
+
+
+def _one_date(catalog_path: str | Path) -> str:
     p = Path(catalog_path)
     try:
         meta = json.loads(meta_path(p).read_text(encoding="utf-8"))

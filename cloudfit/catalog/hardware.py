@@ -275,8 +275,61 @@ _FAMILY_MAX_GBPS = {
 }
 
 
+#: Inter-node bandwidth (Gbit/s) of the other clouds' instance types, with the source of each figure
+#: (catalogs/README.md, "Other clouds"). AWS: the EC2 accelerated-computing instance pages and "Maximize
+#: network bandwidth on accelerated computing instances with EFA" (P5/P5e up to 3,200 Gbps over EFA;
+#: G6e up to 400 at 48xlarge); Nebius: 8 × ConnectX-7 NDR 400 Gb/s InfiniBand per 8-GPU host (Nebius's
+#: system description in MLCommons inference_results_v6.0, closed/Nebius/systems/nebius_b200_n1.json),
+#: which Nebius sells as InfiniBand GPU clusters of its 8-GPU VMs.
+OTHER_CLOUD_GBPS: dict[str, tuple[float, str]] = {
+    "p6-b200.48xlarge": (3200.0, "AWS P6: EFAv4, 8 x 400 Gbps"),
+    "p5en.48xlarge": (3200.0, "AWS P5en: EFAv3, 3,200 Gbps"),
+    "p5.48xlarge": (3200.0, "AWS EFA guide: P5 up to 3,200 Gbps"),
+    "p5.4xlarge": (100.0, "AWS P5: p5.4xlarge 100 Gbps EFA"),
+    "p4de.24xlarge": (400.0, "AWS P4de: 400 Gbps EFA"),
+    "p4d.24xlarge": (400.0, "AWS P4d: 400 Gbps EFA"),
+    "p3.8xlarge": (10.0, "AWS P3: 10 Gbps, no EFA"),
+    "p3.2xlarge": (10.0, "AWS P3: up to 10 Gbps, no EFA"),
+    "g6e.12xlarge": (100.0, "AWS G6e: 100 Gbps (EFA)"),
+    "g6.12xlarge": (40.0, "AWS G6: 40 Gbps"),
+    "gpu-h100-sxm_8gpu-128vcpu-1600gb": (3200.0, "Nebius: 8 x 400 Gb/s NDR InfiniBand per 8-GPU host"),
+    "gpu-h200-sxm_8gpu-128vcpu-1600gb": (3200.0, "Nebius: 8 x 400 Gb/s NDR InfiniBand per 8-GPU host"),
+    "gpu-b200-sxm_8gpu-160vcpu-1792gb": (3200.0, "Nebius: 8 x 400 Gb/s NDR InfiniBand per 8-GPU host"),
+}
+#: Documented default (no published figure): an instance of another cloud not in ``OTHER_CLOUD_GBPS`` —
+#: Lambda on-demand instances (InfiniBand comes with Lambda's 1-Click Clusters, not in the catalog),
+#: Nebius 1-GPU and L40S VMs, RunPod Pods (single-node anyway) — gets plain 10 Gbit/s Ethernet.
+DEFAULT_OTHER_CLOUD_GBPS = 10.0
+
+
+def cloud_of_machine_type(machine_type: str) -> str:
+    """The cloud an instance type name belongs to, by the shipped catalogs' naming: AWS ``family.size``,
+    Lambda ``gpu_…``, RunPod ``…_SECURE``, Nebius ``gpu-…_…``; anything else is a GCP machine type."""
+    if machine_type.endswith("_SECURE"):
+        return "runpod"
+    if machine_type.startswith("gpu_"):
+        return "lambda"
+    if machine_type.startswith("gpu-") and "_" in machine_type:
+        return "nebius"
+    if "." in machine_type:
+        return "aws"
+    return "gcp"
+
+
+def network_source(machine_type: str) -> str:
+    """Where ``vm_network_gbps``'s figure for ``machine_type`` comes from (for explanations)."""
+    if machine_type in OTHER_CLOUD_GBPS:
+        return OTHER_CLOUD_GBPS[machine_type][1]
+    if cloud_of_machine_type(machine_type) != "gcp":
+        return f"no published figure: {DEFAULT_OTHER_CLOUD_GBPS:g} Gbit/s Ethernet assumed"
+    return "GCP 'Networking and GPU machines'"
+
+
 def vm_network_gbps(machine_type: str, accelerator: str, accelerators_per_node: int, vcpus: float) -> float:
     """Max network bandwidth of one VM in Gbit/s (the inter-node link for all-reduce).
+
+    Other clouds' instance types: ``OTHER_CLOUD_GBPS`` (sources there), else
+    ``DEFAULT_OTHER_CLOUD_GBPS``. GCP machine types:
 
     Rules (documented in catalogs/README.md), from GCP's "Networking and GPU machines" table:
     8-GPU A3/A4 shapes get their family's total; A2/G2 "scale with machine type": the family maximum
@@ -284,6 +337,11 @@ def vm_network_gbps(machine_type: str, accelerator: str, accelerators_per_node: 
     shapes with 1–4 GPUs have a single NIC: 200 Gbps × their vCPU share of the 8-GPU shape; N1 gets
     2 Gbps per vCPU capped at 32 Gbps, or at 100 Gbps with T4/V100.
     """
+    known = OTHER_CLOUD_GBPS.get(machine_type)
+    if known is not None:
+        return known[0]
+    if cloud_of_machine_type(machine_type) != "gcp":
+        return DEFAULT_OTHER_CLOUD_GBPS
     if machine_type.startswith("n1-"):
         cap = 100.0 if get(accelerator).name in ("T4", "V100") else 32.0
         return min(2.0 * vcpus, cap)

@@ -1,7 +1,9 @@
 """The catalog file format: its columns, the shipped path, the reader (``load``) and the writer.
 
 A catalog is a CSV with one row per (machine type with its accelerators) × zone; see
-``catalogs/README.md`` for columns, units and the pricing rule. Loading uses only the standard
+``catalogs/README.md`` for columns, units and the pricing rule. An optional ``cloud`` column names the
+cloud of each row (absent or empty: ``gcp``); ``load(clouds=...)`` reads the shipped
+``catalogs/<cloud>.csv`` of each cloud and returns their union. Loading uses only the standard
 library so that ``recommend`` starts fast. ``catalog_csv``/``write_catalog`` write the same columns
 (``cloudfit catalog refresh`` writes through them), so one module owns the format.
 """
@@ -19,12 +21,16 @@ from typing import Iterable, Sequence
 
 from cloudfit.catalog import hardware
 from cloudfit.errors import CatalogError, UnknownAcceleratorError, UsageError
-from cloudfit.types import ClusterConfig, Offering
+from cloudfit.types import CLOUDS, ClusterConfig, Offering
 
 COLUMNS: tuple[str, ...] = (
     "machine_type", "accelerator", "accelerators_per_node", "vcpus", "memory_gib",
     "region", "zone", "price_per_hour", "spot_price_per_hour",
 )
+#: Optional column: the cloud selling the row (``cloudfit.types.CLOUDS``); empty or absent means GCP.
+CLOUD_COLUMN = "cloud"
+#: Separates the files of a union catalog in ``Catalog.path`` (``cloudfit.catalog.dates`` splits on it).
+PATH_SEPARATOR = " + "
 
 
 @dataclass(frozen=True)
@@ -46,16 +52,27 @@ class Catalog:
     def regions(self) -> list[str]:
         return sorted({o.region for o in self.offerings})
 
+    @property
+    def clouds(self) -> list[str]:
+        return sorted({o.cloud for o in self.offerings})
+
     def filter(
         self,
         *,
         accelerators: Sequence[str] = (),
         regions: Sequence[str] = (),
         spot: bool = False,
+        clouds: Sequence[str] = (),
     ) -> "Catalog":
-        """Offerings matching any accelerator and any region (names or globs); ``spot`` keeps only
-        offerings with a spot price. Unknown names that match nothing raise ``CatalogError``."""
+        """Offerings matching any accelerator and any region (names or globs) of any of ``clouds``;
+        ``spot`` keeps only offerings with a spot price. Unknown names that match nothing raise
+        ``CatalogError``."""
         offs = self.offerings
+        if clouds and set(self.clouds) - set(clouds):
+            offs = tuple(o for o in offs if o.cloud in clouds)
+            if not offs:
+                raise CatalogError(f"no offering of cloud(s) {', '.join(clouds)} in {self.path} "
+                                   f"(it has: {', '.join(self.clouds)})")
         if accelerators:
             wanted = _match_names(accelerators, self.accelerators, "accelerator", canonicalise=True)
             offs = tuple(o for o in offs if o.accelerator in wanted)
@@ -82,17 +99,61 @@ def _match_names(patterns: Iterable[str], names: list[str], what: str, canonical
     return out
 
 
-def load(path: str | Path | None = None) -> Catalog:
+def load(path: str | Path | None = None, *, clouds: Sequence[str] | None = None) -> Catalog:
     """Read and validate a catalog file (default: the shipped GCP catalog).
 
-    Raises ``CatalogError`` naming the file and line of the first bad row: a missing column, a
-    negative, NaN or missing price, a non-positive size, or an unknown accelerator.
+    ``clouds`` (default: GCP alone): without ``path``, the union of the shipped ``catalogs/<cloud>.csv``
+    of those clouds (GCP alone is exactly the default catalog, ``$CLOUDFIT_CATALOG`` included); with
+    ``path``, that file's rows of those clouds. Raises ``CatalogError`` naming the file and line of the
+    first bad row: a missing column, a negative, zero, NaN or missing price, a missing or non-positive
+    size, an unknown accelerator or cloud.
     """
+    clouds = tuple(clouds) if clouds else ("gcp",)
+    if path is None and clouds != ("gcp",):
+        return _union([_load_file(_shipped_catalog(c)) for c in clouds])
     if path is None:
         from cloudfit.resources import default_catalog
 
         path = default_catalog()
+    cat = _load_file(path)
+    return cat.filter(clouds=clouds) if set(cat.clouds) != {"gcp"} or clouds != ("gcp",) else cat
+
+
+def _shipped_catalog(cloud: str) -> Path:
+    from cloudfit.resources import default_catalog, shipped
+
+    return default_catalog() if cloud == "gcp" else shipped(f"catalogs/{cloud}.csv")
+
+
+def _union(parts: list[Catalog]) -> Catalog:
+    """One catalog of several files' offerings; its digest covers every part, its path names them all."""
+    if len(parts) == 1:
+        return parts[0]
+    digest = "sha256:" + hashlib.sha256("".join(c.digest for c in parts).encode()).hexdigest()
+    return Catalog(tuple(o for c in parts for o in c.offerings), PATH_SEPARATOR.join(c.path for c in parts), digest)
+
+
+_PARSED: dict[tuple, Catalog] = {}
+
+
+def _load_file(path: str | Path) -> Catalog:
+    """A validated catalog file, parsed once per process while its size and modification time stay the same
+    (``recommend --clouds`` reads the same files for the search and for its "why this cloud" line)."""
     p = Path(path)
+    try:
+        st = p.stat()
+        key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    if key is not None and key in _PARSED:
+        return dataclasses.replace(_PARSED[key], path=str(p))
+    cat = _parse_file(p)
+    if key is not None:
+        _PARSED[key] = cat
+    return cat
+
+
+def _parse_file(p: Path) -> Catalog:
     try:
         raw = p.read_bytes()
     except OSError as e:
@@ -106,16 +167,20 @@ def load(path: str | Path | None = None) -> Catalog:
     if missing:
         raise CatalogError(f"{p}:1: missing column(s) {', '.join(missing)}")
     offerings = []
+    has_cloud = CLOUD_COLUMN in (reader.fieldnames or [])
     for lineno, row in enumerate(reader, start=2):
-        offerings.append(_parse_row(row, p, lineno))
+        offerings.append(_parse_row(row, p, lineno, has_cloud))
     if not offerings:
         raise CatalogError(f"{p}: catalog has no offerings")
     digest = "sha256:" + hashlib.sha256(raw).hexdigest()
     return Catalog(tuple(offerings), str(p), digest)
 
 
-def _parse_row(row: dict[str, str | None], path: Path, lineno: int) -> Offering:
+def _parse_row(row: dict[str, str | None], path: Path, lineno: int, has_cloud: bool = False) -> Offering:
     where = f"{path}:{lineno}"
+    cloud = (row.get(CLOUD_COLUMN) or "").strip().lower() or "gcp" if has_cloud else "gcp"
+    if cloud not in CLOUDS:
+        raise CatalogError(f"{where}: unknown cloud {cloud!r} (known: {', '.join(CLOUDS)})")
 
     def text(col: str) -> str:
         v = (row.get(col) or "").strip()
@@ -148,7 +213,7 @@ def _parse_row(row: dict[str, str | None], path: Path, lineno: int) -> Offering:
     if count != int(count):
         raise CatalogError(f"{where}: accelerators_per_node must be a whole number, got {count:g}")
     region, zone = text("region"), text("zone")
-    if not zone.startswith(region + "-"):
+    if cloud == "gcp" and not zone.startswith(region + "-"):
         raise CatalogError(f"{where}: zone {zone!r} is not in region {region!r}")
     price = number("price_per_hour", positive=True)
     assert price is not None
@@ -162,6 +227,7 @@ def _parse_row(row: dict[str, str | None], path: Path, lineno: int) -> Offering:
         zone=zone,
         price_per_hour=price,
         spot_price_per_hour=number("spot_price_per_hour", optional=True, positive=True),
+        cloud=cloud,
     )
 
 
@@ -179,15 +245,19 @@ def _money(x: float | None) -> str:
 
 
 def catalog_csv(offerings: Iterable[Offering]) -> str:
-    """The catalog CSV text (the columns of ``COLUMNS``, prices to 5 decimals)."""
+    """The catalog CSV text (the columns of ``COLUMNS``, prices to 5 decimals; a ``cloud`` column first
+    when any offering is not GCP's)."""
     import io
 
+    offerings = list(offerings)
+    with_cloud = any(o.cloud != "gcp" for o in offerings)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
+    w.writerow(((CLOUD_COLUMN,) if with_cloud else ()) + COLUMNS)
     for o in offerings:
-        w.writerow([o.machine_type, o.accelerator, o.accelerators_per_node, f"{o.vcpus:g}", f"{o.memory_gib:g}",
-                    o.region, o.zone, _money(o.price_per_hour), _money(o.spot_price_per_hour)])
+        w.writerow(([o.cloud] if with_cloud else []) + [
+            o.machine_type, o.accelerator, o.accelerators_per_node, f"{o.vcpus:g}", f"{o.memory_gib:g}",
+            o.region, o.zone, _money(o.price_per_hour), _money(o.spot_price_per_hour)])
     return buf.getvalue()
 
 
@@ -204,7 +274,7 @@ def write_catalog(offerings: Iterable[Offering], out: str | Path) -> Catalog:
         fh.write(text)
         fh.flush()
         try:
-            cat = load(fh.name)
+            cat = _load_file(fh.name)
         except CatalogError as e:
             raise CatalogError(f"refreshed catalog failed validation, {out} not written: {e}") from None
     return dataclasses.replace(cat, path=str(out))

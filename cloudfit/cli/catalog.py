@@ -12,6 +12,18 @@ from cloudfit.cli.render import console, money, print_json
 app = typer.Typer(help="Browse GPU offerings and their prices; refresh prices from the Cloud Billing API.", no_args_is_help=True)
 
 CatalogOpt = typer.Option(None, "--catalog", help="Catalog CSV (default: the shipped GCP catalog).", dir_okay=False)
+CloudOpt = typer.Option(None, "--cloud", "--clouds",
+                        help="Clouds, comma-separated: gcp, aws, lambda, runpod, nebius, or all (default: gcp).")
+
+
+def _load(catalog_path, cloud):
+    """The catalog of ``cloud`` (parsed as ``recommend --clouds``), and whether it spans several clouds."""
+    from cloudfit import catalog
+    from cloudfit.cli.options import split
+    from cloudfit.workload import parse_clouds
+
+    clouds = parse_clouds(None if cloud is None else split(cloud))
+    return catalog.load(catalog_path, clouds=clouds), clouds != ("gcp",)
 
 
 @app.command("list")
@@ -21,11 +33,11 @@ def list_(
     spot: bool = typer.Option(False, "--spot", help="Only offerings with a spot price, sorted by it."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
     catalog_path: Optional[Path] = CatalogOpt,
+    cloud: Optional[list[str]] = CloudOpt,
 ) -> None:
     """List offerings (machine type × accelerators × zone) with on-demand and spot prices."""
-    from cloudfit import catalog
-
-    cat = catalog.load(catalog_path).filter(accelerators=accelerator or (), regions=region or (), spot=spot)
+    cat, _ = _load(catalog_path, cloud)
+    cat = cat.filter(accelerators=accelerator or (), regions=region or (), spot=spot)
     key = (lambda o: (o.spot_price_per_hour, o.zone)) if spot else (lambda o: (o.price_per_hour, o.zone))
     offs = sorted(cat.offerings, key=key)
     if as_json:
@@ -33,13 +45,15 @@ def list_(
         return
     from rich.table import Table
 
-    t = Table(title=f"{len(offs)} offerings ({Path(cat.path).name})", title_justify="left")
+    names = ", ".join(Path(x).name for x in cat.path.split(" + "))
+    t = Table(title=f"{len(offs)} offerings ({names})", title_justify="left")
     for col, just in [("machine type", "left"), ("accelerators", "left"), ("vCPUs", "right"), ("memory GiB", "right"),
                       ("zone", "left"), ("$/h", "right"), ("spot $/h", "right")]:
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for o in offs:
         t.add_row(o.machine_type, f"{o.accelerators_per_node}× {o.accelerator}", f"{o.vcpus:g}", f"{o.memory_gib:g}",
-                  o.zone, money(o.price_per_hour), money(o.spot_price_per_hour))
+                  o.zone if o.cloud == "gcp" else f"{o.cloud}:{o.zone}", money(o.price_per_hour),
+                  money(o.spot_price_per_hour))
     console().print(t)
 
 
@@ -48,24 +62,27 @@ def gpus(
     as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
     catalog_path: Optional[Path] = CatalogOpt,
     wide: bool = typer.Option(False, "--wide", help="Show every column whatever the terminal width."),
+    cloud: Optional[list[str]] = CloudOpt,
 ) -> None:
-    """Per accelerator: counts per VM and the cheapest on-demand and spot $/GPU-hour, and where."""
-    from cloudfit import catalog
+    """Per accelerator (and cloud): counts per VM and the cheapest on-demand and spot $/GPU-hour, and where."""
     from cloudfit.catalog import hardware
 
     from cloudfit.catalog.outliers import spot_outliers
 
-    cat = catalog.load(catalog_path)
+    cat, multi = _load(catalog_path, cloud)
     outlier = {id(o) for o, bad in zip(cat.offerings, spot_outliers(cat.offerings)) if bad}
     rows = []
-    for acc in sorted(cat.accelerators, key=lambda a: (hardware.get(a).year, a)):
-        offs = [o for o in cat.offerings if o.accelerator == acc]
+    keys = sorted({(o.accelerator, o.cloud if multi else "") for o in cat.offerings},
+                  key=lambda k: (hardware.get(k[0]).year, k[0], k[1]))
+    for acc, where in keys:
+        offs = [o for o in cat.offerings if o.accelerator == acc and (not multi or o.cloud == where)]
         od = min(offs, key=lambda o: (o.price_per_hour / o.accelerators_per_node, o.zone))
         # outlier spot prices are left out, as recommend leaves them out (cloudfit.catalog.outliers)
         spots = [o for o in offs if o.spot_price_per_hour is not None and id(o) not in outlier]
         sp = min(spots, key=lambda o: (o.spot_price_per_hour / o.accelerators_per_node, o.zone)) if spots else None
         spec = hardware.get(acc)
         rows.append({
+            **({"cloud": where} if multi else {}),
             "accelerator": acc,
             "memory_gib": spec.memory_gib,
             "counts_per_vm": sorted({o.accelerators_per_node for o in offs}),
@@ -91,12 +108,16 @@ def render_gpus(rows: list[dict], con, *, wide: bool = False) -> None:
 
     from cloudfit.cli.table import print_table
 
+    multi = any("cloud" in r for r in rows)
     cols = [Column("GPU"), Column("GiB", "right", keep=2), Column("per VM", keep=3), Column("regions", "right", keep=1),
             Column("on-demand", "right"), Column("where"), Column("spot", "right"), Column("where")]
+    if multi:
+        cols.insert(1, Column("cloud"))
     body = []
     for r in rows:
         sw = r["cheapest_spot_where"]
-        body.append([r["accelerator"], f"{r['memory_gib']:g}", ",".join(map(str, r["counts_per_vm"])), str(r["regions"]),
+        body.append([r["accelerator"], *([r["cloud"]] if multi else []), f"{r['memory_gib']:g}",
+                     ",".join(map(str, r["counts_per_vm"])), str(r["regions"]),
                      money(r["cheapest_usd_per_gpu_hour"]), f"{r['cheapest_where']['zone']}",
                      money(r["cheapest_spot_usd_per_gpu_hour"]), sw["zone"] if sw else "—"])
     t, dropped = fit("Cheapest $/GPU-hour per GPU (the host VM's share included)", cols, body, con.width, wide=wide)

@@ -112,6 +112,9 @@ def launch(
     if plan_path is None and model is None:
         raise UsageError("give a plan file (from `cloudfit recommend --out plan.json`) or --model with --budget")
     plan = _plan(plan_path, model, samples, epochs, dataset_size, budget_usd)
+    from cloudfit.executors import check_launchable
+
+    plan = check_launchable(plan, backend)
     price_notes: list[str] = []
     if plan_path is not None:  # a file is input like any other: re-priced from the catalog the guard trusts
         from cloudfit.plan.io import reprice

@@ -28,6 +28,8 @@ MAX_NODES = typer.Option(64, "--max-nodes", help="Most VMs in one cluster.")
 MAX_GPUS = typer.Option(None, "--max-gpus", help="Most GPUs in the whole cluster (e.g. your quota).")
 ALLOW_OUTLIER_PRICES = typer.Option(False, "--allow-outlier-prices",
                                     help="Use spot prices far below the same VM's other zones (left out by default).")
+CLOUDS = typer.Option(None, "--clouds", "--cloud",
+                      help="Clouds to search, comma-separated: gcp, aws, lambda, runpod, nebius, or all (default: gcp).")
 CATALOG = typer.Option(None, "--catalog", help="Catalog CSV (default: the shipped GCP catalog).", dir_okay=False)
 CONFIDENCE = typer.Option(0.9, "--confidence", help="Required probability of meeting the deadline (and the budget).")
 PRECISION = typer.Option("fp16", "--precision", help="Training precision: fp32, tf32, fp16 (mixed), bf16, fp8.")
@@ -61,7 +63,8 @@ def spot_mode(spot: Optional[bool], spot_only: bool) -> str:
 
 
 def workload(*, model, profile, samples, epochs, dataset_size, deadline, budget, objective, regions, accelerators,
-             spot_mode, max_nodes, confidence, precision, batch_size, max_gpus=None, allow_outlier_prices=False):
+             spot_mode, max_nodes, confidence, precision, batch_size, max_gpus=None, allow_outlier_prices=False,
+             clouds=None):
     """The ``Workload`` these options describe (``UsageError`` for bad values); ``spot_mode`` from
     :func:`spot_mode`."""
     from cloudfit.workload import make_workload
@@ -71,4 +74,5 @@ def workload(*, model, profile, samples, epochs, dataset_size, deadline, budget,
         deadline=deadline, budget=budget, objective=objective, regions=split(regions),
         accelerators=split(accelerators), spot=spot_mode, max_nodes=max_nodes, confidence=confidence,
         precision=precision, batch_size=batch_size, max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices,
+        clouds=None if clouds is None else split(clouds),
     )

@@ -142,7 +142,9 @@ def _check_shape(acc: str, count: int, precision: str) -> None:
         with_fp8 = sorted(a for a in catalog.load().accelerators if hardware.get(a).fp8_tflops)
         raise UsageError(f"{acc} has no FP8 tensor cores (fp8 runs on {', '.join(with_fp8)}); "
                          "use --precision fp16 or bf16")
-    counts = sorted({o.accelerators_per_node for o in catalog.load().offerings if o.accelerator == acc})
+    from cloudfit.types import CLOUDS
+
+    counts = sorted({o.accelerators_per_node for o in catalog.load(clouds=CLOUDS).offerings if o.accelerator == acc})
     if counts and count not in counts:
-        raise UsageError(f"no VM in the catalog has {count}× {acc}: it offers {', '.join(map(str, counts))} per VM "
-                         "(--nodes adds VMs)")
+        raise UsageError(f"no VM in any cloud's catalog has {count}× {acc}: they offer {', '.join(map(str, counts))} "
+                         "per VM (--nodes adds VMs)")

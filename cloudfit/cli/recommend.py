@@ -36,6 +36,7 @@ def recommend(
     max_gpus: Optional[int] = opts.MAX_GPUS,
     allow_outlier_prices: bool = opts.ALLOW_OUTLIER_PRICES,
     catalog_path: Optional[Path] = opts.CATALOG,
+    clouds: Optional[list[str]] = opts.CLOUDS,
     confidence: float = opts.CONFIDENCE,
     precision: str = opts.PRECISION,
     batch_size: Optional[int] = opts.BATCH_SIZE,
@@ -79,7 +80,7 @@ def recommend(
         model=model, profile=profile, samples=samples, epochs=epochs, dataset_size=dataset_size, deadline=deadline,
         budget=budget, objective=objective, regions=regions, accelerators=accelerators, spot_mode=mode,
         max_nodes=max_nodes, confidence=confidence, precision=precision, batch_size=batch_size, max_gpus=max_gpus,
-        allow_outlier_prices=allow_outlier_prices)
+        allow_outlier_prices=allow_outlier_prices, clouds=clouds)
     from cloudfit.plan import recommend as plan_recommend
 
     options = {"n_trials": trials, "seed": seed} if search == "bayes" else None
@@ -89,9 +90,12 @@ def recommend(
     if as_json:
         from cloudfit.plan.io import plan_to_dict
 
-        print_json({"plan": plan_to_dict(plan), "candidates": [e.row() for e in shown]})
+        from cloudfit.cli.clouds_view import multi_cloud, why_cloud
+
+        extra = {"why_cloud": why_cloud(plan, catalog_path)} if multi_cloud(plan) else {}
+        print_json({"plan": plan_to_dict(plan), "candidates": [e.row(cloud=multi_cloud(plan)) for e in shown], **extra})
         return
-    _render(plan, shown, out, plot, emit_skypilot, wide=wide)
+    _render(plan, shown, out, plot, emit_skypilot, wide=wide, catalog_path=catalog_path)
 
 
 def _distinct(plan, k: int) -> list:
@@ -149,7 +153,7 @@ def _write_skypilot(plan, path: Path) -> None:
 
 
 def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | None, *, wide: bool = False,
-            con=None) -> None:
+            con=None, catalog_path=None) -> None:
     from cloudfit.cli.table import WIDE_COLUMNS, Column, fit, print_table
     from cloudfit.units import format_hours
 
@@ -177,10 +181,16 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
             gpus = f"{o.accelerators_per_node}×{o.accelerator}" + (f" ×{c.nodes}" if c.nodes > 1 else "")
             rows.append([str(r), o.zone, o.machine_type, gpus, "yes" if c.spot else "no", f"{e.samples_per_second:,.0f}",
                          format_hours(e.hours), money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}"])
+    from cloudfit.cli.clouds_view import add_cloud_column, why_cloud
+
+    add_cloud_column(plan, cols, rows, shown)
     t, dropped = fit(title, cols, rows, width, wide=wide)  # wider than the terminal only with --wide: printed whole
     print_table(con, t)
     if plan.explanation:
         con.print(f"Why #1: {plan.explanation}")
+    cloud_line = why_cloud(plan, catalog_path)
+    if cloud_line:
+        con.print(cloud_line)
     if plan.sensitivity:
         con.print(f"Sensitivity: {plan.sensitivity}")
     front = plan.pareto
@@ -216,7 +226,7 @@ def _notes(plan) -> list[str]:
     if c.spot:
         from cloudfit.spot import hazard_info
 
-        h = hazard_info(o.accelerator, o.region)
+        h = hazard_info(o.accelerator, o.region, cloud=o.cloud)
         if h.source == "fallback":
             out.append(f"Spot hazard: {h.detail}; P(on time) rests on it, so read it with that band in mind.")
     pf = plan.provenance.get("profile_file")

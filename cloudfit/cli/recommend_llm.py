@@ -25,7 +25,7 @@ def recommend_llm(*, model, profile, samples, epochs, dataset_size, deadline, bu
                   accelerators, spot, spot_only, max_nodes, catalog_path, confidence, precision, batch_size, top,
                   search, trials, seed, as_json, out, plot, emit_skypilot, tokens, seq_len, finetune, lora_rank,
                   config, layout, global_batch, max_gpus=None, allow_outlier_prices=False,
-                  wide=False) -> None:
+                  wide=False, clouds=None) -> None:
     from cloudfit.cli import options as opts
     from cloudfit.cli.render import print_json
     from cloudfit.errors import UsageError
@@ -61,7 +61,8 @@ def recommend_llm(*, model, profile, samples, epochs, dataset_size, deadline, bu
         model=shape.name, samples=samples_n, deadline=deadline, budget=budget, objective=objective,
         regions=opts.split(regions), accelerators=opts.split(accelerators), spot=opts.spot_mode(spot, spot_only),
         max_nodes=max_nodes, confidence=confidence, precision=prec,
-        max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices)
+        max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices,
+        clouds=None if clouds is None else opts.split(clouds))
     job = LLMJob(shape, float(tokens), seq_len, finetune, lora_rank, global_batch, layout, prec)
     plan = plan_llm(workload, job, catalog=catalog_path)
     shown = _distinct(plan, top)
@@ -71,15 +72,18 @@ def recommend_llm(*, model, profile, samples, epochs, dataset_size, deadline, bu
     if as_json:
         from cloudfit.plan.io import plan_to_dict
 
+        from cloudfit.cli.clouds_view import multi_cloud, why_cloud
+
         rows = []
         for i, e in shown:
             lo = _layout_of(plan, i)
-            rows.append({**e.row(), "tokens_per_second": e.samples_per_second * seq_len, "layout": lo["text"],
+            rows.append({**e.row(cloud=multi_cloud(plan)), "tokens_per_second": e.samples_per_second * seq_len, "layout": lo["text"],
                          "mfu": lo["mfu"], "memory_gib_per_device": lo["memory_gib_per_device"]})
+        extra = {"why_cloud": why_cloud(plan, catalog_path)} if multi_cloud(plan) else {}
         print_json({"plan": plan_to_dict(plan), "candidates": rows,
-                    "layouts": plan.layout["ranking"]})
+                    "layouts": plan.layout["ranking"], **extra})
         return
-    _render(plan, shown, seq_len, out, plot, emit_skypilot, wide=wide)
+    _render(plan, shown, seq_len, out, plot, emit_skypilot, wide=wide, catalog_path=catalog_path)
 
 
 def _layout_of(plan, i: int) -> dict:
@@ -122,7 +126,7 @@ def _short(text: str, compact: bool = False) -> str:
 
 
 def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None, sky: Path | None, *,
-            wide: bool = False, con=None) -> None:
+            wide: bool = False, con=None, catalog_path=None) -> None:
     from cloudfit.cli.render import console, money
     from cloudfit.cli.table import WIDE_COLUMNS, Column, fit_distinct, print_table
     from cloudfit.units import format_hours
@@ -157,6 +161,9 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
         else:
             gpus = f"{o.accelerators_per_node}×{o.accelerator}" + (f" ×{c.nodes}" if c.nodes > 1 else "")
             rows.append([str(r), o.zone, o.machine_type, gpus, "yes" if c.spot else "no", *common])
+    from cloudfit.cli.clouds_view import add_cloud_column, why_cloud
+
+    add_cloud_column(plan, cols, rows, shown)
     t, dropped, hidden = fit_distinct(title, cols, rows, width, wide=wide)
     print_table(con, t)
     con.print(f"Layout #1: {L['text']} — {L['tokens_per_second']:,.0f} tokens/s, {L['mfu']:.0%} MFU, "
@@ -164,6 +171,9 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
               f"{L['global_batch']:,} × {seq_len:,} tokens, {L['steps']:,} steps.")
     if plan.explanation:
         con.print(f"Why #1: {plan.explanation}")
+    cloud_line = why_cloud(plan, catalog_path)
+    if cloud_line:
+        con.print(cloud_line)
     ck = L["checkpoint"]
     every = f"every {format_hours(ck['interval_h'])}" if ck.get("interval_h") and plan.chosen.config.spot else "at the end"
     con.print(f"Checkpoints: {ck['bytes'] / 1e9:,.1f} GB (sharded over {L['gpus']} ranks), {ck['write_s']:,.0f} s to "

@@ -59,4 +59,25 @@ def billing_bounds(backend: str) -> tuple[float, float]:
     return _cls(backend).billing_bounds()
 
 
-__all__ = ["BACKENDS", "billing_bounds", "check_backend", "get_executor"]
+#: The clouds each backend can launch on (a plan names its cloud per offering; absent = gcp). Plans for other
+#: clouds need the SkyPilot backend (issue 26, item 4), which is not here yet.
+LAUNCHES = {"local": ("gcp",), "gcp": ("gcp",), "replay": ("gcp", "aws", "lambda", "runpod", "nebius")}
+
+
+def check_launchable(plan, backend: str):
+    """The plan with only the fallbacks ``backend`` can launch (a multi-cloud plan's alternatives may be on
+    other clouds); a one-line ``UsageError`` (nothing launched) when it cannot launch the chosen cloud."""
+    import dataclasses
+
+    ok = LAUNCHES.get(backend, ())
+    cloud = plan.chosen.config.offering.cloud
+    if cloud not in ok:
+        from cloudfit.errors import UsageError
+
+        raise UsageError(f"this plan is for {cloud}: --backend {backend} launches GCP plans only, and the SkyPilot "
+                         f"backend that launches other clouds is not available yet; nothing launched")
+    alts = tuple(e for e in plan.alternatives if e.config.offering.cloud in ok)
+    return plan if len(alts) == len(plan.alternatives) else dataclasses.replace(plan, alternatives=alts)
+
+
+__all__ = ["BACKENDS", "billing_bounds", "check_backend", "check_launchable", "get_executor"]

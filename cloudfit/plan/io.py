@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudfit.errors import PlanError
-from cloudfit.types import Estimate, Plan, Workload
+from cloudfit.types import CLOUDS, Estimate, Plan, Workload
 
 SCHEMA_VERSION = 1
 
@@ -109,6 +109,8 @@ _ZONE = re.compile(r"^[a-z]+(?:-[a-z]+)*[0-9]+-[a-z]$")
 _REGION = re.compile(r"^[a-z]+(?:-[a-z]+)*[0-9]+$")
 _MACHINE = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)+$")
 _ACCEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._+-]{0,39}$")
+#: Names of the other clouds' instance types, regions and zones (``p5.48xlarge``, ``gpu_8x_h100_sxm5``, ``US-TX-3``).
+_OTHER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 MAX_NODES = 4096
 MAX_PER_NODE = 16
 #: Relative difference between a plan's price and the catalog's that still counts as rounding.
@@ -188,7 +190,7 @@ def check_plan_dict(d: dict, source: str = "plan") -> None:
                          ("precision", ("fp32", "tf32", "fp16", "bf16", "fp8"))):
         if key in w and w[key] not in allowed:
             c.fail(f"workload.{key}", f"must be one of {', '.join(allowed)}", w[key])
-    for key in ("regions", "accelerators"):
+    for key in ("regions", "accelerators", "clouds"):
         if key in w and not (isinstance(w[key], list) and all(isinstance(x, str) for x in w[key])):
             c.fail(f"workload.{key}", "must be a list of strings", w[key])
     if "chosen" not in d:
@@ -205,11 +207,18 @@ def check_plan_dict(d: dict, source: str = "plan") -> None:
         o = c.obj(cfg.get("offering"), f"{where}.config.offering")
         c.integer(cfg, "nodes", f"{where}.config", high=MAX_NODES)
         c.boolean(cfg, "spot", f"{where}.config")
-        c.name(o, "machine_type", f"{where}.config.offering", _MACHINE, "a Compute Engine machine type (e.g. a2-highgpu-1g)")
+        cloud = o.get("cloud", "gcp")
+        if cloud not in CLOUDS:
+            c.fail(f"{where}.config.offering.cloud", f"must be one of {', '.join(CLOUDS)}", cloud)
+        gcp = cloud == "gcp"
+        c.name(o, "machine_type", f"{where}.config.offering", _MACHINE if gcp else _OTHER_NAME,
+               "a Compute Engine machine type (e.g. a2-highgpu-1g)" if gcp else f"a {cloud} instance type")
         c.name(o, "accelerator", f"{where}.config.offering", _ACCEL, "an accelerator name (e.g. A100)")
-        c.name(o, "zone", f"{where}.config.offering", _ZONE, "a zone name (e.g. us-central1-a)")
-        c.name(o, "region", f"{where}.config.offering", _REGION, "a region name (e.g. us-central1)")
-        if not o["zone"].startswith(o["region"] + "-"):
+        c.name(o, "zone", f"{where}.config.offering", _ZONE if gcp else _OTHER_NAME,
+               "a zone name (e.g. us-central1-a)" if gcp else f"a {cloud} zone")
+        c.name(o, "region", f"{where}.config.offering", _REGION if gcp else _OTHER_NAME,
+               "a region name (e.g. us-central1)" if gcp else f"a {cloud} region")
+        if gcp and not o["zone"].startswith(o["region"] + "-"):
             c.fail(f"{where}.config.offering.zone", f"must lie in region {o['region']}", o["zone"])
         c.integer(o, "accelerators_per_node", f"{where}.config.offering", high=MAX_PER_NODE)
         c.number(o, "vcpus", f"{where}.config.offering")
@@ -244,7 +253,7 @@ def reprice(plan: Plan, catalog=None, *, trust_prices: bool = False, source: str
 
     from cloudfit import catalog as catalog_mod
 
-    cat = catalog if catalog is not None else catalog_mod.load()
+    cat = catalog if catalog is not None else catalog_mod.load(clouds=plan.workload.clouds)
     zones = {o.zone for o in cat.offerings}
     machines = {o.machine_type for o in cat.offerings}
     rows = {(o.machine_type, o.accelerator, o.accelerators_per_node, o.zone): o for o in cat.offerings}

@@ -40,7 +40,8 @@ from cloudfit.errors import InfeasibleError
 from cloudfit.llm import hardware as lhw
 from cloudfit.llm import space as lsp
 from cloudfit.llm.zoo import LLMShape
-from cloudfit.search.space import GUARD_INTERVAL_S, TEARDOWN_S, Priced, Space, _price_groups, add_candidates
+from cloudfit.search.space import (GUARD_INTERVAL_S, TEARDOWN_S, Priced, Space, _price_groups, add_candidates,
+                                   single_node_clouds)
 from cloudfit.types import ModelStats, Plan, Profile, Workload
 
 RELAUNCH_BASE_S = 30.0
@@ -190,7 +191,8 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
     from cloudfit.llm.stats import token_stats
 
     st = token_stats(job.shape, job.seq_len)
-    cat = catalog.filter(accelerators=workload.accelerators, regions=workload.regions, spot=workload.spot == "only")
+    cat = catalog.filter(accelerators=workload.accelerators, regions=workload.regions, spot=workload.spot == "only",
+                         clouds=workload.clouds)
     offs = cat.offerings
     if not offs:
         raise InfeasibleError("no catalog offering matches the allowed regions, accelerators and spot policy")
@@ -273,7 +275,7 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("offering", "nodes", "spot", "price")}
     for is_spot in {"allow": (False, True), "never": (False,), "only": (True,)}[workload.spot]:
         per_node = spp if is_spot else od
-        add_candidates(cols, fits_off & ~np.isnan(per_node)[:, None], per_node, is_spot)
+        add_candidates(cols, single_node_clouds(fits_off & ~np.isnan(per_node)[:, None], offs, excluded), per_node, is_spot)
     offering = np.concatenate(cols["offering"])
     if offering.size == 0:
         raise _does_not_fit(job, res, hws, N, constraints)
@@ -286,7 +288,8 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
     sps = tps / job.seq_len
     writers = (res.best["tp"] * res.best["pp"] * res.best["cp"] * res.best["dp_shard"])[h, nodes - 1]
     ck = checkpoint_model(job, nodes, writers)
-    hz_off = np.asarray(spot.hazards([o.accelerator for o in offs], [o.region for o in offs]), dtype=float)
+    hz_off = np.asarray(spot.hazards([o.accelerator for o in offs], [o.region for o in offs],
+                                     clouds=[o.cloud for o in offs]), dtype=float)
     is_spot = np.concatenate(cols["spot"])
     space = LLMSpace(
         workload=workload, profile=_profile(job, st), catalog=cat, shapes=shapes, offering=offering, shape=shape,
@@ -376,7 +379,7 @@ def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | P
     from cloudfit.search import Problem, get_searcher
     workload.require_limit()
     if space is None:
-        cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog)
+        cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog, clouds=workload.clouds)
         space = build_llm_space(workload, job, cat)
     problem = Problem.of(workload)
     result = get_searcher("exhaustive").search(space, problem)

@@ -64,7 +64,7 @@ def recommend(
     workload.require_limit()
     profile_file = None
     if space is None:
-        cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog)
+        cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog, clouds=workload.clouds)
         prof = profile or load_workload_profile(workload)
         profile_file = None if profile is not None else _profile_file(workload)
         space = build_space(workload, prof, cat)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from cloudfit.catalog import hardware
+from cloudfit.catalog import clouds, hardware
 from cloudfit.catalog import Catalog
 from cloudfit.errors import InfeasibleError
 from cloudfit.spot.model import Assessment
@@ -193,14 +193,15 @@ class Space:
             offs = self.catalog.offerings
             od = np.zeros(len(self.shapes), dtype=np.int64)
             sp = np.zeros(len(self.shapes), dtype=np.int64)
-            shape_of = {}
-            for i, s in enumerate(self.shapes):
-                shape_of[(s.machine_type, s.accelerator, s.accelerators_per_node, s.vcpus)] = i
+            shape_of = {_shape_key(s): i for i, s in enumerate(self.shapes)}
             for o in offs:
-                k = shape_of.get((o.machine_type, o.accelerator, o.accelerators_per_node, o.vcpus))
+                k = shape_of.get(_shape_key(o))
                 if k is not None:
                     od[k] += 1
                     sp[k] += o.spot_price_per_hour is not None
+            # a cloud whose catalog lists every region whatever is in stock offers one place to fall back to
+            real = np.array([clouds.get(s.cloud).zones_are_real for s in self.shapes], dtype=bool)
+            od, sp = np.where(real, od, np.minimum(od, 1)), np.where(real, sp, np.minimum(sp, 1))
             self._cache["zones_offering"] = np.where(self.spot, sp[self.shape], od[self.shape])
         return self._cache["zones_offering"]
 
@@ -217,7 +218,8 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
     """
     from cloudfit import perf, spot
 
-    cat = catalog.filter(accelerators=workload.accelerators, regions=workload.regions, spot=workload.spot == "only")
+    cat = catalog.filter(accelerators=workload.accelerators, regions=workload.regions, spot=workload.spot == "only",
+                         clouds=workload.clouds)
     offs = cat.offerings
     if not offs:
         raise InfeasibleError("no catalog offering matches the allowed regions, accelerators and spot policy")
@@ -226,7 +228,7 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
     shapes: list[Offering] = []
     off_shape = np.empty(len(offs), dtype=np.int64)
     for i, o in enumerate(offs):
-        key = (o.machine_type, o.accelerator, o.accelerators_per_node, o.vcpus)
+        key = _shape_key(o)
         if key not in shape_of:
             shape_of[key] = len(shapes)
             shapes.append(o)
@@ -297,6 +299,7 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
                 key = f"more than {workload.max_gpus} GPUs (--max-gpus)"
                 excluded[key] = excluded.get(key, 0) + n_over
             ok &= ~over
+        ok = single_node_clouds(ok, offs, excluded)
         add_candidates(cols, ok, per_node, is_spot)
     offering = np.concatenate(cols["offering"])
     if offering.size == 0:
@@ -307,7 +310,7 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
     at = shape * max_nodes + (nodes - 1)  # row of (shape, nodes) in the prediction table
     accs = [offs[i].accelerator for i in range(len(offs))]
     regs = [offs[i].region for i in range(len(offs))]
-    hz_off = np.asarray(spot.hazards(accs, regs), dtype=float)
+    hz_off = np.asarray(spot.hazards(accs, regs, clouds=[o.cloud for o in offs]), dtype=float)
     is_spot = np.concatenate(cols["spot"])
     return Space(
         workload=workload, profile=profile, catalog=cat, shapes=shapes,
@@ -319,6 +322,29 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
         checkpoint_bytes=_checkpoint_bytes(profile),
         _cache={_GROUPS: _price_groups(shape, nodes, is_spot, hz_off, offering, n_shapes, max_nodes)},
     )
+
+
+def _shape_key(o: Offering) -> tuple:
+    """What makes two offerings the same VM shape (so the same predictions): zones and prices aside."""
+    return (o.machine_type, o.accelerator, o.accelerators_per_node, o.vcpus, o.cloud)
+
+
+def single_node_clouds(ok: np.ndarray, offs, excluded: dict[str, int]) -> np.ndarray:
+    """``ok`` (offering × nodes) without the node counts a cloud cannot network (``Cloud.max_nodes``)."""
+    limits = {o.cloud: clouds.get(o.cloud).max_nodes for o in offs}
+    if not any(v is not None for v in limits.values()):
+        return ok
+    cap = np.array([limits[o.cloud] or ok.shape[1] for o in offs])
+    over = np.arange(1, ok.shape[1] + 1)[None, :] > cap[:, None]
+    for cloud, n in limits.items():
+        if n is None:
+            continue
+        mine = np.array([o.cloud == cloud for o in offs])
+        k = int((ok & over & mine[:, None]).sum())
+        if k:
+            key = f"more than {n} node(s) on {cloud} ({clouds.get(cloud).title}: single machines)"
+            excluded[key] = excluded.get(key, 0) + k
+    return ok & ~over
 
 
 def add_candidates(cols: dict[str, list[np.ndarray]], ok: np.ndarray, per_node: np.ndarray, is_spot: bool) -> None:

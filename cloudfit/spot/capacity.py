@@ -53,6 +53,12 @@ average (median over the traces of the mean spell; medians of spells 0.2–0.9 h
   ``QUOTA_NOTE_GPUS`` GPUs.
 * Per accelerator and zone: no data ranks GPUs or zones by free capacity, so every accelerator and
   zone gets the same prior (as the spot hazards do for GPUs without data).
+* Per cloud (``cloudfit.catalog.clouds``): the same law everywhere (no public trace for any other
+  provider), but the fallback counts only real zones — Lambda's catalog lists every instance type in every
+  region whatever is in stock and Nebius has one place per region, so a fleet there is tried in one place
+  and is harder to get than the same fleet in two GCP or AWS zones (P(64 GPUs at once) 0.66 instead of 0.88);
+  RunPod Pods are single machines, so RunPod fleets beyond one node are not offered at all. Start-up uses
+  GCP's measured VM starts for every cloud (a documented default: no other cloud's were measured).
 """
 
 from __future__ import annotations

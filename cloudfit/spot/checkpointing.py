@@ -34,7 +34,8 @@ def cluster_hazard_per_hour(config) -> float:
         return 0.0
     from cloudfit.spot.hazard import hazards
 
-    return float(hazards([config.offering.accelerator], [config.offering.region])[0]) * config.nodes
+    o = config.offering
+    return float(hazards([o.accelerator], [o.region], cloud=o.cloud)[0]) * config.nodes
 
 
 def planned_write_s(model: str) -> float:

@@ -5,6 +5,11 @@ Lookup order for (accelerator, region) on GCP, each step documented in the JSON'
 2. the accelerator's own rate (a region the data did not cover);
 3. the pooled GPU rate (an accelerator the data did not cover: everything newer than V100).
 ``CPU`` (no accelerator) uses the Can't Be Late GCP c3 Spot trace the same way.
+
+Other clouds (``cloudfit.catalog.clouds``): AWS looks up its measured V100 Spot rates (Can't Be Late,
+per region) and gives other GPUs the AWS V100 pooled rate — the only AWS GPU measurement, a documented
+default. A cloud without any revocation data (Nebius; Lambda and RunPod sell no spot, so theirs is never
+used) gets the highest pooled GPU rate measured on any cloud: pessimistic on purpose, and named so.
 """
 
 from __future__ import annotations
@@ -89,7 +94,11 @@ def _lookup(acc: str, region: str, cloud: str) -> HazardInfo:
     reg = _region_of(region)
     block = params.get(cloud)
     if block is None:
-        raise ModelError(f"no spot hazards for cloud {cloud!r} (known: gcp, aws)")
+        from cloudfit.types import CLOUDS
+
+        if cloud not in CLOUDS:
+            raise ModelError(f"no spot hazards for cloud {cloud!r} (known: {', '.join(CLOUDS)})")
+        return _unmeasured_cloud(params, acc, reg, cloud)
     table = block.get("accelerators", block)
     entry = block.get("CPU") if acc == "CPU" and "CPU" in block else table.get(acc)
     if entry is not None:
@@ -102,6 +111,11 @@ def _lookup(acc: str, region: str, cloud: str) -> HazardInfo:
                           f"{acc} (no data for {reg}): {entry['revocations']} revocations in "
                           f"{entry['exposure_node_hours']:g} node-hours across its measured regions")
     fb = block.get("fallback")
+    if fb is None and cloud == "aws" and "V100" in table:  # the only AWS GPU measured: its pooled rate
+        v = table["V100"]
+        return HazardInfo(acc, reg, float(v["rate_per_node_hour"]), "fallback",
+                          f"no AWS revocation data for {acc}: the AWS V100 Spot rate stands in (documented default; "
+                          f"{v['revocations']} revocations in {v['exposure_node_hours']:g} node-hours, Can't Be Late 2022-23)")
     if fb is None:
         raise ModelError(f"no {cloud} spot hazard for {acc} and no fallback in {PARAMS_PATH.name}")
     lo, hi = fb["range_of_accelerator_rates"]
@@ -110,7 +124,21 @@ def _lookup(acc: str, region: str, cloud: str) -> HazardInfo:
                       f"{fb['exposure_node_hours']:g} node-hours; measured GPUs ranged {lo:.3g}–{hi:.3g}/h)")
 
 
-def hazards(accelerators: Sequence[str], regions: Sequence[str], *, cloud: str = "gcp") -> np.ndarray:
+def _unmeasured_cloud(params: dict[str, Any], acc: str, reg: str, cloud: str) -> HazardInfo:
+    """A cloud with no revocation data: the highest pooled GPU rate measured on any cloud (documented default)."""
+    rates = [(float(params["gcp"]["fallback"]["rate_per_node_hour"]), "GCP pooled GPU lifetimes (2019)")]
+    aws = params.get("aws", {})
+    for name, e in aws.get("accelerators", aws).items():
+        if isinstance(e, dict) and "rate_per_node_hour" in e:
+            rates.append((float(e["rate_per_node_hour"]), f"AWS {name} Spot, Can't Be Late 2022-23"))
+    rate, what = max(rates)
+    return HazardInfo(acc, reg, rate, "fallback",
+                      f"no revocation data for {cloud}: the highest pooled GPU rate measured on any cloud "
+                      f"({rate:.3g}/h, {what}) as a pessimistic documented default")
+
+
+def hazards(accelerators: Sequence[str], regions: Sequence[str], *, cloud: str = "gcp",
+            clouds: Sequence[str] | None = None) -> np.ndarray:
     """Revocations per node per hour for each (accelerator, region) pair, element-wise.
 
     ``accelerators`` are canonical names as the catalog holds them (names are resolved once, in the
@@ -123,5 +151,10 @@ def hazards(accelerators: Sequence[str], regions: Sequence[str], *, cloud: str =
         from cloudfit.errors import UsageError
 
         raise UsageError(f"hazards(): {len(accelerators)} accelerators but {len(regions)} regions")
-    return np.fromiter((_lookup(_known(a), r, cloud).rate_per_node_hour for a, r in zip(accelerators, regions)),
+    per = [cloud] * len(accelerators) if clouds is None else list(clouds)
+    if len(per) != len(accelerators):
+        from cloudfit.errors import UsageError
+
+        raise UsageError(f"hazards(): {len(accelerators)} accelerators but {len(per)} clouds")
+    return np.fromiter((_lookup(_known(a), r, c).rate_per_node_hour for a, r, c in zip(accelerators, regions, per)),
                        dtype=float, count=len(accelerators))

@@ -8,13 +8,19 @@ from tests.conftest import run_cloudfit
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--accelerator", "T4", "--count", "3"], "no VM in the catalog has 3× T4: it offers 1, 2, 4 per VM"),
+    (["--accelerator", "T4", "--count", "3"], "no VM in any cloud's catalog has 3× T4: they offer 1, 2, 4 per VM"),
+    (["--accelerator", "B200", "--count", "3"], "they offer 1, 2, 8 per VM"),  # single B200s: Lambda, RunPod
     (["--accelerator", "A100", "--count", "8", "--precision", "fp8"], "A100 has no FP8 tensor cores"),
     (["--accelerator", "V100", "--precision", "fp8"], "V100 has no FP8 tensor cores"),
 ])
 def test_predict_refuses_shapes_and_precisions_no_vm_has(args, says):
     r = run_cloudfit("predict", "--profile", "resnet50", *args)
     assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_predict_takes_a_single_b200_some_cloud_sells():
+    r = run_cloudfit("predict", "--profile", "resnet50", "--accelerator", "B200", "--count", "1")
+    assert r.returncode == 0, r.stderr
 
 
 def test_predict_takes_fp8_where_the_gpu_has_it():
