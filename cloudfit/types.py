@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, ClassVar, Literal, Mapping
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
@@ -233,6 +233,8 @@ class Workload:
     profile_path: str | None = None
     max_gpus: int | None = None  # most GPUs in the whole cluster (None = no limit besides max_nodes)
     allow_outlier_prices: bool = False  # use spot prices cloudfit.catalog.outliers flags
+    #: What the workload counts: "samples" (a profiled model); "tokens" is cloudfit.plan.llm.TokenWorkload.
+    kind: ClassVar[str] = "samples"
 
     def __post_init__(self) -> None:
         """A Workload checks its limits once, when it is made: every holder may trust them.

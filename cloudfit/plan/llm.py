@@ -30,7 +30,7 @@ import datetime as _dt
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -65,6 +65,49 @@ class LLMJob:
     @property
     def batch(self) -> int:
         return self.global_batch or lsp.default_global_batch(self.seq_len, self.finetune)
+
+
+@dataclass(frozen=True)
+class TokenWorkload:
+    """A large-model workload: the limits (a ``Workload`` whose samples are sequences, tokens ÷ sequence
+    length) and what to train in tokens. ``cloudfit.plan.recommend`` plans it by its ``kind``."""
+
+    limits: Workload
+    job: LLMJob
+    kind: ClassVar[str] = "tokens"
+
+    def require_limit(self) -> "TokenWorkload":
+        self.limits.require_limit()
+        return self
+
+
+def token_workload(*, tokens: float, model: str | None = None, config: str | Path | None = None, seq_len: int = 8192,
+                   finetune: str = "full", lora_rank: int = 16, global_batch: int | None = None,
+                   layout: str | None = None, precision: str = "bf16", **limits: Any) -> TokenWorkload:
+    """The ``TokenWorkload`` for a zoo model (``model``) or a ``config.json`` (``config``); ``limits`` are
+    ``cloudfit.workload.make_workload``'s (deadline, budget, objective, regions, accelerators, spot, …).
+    ``UsageError`` (one line) on anything that does not fit together. ``fp16`` means bf16 (LLMs train in
+    bf16 or fp8)."""
+    from cloudfit.errors import UsageError
+    from cloudfit.llm.predict import tokens_to_samples
+    from cloudfit.llm.zoo import resolve
+    from cloudfit.workload import make_workload
+
+    if finetune not in ("full", "lora"):
+        raise UsageError(f"--finetune must be full or lora, got {finetune!r}")
+    if finetune == "lora" and lora_rank < 1:
+        raise UsageError(f"--lora-rank must be at least 1, got {lora_rank}")
+    if global_batch is not None and global_batch < 1:
+        raise UsageError(f"--global-batch must be at least 1, got {global_batch}")
+    samples = tokens_to_samples(tokens, seq_len)
+    shape = resolve(model, config)
+    prec = "bf16" if precision == "fp16" else precision
+    if prec not in ("bf16", "fp8"):
+        raise UsageError(f"--precision must be bf16 or fp8 for a large model, got {precision!r}")
+    if shape.learned_positions and seq_len > shape.learned_positions:
+        raise UsageError(f"{shape.name} has {shape.learned_positions} learned positions; --seq-len {seq_len} is longer")
+    w = make_workload(model=shape.name, samples=samples, precision=prec, **limits)
+    return TokenWorkload(w, LLMJob(shape, float(tokens), seq_len, finetune, lora_rank, global_batch, layout, prec))
 
 
 def parse_constraints(text: str | None, shape: LLMShape, seq_len: int) -> dict:
@@ -372,7 +415,7 @@ def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | P
     from cloudfit import catalog as catalog_mod
     from cloudfit import spot
     from cloudfit.plan.explain import infeasible
-    from cloudfit.plan.planner import pareto_front, rank
+    from cloudfit.plan.rank import pareto_front, rank
     from cloudfit.search import Problem, get_searcher
     workload.require_limit()
     if space is None:
