@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "cloudfit"
 
 #: Bottom to top. A unit is a top-level module or package of cloudfit (``cloudfit.<unit>``).
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("ground", frozenset({"types", "errors", "units", "atomic", "resources", "endpoints", "workload"})),
+    ("ground", frozenset({"types", "errors", "units", "atomic", "resources", "endpoints", "workload", "cache"})),
     ("catalog", frozenset({"catalog"})),  # offerings, accelerator specs and canonical names, prices
     ("models", frozenset({"profiling", "perf", "spot", "train", "plot", "llm", "llm_model", "train_llm"})),  # measure, predict, preemption, LLMs
     ("search", frozenset({"search"})),  # pure ranking: launches nothing

@@ -63,7 +63,7 @@ def fit(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]]
     when ``wide`` or ``width >= WIDE_COLUMNS``. Returns (table, names of the dropped columns)."""
     idx = list(range(len(cols)))
     if wide or width >= WIDE_COLUMNS:
-        return _build(title, cols, rows, idx, compact=False), []
+        return _built(title, cols, rows, idx, False), []
     for compact in (False, True):
         if _width(cols, rows, idx, compact) <= width:
             return _built(title, cols, rows, idx, compact), []

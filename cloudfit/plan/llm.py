@@ -420,7 +420,7 @@ def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | P
     workload.require_limit()
     if space is None:
         cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog)
-        space = build_llm_space(workload, job, cat)
+        space = _space(workload, job, cat)
     problem = Problem.of(workload)
     result = get_searcher("exhaustive").search(space, problem)
     if result.n_feasible == 0:
@@ -444,6 +444,21 @@ def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | P
     plan = Plan(workload=workload, chosen=chosen, alternatives=r.alternatives, pareto=pareto_front(space, problem),
                 provenance=provenance, explanation=f"{r.explanation} Layout: {spec['why']}", layout=spec)
     return replace(plan, sensitivity=r.sensitivity(space, problem))
+
+
+def _space(workload: Workload, job: LLMJob, cat: Catalog) -> LLMSpace:
+    """``build_llm_space``, read back from ``cloudfit.cache`` when the catalog, the package (code, the
+    step model's calibration) and everything that shapes the space are those of an earlier call."""
+    from cloudfit import cache
+
+    if not cat.digest:
+        return build_llm_space(workload, job, cat)
+    w = workload
+    parts = (cat.path, cat.digest, repr(job), w.model, w.accelerators, w.regions, w.spot, w.precision, w.max_nodes,
+             w.max_gpus, w.allow_outlier_prices)
+    space = cache.memo("llm-space", parts, lambda: build_llm_space(workload, job, cat))
+    space.workload = workload
+    return space
 
 
 def _hw_words(space: LLMSpace, i: int) -> tuple[lsp.HardwareShape, str]:

@@ -59,15 +59,15 @@ def recommend(
     if workload.kind == "tokens":
         return _recommend_tokens(workload, catalog=catalog, profile=profile, searcher=searcher, space=space)
     from cloudfit import catalog as catalog_mod
-    from cloudfit import perf, spot
+    from cloudfit import spot
 
     workload.require_limit()
-    profile_file = None
+    profile_file = model_version = None
     if space is None:
         cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog)
         prof = profile or load_workload_profile(workload)
         profile_file = None if profile is not None else _profile_file(workload)
-        space = build_space(workload, prof, cat)
+        space, model_version = _space(workload, prof, cat, profile_file)
     problem = Problem.of(workload)
     result = get_searcher(searcher, **(searcher_options or {})).search(space, problem)
     if result.n_feasible == 0:
@@ -82,7 +82,7 @@ def recommend(
         "catalog": space.catalog.path,
         "catalog_digest": space.catalog.digest,
         "prices": _price_date(space.catalog.path),
-        "model_version": perf.model_version(),
+        "model_version": model_version or _model_version(),
         "spot_model_version": getattr(spot, "MODEL_VERSION", ""),
         "profile_model": space.profile.model,
         "profile_file": profile_file,
@@ -97,6 +97,47 @@ def recommend(
     plan = Plan(workload=workload, chosen=chosen, alternatives=r.alternatives, pareto=pareto,
                 provenance=provenance, explanation=r.explanation)
     return replace(plan, sensitivity=r.sensitivity(space, problem))
+
+
+def _space(workload: Workload, profile: Profile, cat: Catalog, profile_file: str | None) -> tuple[Space, str]:
+    """``build_space`` and the performance model's version — read back from ``cloudfit.cache`` when the
+    catalog, the profile file, the package (code, model.json) and the options that shape the space are
+    those of an earlier call (the space does not depend on the samples, limits or objective)."""
+    from cloudfit import cache
+
+    if profile_file is None or not cat.digest:
+        return build_space(workload, profile, cat), _model_version()
+    w = workload
+    parts = (cat.path, cat.digest, cache.file_digest(profile_file), _model_file(), w.model, w.profile_path,
+             w.accelerators, w.regions, w.spot, w.precision, w.batch_size_per_device, w.max_nodes, w.max_gpus,
+             w.allow_outlier_prices)
+    space, version = cache.memo("space", parts, lambda: (_derived(build_space(workload, profile, cat)), _model_version()))
+    space.workload, space.profile = workload, profile
+    return space, version
+
+
+def _derived(space: Space) -> Space:
+    """``space`` with the columns every plan derives from it alone (GPUs per node, zones offering each
+    candidate) computed once, so that they are stored with it."""
+    space.gpus_per_node, space.zones_offering  # noqa: B018 (filled into space._cache)
+    return space
+
+
+def _model_file() -> tuple:
+    """The performance model file's path, size and modification time (without importing the model)."""
+    import os
+    import sys
+
+    pm = sys.modules.get("cloudfit.perf.model")  # imported (and perhaps pointed elsewhere) already
+    path = pm.model_path() if pm is not None else Path(__file__).resolve().parents[1] / "perf" / "model.json"
+    st = os.stat(path)
+    return str(path), st.st_size, st.st_mtime_ns
+
+
+def _model_version() -> str:
+    from cloudfit import perf
+
+    return perf.model_version()
 
 
 def _recommend_tokens(workload, *, catalog, profile, searcher, space) -> Plan:

@@ -1,0 +1,202 @@
+"""Wall time of `cloudfit recommend` against the `python -c "import typer, rich, numpy"` floor (issue 25:
+full catalog, CNN ≤ 1.5×, LLM ≤ 2×), and where the time goes.
+
+    python bench/recommend_speed.py                      # paired ratios, 21 rounds
+    python bench/recommend_speed.py --breakdown          # + stage timers in fresh processes
+    python bench/recommend_speed.py --out bench/RESULTS_recommend_speed.md --label after   # appends a section
+
+Ratio: every round runs the floor, the CNN command, the floor, the LLM command (fresh processes, bytecode
+caching on, the user's cache warm), so load that comes and goes hits both sides of each pair; the reported
+ratio is the median of the per-round ratios (command ÷ the floor run just before it), with the medians of
+wall time beside it. ``--cold-cache`` also times the first run after $CLOUDFIT_HOME's cache is emptied.
+
+Breakdown (``--breakdown``): N fresh processes per command, each importing the floor (typer, rich, numpy),
+then running the command in-process with timers around the stages: catalog load, performance-model load
+(model.json / the LLM calibration), the space (every offering × nodes × spot with its prediction; for LLMs
+the layout search; read back from the cache when its inputs are unchanged), the search and ranking (searcher, pricing, Pareto front, explanation), rendering (the
+table). "cloudfit imports and the rest" is what is left of the command's time: imports of cloudfit and of
+what it pulls in beyond the floor, option parsing, writing to the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FLOOR = [sys.executable, "-c", "import typer, rich, numpy"]
+CNN = ["recommend", "--model", "resnet50", "--epochs", "90", "--dataset-size", "1281167", "--deadline", "24h"]
+LLM = ["recommend", "--model", "llama3-70b", "--tokens", "1e12", "--seq-len", "8192", "--deadline", "30d"]
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+ENV.setdefault("COLUMNS", "160")
+
+CHILD = r"""
+import json, os, sys, time
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as cloudfit.cli.recommend sets it before numpy loads
+t0 = time.perf_counter()
+import typer, rich, numpy
+t1 = time.perf_counter()
+T = {}
+def wrap(owner, attr, label):
+    fn = getattr(owner, attr)
+    def timed(*a, **k):
+        s = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            T[label] = T.get(label, 0.0) + time.perf_counter() - s
+    setattr(owner, attr, timed)
+from cloudfit.cli.main import app
+import cloudfit.cli.recommend as rec
+import cloudfit.catalog as cat, cloudfit.plan.planner as pl
+t2 = time.perf_counter()
+wrap(cat, "load", "catalog load")
+if "--tokens" in sys.argv:
+    import cloudfit.cli.recommend_llm as rec_llm, cloudfit.plan.llm as pllm, cloudfit.llm.predict as lpr
+    wrap(lpr, "constants", "model load")
+    wrap(pllm, "_space" if hasattr(pllm, "_space") else "build_llm_space", "space")
+    wrap(pllm, "recommend_llm", "plan")
+    wrap(rec_llm, "_render", "render")
+else:
+    import cloudfit.perf.model as pm
+    wrap(pm, "load_model", "model load")
+    wrap(pl, "_space" if hasattr(pl, "_space") else "build_space", "space")
+    wrap(pl, "recommend", "plan")
+    wrap(rec, "_render", "render")
+t2 = time.perf_counter()
+out = open(os.devnull, "w")
+saved, sys.stdout = sys.stdout, out
+try:
+    app(sys.argv[1:], prog_name="cloudfit", standalone_mode=False)
+finally:
+    sys.stdout = saved
+t3 = time.perf_counter()
+json.dump({"floor imports": t1 - t0, "cloudfit imports (eager part)": t2 - t1, "command": t3 - t2, **T}, sys.stderr)
+"""
+
+
+def wall(argv: list[str]) -> float:
+    return timed(argv)[0]
+
+
+def timed(argv: list[str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one run; CPU = the child's user + system time (less sensitive to other load)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=ENV, cwd=REPO)
+    w = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return w, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def cloudfit(args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "cloudfit", *args]
+
+
+def paired(rounds: int) -> dict:
+    cmds = {"cnn": cloudfit(CNN), "llm": cloudfit(LLM)}
+    for _ in range(2):  # warm the page cache, .pyc files and the user cache
+        wall(FLOOR), [wall(c) for c in cmds.values()]
+    res = {k: {"floor": [], "cmd": [], "ratio": [], "cpu_ratio": []} for k in cmds}
+    for _ in range(rounds):
+        for k, c in cmds.items():
+            f, fc = timed(FLOOR)
+            t, tc = timed(c)
+            res[k]["floor"].append(f), res[k]["cmd"].append(t), res[k]["ratio"].append(t / f)
+            res[k]["cpu_ratio"].append(tc / fc)
+    return {k: {m: statistics.median(v) for m, v in r.items()} for k, r in res.items()}
+
+
+def cold(rounds: int) -> dict:
+    """The first run with an empty cache (a fresh $CLOUDFIT_HOME each time), paired with a floor run."""
+    out = {}
+    for k, args in (("cnn", CNN), ("llm", LLM)):
+        ratios = []
+        for _ in range(rounds):
+            with tempfile.TemporaryDirectory() as home:
+                env_home = dict(ENV, CLOUDFIT_HOME=home)
+                f = wall(FLOOR)
+                t0 = time.perf_counter()
+                subprocess.run(cloudfit(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
+                               env=env_home, cwd=REPO)
+                ratios.append((time.perf_counter() - t0) / f)
+        out[k] = statistics.median(ratios)
+    return out
+
+
+def breakdown(rounds: int) -> dict:
+    out = {}
+    for k, args in (("cnn", CNN), ("llm", LLM)):
+        runs = []
+        for _ in range(rounds + 1):
+            p = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True, env=ENV, cwd=REPO,
+                               check=True)
+            runs.append(json.loads(p.stderr.strip().splitlines()[-1]))
+        runs = runs[1:]  # the first warms the caches
+        keys = list(dict.fromkeys(x for r in runs for x in r))
+        med = {x: statistics.median(r.get(x, 0.0) for r in runs) for x in keys}
+        known = med.get("plan", 0.0) + med.get("render", 0.0)
+        med["search and ranking"] = med.get("plan", 0.0) - med.get("catalog load", 0.0) - med.get("space", 0.0)
+        med["cloudfit imports and the rest"] = med["command"] - known + med["cloudfit imports (eager part)"]
+        out[k] = med
+    return out
+
+
+STAGES = ["floor imports", "cloudfit imports and the rest", "catalog load", "model load", "space", "search and ranking",
+          "render"]
+
+
+def report(label: str, ratios: dict, parts: dict | None, cold_ratios: dict | None, rounds: int) -> str:
+    load = os.getloadavg()[0]
+    lines = [f"## {label}", "",
+             f"Command: `python bench/recommend_speed.py{' --breakdown' if parts else ''}"
+             f"{' --cold-cache' if cold_ratios else ''} --rounds {rounds}`; "
+             f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {platform.machine()}, "
+             f"CPython {platform.python_version()}, {os.cpu_count()} cores, no GPU; load average before {load:.2f}.", "",
+             "| command | wall (median) | floor (median) | paired ratio (median) | goal | CPU-time ratio (median) |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for k, args, goal in (("cnn", CNN, 1.5), ("llm", LLM, 2.0)):
+        r = ratios[k]
+        lines.append(f"| `cloudfit {' '.join(args)}` | {r['cmd'] * 1000:.0f} ms | {r['floor'] * 1000:.0f} ms | "
+                     f"**{r['ratio']:.2f}×** {'(met)' if r['ratio'] <= goal else '(missed)'} | ≤ {goal}× | "
+                     f"{r['cpu_ratio']:.2f}× |")
+    if cold_ratios:
+        lines += ["", "First run with an empty cache (fresh $CLOUDFIT_HOME): CNN "
+                      f"{cold_ratios['cnn']:.2f}×, LLM {cold_ratios['llm']:.2f}× the floor."]
+    if parts:
+        lines += ["", "Where the time goes (ms, median of fresh processes; the floor's own imports first):", "",
+                  "| stage | CNN | LLM |", "|---|---:|---:|"]
+        for s in STAGES:
+            lines.append(f"| {s} | {parts['cnn'].get(s, 0) * 1000:.1f} | {parts['llm'].get(s, 0) * 1000:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--breakdown", action="store_true")
+    ap.add_argument("--cold-cache", action="store_true")
+    ap.add_argument("--label", default="recommend speed")
+    ap.add_argument("--out", type=Path, help="append the section to this Markdown file")
+    ns = ap.parse_args()
+    parts = breakdown(max(5, ns.rounds // 2)) if ns.breakdown else None
+    cold_ratios = cold(5) if ns.cold_cache else None
+    text = report(ns.label, paired(ns.rounds), parts, cold_ratios, ns.rounds)
+    print(text)
+    if ns.out:
+        with open(ns.out, "a", encoding="utf-8") as fh:
+            fh.write("\n" + text)
+
+
+if __name__ == "__main__":
+    main()
