@@ -4,6 +4,7 @@ full catalog, CNN ≤ 1.5×, LLM ≤ 2×), and where the time goes.
     python bench/recommend_speed.py                      # paired ratios, 21 rounds
     python bench/recommend_speed.py --breakdown          # + stage timers in fresh processes
     python bench/recommend_speed.py --out bench/RESULTS_recommend_speed.md --label after   # appends a section
+    python bench/recommend_speed.py --before /tmp/base     # the code before, in the same loop (git archive BASE)
 
 Ratio: every round runs the floor, the CNN command, the floor, the LLM command (fresh processes, bytecode
 caching on, the user's cache warm), so load that comes and goes hits both sides of each pair; the reported
@@ -85,15 +86,11 @@ json.dump({"floor imports": t1 - t0, "cloudfit imports (eager part)": t2 - t1, "
 """
 
 
-def wall(argv: list[str]) -> float:
-    return timed(argv)[0]
-
-
-def timed(argv: list[str]) -> tuple[float, float]:
+def timed(argv: list[str], env: dict | None = None, cwd: Path = REPO) -> tuple[float, float]:
     """(wall, CPU) seconds of one run; CPU = the child's user + system time (less sensitive to other load)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=ENV, cwd=REPO)
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env or ENV, cwd=cwd)
     w = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return w, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -103,33 +100,43 @@ def cloudfit(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "cloudfit", *args]
 
 
-def paired(rounds: int) -> dict:
-    cmds = {"cnn": cloudfit(CNN), "llm": cloudfit(LLM)}
+def paired(rounds: int, before: Path | None = None) -> dict:
+    """Medians of wall times and of per-round ratios: each command against the floor run just before it
+    (the issue's floor) and against the floor with one OpenBLAS thread (like for like: `cloudfit recommend`
+    sets OPENBLAS_NUM_THREADS=1 before numpy loads, and OpenBLAS's thread start-up is most of the floor's
+    variance on a loaded 2-core machine). ``before``: a tree with the code before, run in the same loop."""
+    trees = {"after": (ENV, REPO)}
+    if before is not None:
+        trees["before"] = (dict(ENV, PYTHONPATH=str(before)), before)
+    one = dict(ENV, OPENBLAS_NUM_THREADS="1")
+    cmds = {"cnn": CNN, "llm": LLM}
     for _ in range(2):  # warm the page cache, .pyc files and the user cache
-        wall(FLOOR), [wall(c) for c in cmds.values()]
-    res = {k: {"floor": [], "cmd": [], "ratio": [], "cpu_ratio": []} for k in cmds}
+        for args in cmds.values():
+            timed(FLOOR), [timed(cloudfit(args), env, cwd) for env, cwd in trees.values()]
+    res: dict = {}
     for _ in range(rounds):
-        for k, c in cmds.items():
+        for k, args in cmds.items():
             f, fc = timed(FLOOR)
-            t, tc = timed(c)
-            res[k]["floor"].append(f), res[k]["cmd"].append(t), res[k]["ratio"].append(t / f)
-            res[k]["cpu_ratio"].append(tc / fc)
-    return {k: {m: statistics.median(v) for m, v in r.items()} for k, r in res.items()}
+            f1, _ = timed(FLOOR, one)
+            for tree, (env, cwd) in trees.items():
+                t, tc = timed(cloudfit(args), env, cwd)
+                r = res.setdefault((k, tree), {"floor": [], "floor_1t": [], "cmd": [], "ratio": [], "ratio_1t": [],
+                                               "cpu_ratio": []})
+                r["floor"].append(f), r["floor_1t"].append(f1), r["cmd"].append(t)
+                r["ratio"].append(t / f), r["ratio_1t"].append(t / f1), r["cpu_ratio"].append(tc / fc)
+    return {key: {m: statistics.median(v) for m, v in r.items()} for key, r in res.items()}
 
 
 def cold(rounds: int) -> dict:
-    """The first run with an empty cache (a fresh $CLOUDFIT_HOME each time), paired with a floor run."""
+    """The first run with an empty cache (a fresh $CLOUDFIT_HOME each time), against the floor."""
     out = {}
     for k, args in (("cnn", CNN), ("llm", LLM)):
         ratios = []
         for _ in range(rounds):
             with tempfile.TemporaryDirectory() as home:
-                env_home = dict(ENV, CLOUDFIT_HOME=home)
-                f = wall(FLOOR)
-                t0 = time.perf_counter()
-                subprocess.run(cloudfit(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
-                               env=env_home, cwd=REPO)
-                ratios.append((time.perf_counter() - t0) / f)
+                f, _ = timed(FLOOR)
+                t, _ = timed(cloudfit(args), dict(ENV, CLOUDFIT_HOME=home))
+                ratios.append(t / f)
         out[k] = statistics.median(ratios)
     return out
 
@@ -156,22 +163,25 @@ STAGES = ["floor imports", "cloudfit imports and the rest", "catalog load", "mod
           "render"]
 
 
-def report(label: str, ratios: dict, parts: dict | None, cold_ratios: dict | None, rounds: int) -> str:
+def report(label: str, ratios: dict, parts: dict | None, cold_ratios: dict | None, rounds: int, argv: str) -> str:
     load = os.getloadavg()[0]
     lines = [f"## {label}", "",
-             f"Command: `python bench/recommend_speed.py{' --breakdown' if parts else ''}"
-             f"{' --cold-cache' if cold_ratios else ''} --rounds {rounds}`; "
-             f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {platform.machine()}, "
-             f"CPython {platform.python_version()}, {os.cpu_count()} cores, no GPU; load average before {load:.2f}.", "",
-             "| command | wall (median) | floor (median) | paired ratio (median) | goal | CPU-time ratio (median) |",
-             "|---|---:|---:|---:|---:|---:|"]
+             f"Command: `python bench/recommend_speed.py {argv}`; {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC; "
+             f"machine: {platform.machine()}, CPython {platform.python_version()}, {os.cpu_count()} cores, no GPU, "
+             f"shared with other work (load average {load:.2f} after the run); {rounds} rounds.", "",
+             "| command | code | wall (median) | floor | paired ratio | goal | floor, 1 BLAS thread | ratio to it | CPU ratio |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for k, args, goal in (("cnn", CNN, 1.5), ("llm", LLM, 2.0)):
-        r = ratios[k]
-        lines.append(f"| `cloudfit {' '.join(args)}` | {r['cmd'] * 1000:.0f} ms | {r['floor'] * 1000:.0f} ms | "
-                     f"**{r['ratio']:.2f}×** {'(met)' if r['ratio'] <= goal else '(missed)'} | ≤ {goal}× | "
-                     f"{r['cpu_ratio']:.2f}× |")
+        for tree in ("before", "after"):
+            r = ratios.get((k, tree))
+            if r is None:
+                continue
+            lines.append(f"| `cloudfit {' '.join(args)}` | {tree} | {r['cmd'] * 1000:.0f} ms | {r['floor'] * 1000:.0f} ms | "
+                         f"**{r['ratio']:.2f}×** | ≤ {goal}× {'met' if r['ratio'] <= goal else 'missed'} | "
+                         f"{r['floor_1t'] * 1000:.0f} ms | {r['ratio_1t']:.2f}× "
+                         f"({'met' if r['ratio_1t'] <= goal else 'missed'}) | {r['cpu_ratio']:.2f}× |")
     if cold_ratios:
-        lines += ["", "First run with an empty cache (fresh $CLOUDFIT_HOME): CNN "
+        lines += ["", "First run with an empty cache (fresh $CLOUDFIT_HOME; parses the catalog, builds the space): CNN "
                       f"{cold_ratios['cnn']:.2f}×, LLM {cold_ratios['llm']:.2f}× the floor."]
     if parts:
         lines += ["", "Where the time goes (ms, median of fresh processes; the floor's own imports first):", "",
@@ -188,10 +198,12 @@ def main() -> None:
     ap.add_argument("--cold-cache", action="store_true")
     ap.add_argument("--label", default="recommend speed")
     ap.add_argument("--out", type=Path, help="append the section to this Markdown file")
+    ap.add_argument("--before", type=Path, help="a tree with the code before (e.g. `git archive BASE` extracted): "
+                                                "its commands run in the same loop")
     ns = ap.parse_args()
     parts = breakdown(max(5, ns.rounds // 2)) if ns.breakdown else None
     cold_ratios = cold(5) if ns.cold_cache else None
-    text = report(ns.label, paired(ns.rounds), parts, cold_ratios, ns.rounds)
+    text = report(ns.label, paired(ns.rounds, ns.before), parts, cold_ratios, ns.rounds, " ".join(sys.argv[1:]))
     print(text)
     if ns.out:
         with open(ns.out, "a", encoding="utf-8") as fh:
