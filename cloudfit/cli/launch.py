@@ -136,13 +136,17 @@ def launch(
         else:
             _render_preview(preview, plan, from_model)
         return
-    needs_ok = backend == "gcp" or from_model
-    if needs_ok and not yes:
+    if (backend == "gcp" or from_model) and not yes:
         if as_json or not sys.stdin.isatty():
             raise UsageError("refusing to launch without confirmation: pass --yes (stdin is not a terminal)")
         _render_preview(preview, plan, from_model, stderr=True)
         if not typer.confirm(f"Launch {spec.name} on {backend} for at most {money(budget_usd)}?", default=False, err=True):
             raise typer.Exit(1)
+    _run(ready, as_json)
+
+
+def _run(ready, as_json: bool) -> None:
+    """Run a prepared launch, events on stderr; the result on stdout; exit 1 / 4 / 5 for failed / budget / timeout."""
     err = console(stderr=True)
     for note in ready.notes:  # what the rehearsal (or the runnable layout) changed vs the plan
         err.print(f"Note: {note}", soft_wrap=True)
