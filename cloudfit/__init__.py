@@ -33,7 +33,9 @@ _WHERE = {
     # errors
     "CloudfitError": "cloudfit.errors", "UsageError": "cloudfit.errors", "InfeasibleError": "cloudfit.errors",
     # plans
-    "recommend": "cloudfit.plan.planner", "TokenWorkload": "cloudfit.plan.llm", "token_workload": "cloudfit.plan.llm", "load_plan": "cloudfit.plan.io", "save_plan": "cloudfit.plan.io",
+    "recommend": "cloudfit.plan.planner", "load_plan": "cloudfit.plan.io", "save_plan": "cloudfit.plan.io",
+    # large models: a workload in tokens (cloudfit.recommend plans it, cluster and parallel layout)
+    "TokenWorkload": "cloudfit.plan.llm", "token_workload": "cloudfit.plan.llm",
     # profiles and the performance model
     "load_profile": "cloudfit.profiling.io", "save_profile": "cloudfit.profiling.io",
     "predict": "cloudfit.perf", "predict_many": "cloudfit.perf", "HardwareQuery": "cloudfit.perf",
