@@ -1,5 +1,9 @@
 """``cloudfit launch``, ``cloudfit status``, ``cloudfit down``: run a plan on a cluster and clean up after it.
 
+``launch`` parses its options, builds the executor, and confirms and renders what the library entry
+``cloudfit.launch`` / ``cloudfit.prepare_launch`` (``cloudfit/launcher.py``) makes of the plan: a notebook
+launches exactly what the command line launches.
+
 Exit codes of ``launch`` beyond the usual ones (``cloudfit.errors``): 4 when the budget guard stopped
 the run (checkpoint saved), 5 when the ``--timeout`` (the deadline rule) stopped it.
 """

@@ -330,3 +330,17 @@ def test_a_token_in_the_pip_spec_reaches_neither_metadata_nor_json(cli, fake, pl
     assert token not in r.output
     state_bytes = b"".join(p.read_bytes() for p in StateStore().path.parent.glob("state.db*"))
     assert token.encode() not in state_bytes
+
+
+def test_the_cli_assembles_no_run_spec_itself():
+    """`cloudfit launch` parses, confirms and renders; the run spec is cloudfit.launcher's (issue 25)."""
+    import ast
+
+    import cloudfit.cli.launch as cli_launch
+
+    names = {n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else n.name
+             for n in ast.walk(ast.parse(Path(cli_launch.__file__).read_text()))
+             if isinstance(n, (ast.Name, ast.Attribute, ast.alias))}
+    assert not names & {"RunSpec", "JobSpec", "LlmJob", "deadline_spec", "planned_interval", "plan_configs",
+                        "rehearsal", "default_name"}
+    assert "prepare_launch" in names
