@@ -56,6 +56,13 @@ CASES = [
     "--model vgg16 --samples 2e8 --budget 150 --objective time --max-nodes 16",
     "--model gpt2 --samples 3e7 --budget 400 --objective cost",
     "--model resnet101 --samples 1e8 --deadline 6h --no-spot --accelerators V100,T4,L4",
+    # large models (token workloads: cluster and layout)
+    "--model llama3-70b --tokens 1e12 --seq-len 8192 --deadline 30d",  # the speed bench's LLM workload
+    "--model llama3-8b --tokens 1e11 --deadline 7d --accelerators H100 --layout cp=1,pp=1 --allow-outlier-prices",
+    "--model llama3-8b --tokens 2e10 --budget 20000 --spot-only",
+    "--model llama3-70b --tokens 2e8 --finetune lora --deadline 2d --top 8",
+    "--model llama3-8b --tokens 1e11 --deadline 1h",  # infeasible: exit 3
+    "--model llama3-8b --tokens 1e11 --deadline 7d --samples 5",  # bad usage: exit 2
 ]
 DRIVER = r"""
 import os, sys

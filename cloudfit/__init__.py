@@ -7,12 +7,13 @@ The public library surface, importable from here::
     plan = cloudfit.recommend(w)                 # a Plan: chosen cluster, alternatives, Pareto front
     cloudfit.save_plan(plan, "plan.json"); cloudfit.load_plan("plan.json")
     cloudfit.predict(profile, query)             # the performance model; cloudfit.catalog.load() offerings
+    cloudfit.launch(plan, cloudfit.executors.get_executor("local"))   # run it, as `cloudfit launch` does
 
 The library never prints: it returns values and raises ``cloudfit.errors.CloudfitError``. Names are
 resolved on first use, so ``import cloudfit`` imports nothing heavy (numpy, torch, xgboost, optuna,
 google-cloud are imported only where used). Layers, bottom to top (tests/test_layering.py):
 types/errors/units/atomic/resources/workload → catalog → profiling, perf, spot → search → plan,
-executors → active → cli.
+executors → active, launcher → cli.
 """
 
 from __future__ import annotations
@@ -33,9 +34,13 @@ _WHERE = {
     "CloudfitError": "cloudfit.errors", "UsageError": "cloudfit.errors", "InfeasibleError": "cloudfit.errors",
     # plans
     "recommend": "cloudfit.plan.planner", "load_plan": "cloudfit.plan.io", "save_plan": "cloudfit.plan.io",
+    # large models: a workload in tokens (cloudfit.recommend plans it, cluster and parallel layout)
+    "TokenWorkload": "cloudfit.plan.llm", "token_workload": "cloudfit.plan.llm",
     # profiles and the performance model
     "load_profile": "cloudfit.profiling.io", "save_profile": "cloudfit.profiling.io",
     "predict": "cloudfit.perf", "predict_many": "cloudfit.perf", "HardwareQuery": "cloudfit.perf",
+    # launching a plan on an executor the caller makes (what `cloudfit launch` runs)
+    "launch": "cloudfit.launcher", "prepare_launch": "cloudfit.launcher",
     # active search (probe runs through an executor the caller makes)
     "active_search": "cloudfit.active",
 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, ClassVar, Literal, Mapping
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
@@ -257,6 +257,8 @@ class Workload:
     #: Clouds whose catalogs to search (``cloudfit.catalog.clouds.CLOUDS``); written to plans only when not
     #: the default, GCP alone.
     clouds: tuple[str, ...] = field(default=("gcp",), metadata={"omit_if_default": True})
+    #: What the workload counts: "samples" (a profiled model); "tokens" is cloudfit.plan.llm.TokenWorkload.
+    kind: ClassVar[str] = "samples"
 
     def __post_init__(self) -> None:
         """A Workload checks its limits once, when it is made: every holder may trust them.

@@ -17,12 +17,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "cloudfit"
 
 #: Bottom to top. A unit is a top-level module or package of cloudfit (``cloudfit.<unit>``).
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("ground", frozenset({"types", "errors", "units", "atomic", "resources", "endpoints", "workload"})),
+    ("ground", frozenset({"types", "errors", "units", "atomic", "resources", "endpoints", "workload", "cache"})),
     ("catalog", frozenset({"catalog"})),  # offerings, accelerator specs and canonical names, prices
     ("models", frozenset({"profiling", "perf", "spot", "train", "plot", "llm", "llm_model", "train_llm"})),  # measure, predict, preemption, LLMs
     ("search", frozenset({"search"})),  # pure ranking: launches nothing
     ("plan", frozenset({"plan", "executors"})),  # plans and the executors that run them (siblings)
-    ("active", frozenset({"active", "explore"})),  # plan + a passed-in executor; notebook trade-offs
+    ("active", frozenset({"active", "explore", "launcher"})),  # plan + a passed-in executor; notebook trade-offs
     ("cli", frozenset({"cli", "__main__"})),  # the only printer
 )
 #: (importer, imported) pairs never allowed, whatever the layers say.
@@ -139,6 +139,72 @@ def test_no_cycles_between_units():
     for u in sorted(graph):
         if u not in state and (cycle := visit(u)):
             pytest.fail("import cycle: " + " → ".join(cycle))
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module → the cloudfit modules it imports (at any depth, lazy imports too). ``from cloudfit.a.b import x``
+    is an edge to ``cloudfit.a.b`` (the module that runs), not to the packages above it."""
+    graph: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        for _, target in _imports(module, path):
+            while target not in MODULES and "." in target:  # `from cloudfit.a import name`: the module cloudfit.a
+                target = target.rsplit(".", 1)[0]
+            if target != module and target in MODULES:
+                graph.setdefault(module, set()).add(target)
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan, iterative): each is a circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root), on.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w), on.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_circles_between_modules():
+    """No module imports, directly or through others, a module that imports it back (lazy imports count:
+    a circle hidden in a function is still two modules that cannot be understood apart)."""
+    circles = _circles(_module_graph())
+    assert not circles, "import circles:\n" + "\n".join(" ↔ ".join(c) for c in circles)
+
+
+def test_the_circle_check_finds_circles():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set(), "c": {"c"}}) == []
+    assert ("cloudfit.plan.llm", "cloudfit.plan.rank") in {(a, b) for a, bs in _module_graph().items() for b in bs}
 
 
 def test_the_library_never_prints():

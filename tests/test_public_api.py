@@ -11,6 +11,7 @@ from tests.conftest import REPO
 PUBLIC = {"__version__", "make_workload", "Workload", "Plan", "Estimate", "ClusterConfig", "Offering", "Profile",
           "Measurement", "CloudfitError", "UsageError", "InfeasibleError", "recommend", "load_plan", "save_plan",
           "load_profile", "save_profile", "predict", "predict_many", "HardwareQuery", "active_search",
+          "launch", "prepare_launch", "TokenWorkload", "token_workload",
           "catalog", "search"}
 
 

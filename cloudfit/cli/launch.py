@@ -1,5 +1,9 @@
 """``cloudfit launch``, ``cloudfit status``, ``cloudfit down``: run a plan on a cluster and clean up after it.
 
+``launch`` parses its options, builds the executor, and confirms and renders what the library entry
+``cloudfit.launch`` / ``cloudfit.prepare_launch`` (``cloudfit/launcher.py``) makes of the plan: a notebook
+launches exactly what the command line launches.
+
 Exit codes of ``launch`` beyond the usual ones (``cloudfit.errors``): 4 when the budget guard stopped
 the run (checkpoint saved), 5 when the ``--timeout`` (the deadline rule) stopped it.
 """
@@ -7,7 +11,6 @@ the run (checkpoint saved), 5 when the ``--timeout`` (the deadline rule) stopped
 from __future__ import annotations
 
 import contextlib
-import math
 import signal
 import sys
 import time
@@ -18,9 +21,8 @@ import typer
 from typer.core import TyperCommand
 
 from cloudfit.cli.render import console, money, print_json
+from cloudfit.launcher import BUDGET_MARGIN
 
-#: With no --budget and no budget in the plan: the plan's P90 cost times this margin.
-BUDGET_MARGIN = 1.25
 #: ``launch`` exit codes for runs the guard stopped (the README's table).
 EXIT_BUDGET, EXIT_TIMEOUT = 4, 5
 LAUNCH_BACKENDS = ("local", "gcp")
@@ -99,9 +101,9 @@ def launch(
     `cloudfit launch plan.json -- python train.py --lr 0.1`.
     """
     from cloudfit.errors import UsageError
-    from cloudfit.units import parse_hours, parse_usd
-
     from cloudfit.executors import check_backend
+    from cloudfit.launcher import default_budget, prepare_launch
+    from cloudfit.units import parse_hours, parse_usd
 
     command = tuple(ctx.meta.get("cloudfit.command", ()))
     check_backend(backend, LAUNCH_BACKENDS)
@@ -120,54 +122,44 @@ def launch(
         from cloudfit.plan.io import reprice
 
         plan, price_notes = reprice(plan, trust_prices=trust_plan_prices, source=str(plan_path))
-    if budget_usd is None:
-        # the plan's P90 hours at the catalog's price (not the file's cost figure, which may lie)
-        c = plan.chosen
-        budget_usd = plan.workload.budget_usd or round(c.hours_p90 * c.config.price_per_hour * BUDGET_MARGIN, 2)
+    if budget_usd is None:  # the plan's P90 hours at the catalog's price (not the file's cost figure, which may lie)
+        budget_usd = default_budget(plan)
     record = {"trust_plan_prices": True, "price_notes": price_notes[:10]} if trust_plan_prices else {}
     store = None if dry_run else _open_store()
     if ranks is not None and (ranks < 1 or backend != "local"):
         raise UsageError("--ranks must be at least 1" if ranks < 1 else "--ranks is for --backend local")
-    spec, executor = _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoint, checkpoint_dir,
-                                        checkpoint_every, steps, None if timeout is None else parse_hours(timeout, "timeout") * 3600,
-                                        image, check_interval, record=record, store=store, ranks=ranks)
-    if deadline is not None:
-        import dataclasses
-
-        hours = parse_hours(deadline, "deadline")
-        if spec.deadline is None:
-            raise UsageError("--deadline is kept at run time for large-model plans (with a layout) only")
-        spec = dataclasses.replace(spec, deadline=dataclasses.replace(spec.deadline, deadline_s=hours * 3600.0))
-    preview = executor.preview(spec)  # budget too small → UsageError here, before anything exists
-    if price_notes:
-        import dataclasses
-
-        preview = dataclasses.replace(preview, notes=tuple(preview.notes) + tuple(f"--trust-plan-prices: {n}"
-                                                                                  for n in price_notes[:5]))
-    layout_notes = _layout_notes(spec)
-    if layout_notes:
-        import dataclasses
-
-        preview = dataclasses.replace(preview, notes=tuple(preview.notes) + layout_notes)
+    if check_interval is not None and not check_interval > 0:
+        raise UsageError(f"--check-interval must be positive, got {check_interval:g}")
+    executor = _executor(backend, store, check_interval, ranks, project, endpoint, image)
+    ready = prepare_launch(plan, executor, budget_usd=budget_usd, name=name, command=command, checkpoint_dir=checkpoint_dir,
+                    checkpoint_every=checkpoint_every, steps=steps,
+                    timeout_s=None if timeout is None else parse_hours(timeout, "timeout") * 3600,
+                    deadline_hours=None if deadline is None else parse_hours(deadline, "deadline"), record=record)
+    spec = ready.spec
+    preview = ready.preview(*(f"--trust-plan-prices: {n}" for n in price_notes[:5]))
     if dry_run:
         if as_json:
             print_json({"dry_run": True, "preview": preview, "budget_usd": budget_usd})
         else:
             _render_preview(preview, plan, from_model)
         return
-    needs_ok = backend == "gcp" or from_model
-    if needs_ok and not yes:
+    if (backend == "gcp" or from_model) and not yes:
         if as_json or not sys.stdin.isatty():
             raise UsageError("refusing to launch without confirmation: pass --yes (stdin is not a terminal)")
         _render_preview(preview, plan, from_model, stderr=True)
         if not typer.confirm(f"Launch {spec.name} on {backend} for at most {money(budget_usd)}?", default=False, err=True):
             raise typer.Exit(1)
+    _run(ready, as_json)
+
+
+def _run(ready, as_json: bool) -> None:
+    """Run a prepared launch, events on stderr; the result on stdout; exit 1 / 4 / 5 for failed / budget / timeout."""
     err = console(stderr=True)
-    for note in layout_notes:  # what the rehearsal (or the runnable layout) changed vs the plan
+    for note in ready.notes:  # what the rehearsal (or the runnable layout) changed vs the plan
         err.print(f"Note: {note}", soft_wrap=True)
     show = _EventPrinter(err)
     with _sigterm_as_interrupt():
-        result = executor.run(spec, on_event=show)
+        result = ready.run(on_event=show)
     if as_json:
         print_json(result)
     else:
@@ -207,99 +199,12 @@ def _plan(plan_path, model, samples, epochs, dataset_size, budget_usd):
     return recommend(w)
 
 
-def _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoint, checkpoint_dir, checkpoint_every,
-                       steps, timeout_s, image, check_interval, *, record=None, store=None, ranks=None):
-    from cloudfit.errors import UsageError
+def _executor(backend, store, check_interval, ranks, project, endpoint, image):
     from cloudfit.executors import get_executor
-    from cloudfit.executors.base import JobSpec, RunSpec, check_name, default_name, plan_configs
-    from cloudfit.spot.checkpointing import planned_interval
 
-    w = plan.workload
-    if plan.layout and not command:  # a large-model plan: cloudfit.train_llm runs its layout
-        return _llm_spec_and_executor(plan, backend, budget_usd, name, project, endpoint, checkpoint_dir,
-                                      checkpoint_every, steps, timeout_s, image, check_interval, record=record, store=store,
-                                      ranks=ranks)
-    if not command:
-        from cloudfit.profiling import zoo
-
-        if w.model not in zoo.names():
-            raise UsageError(f"cloudfit's trainer knows the zoo models ({', '.join(zoo.names())}), not {w.model!r}: "
-                             "give your training command after --")
-        info = zoo.info(w.model)
-    configs = plan_configs(plan)
-    if check_interval is not None and not check_interval > 0:
-        raise UsageError(f"--check-interval must be positive, got {check_interval:g}")
     if backend == "local":
-        executor: Any = get_executor("local", interval_s=check_interval, store=store, max_ranks=ranks)
-        ranks = max(1, min(configs[0].accelerators, executor.max_ranks))
-        batch = w.batch_size_per_device or (None if command else info["cpu_batch_size"])
-    else:
-        executor = get_executor("gcp", project=project, endpoint=endpoint, image=image, interval_s=check_interval,
-                                store=store)
-        ranks = configs[0].accelerators
-        batch = w.batch_size_per_device or (None if command else info["default_batch_size"])
-    if steps is None:
-        steps = max(1, math.ceil(w.samples / ((batch or 1) * ranks)))
-    if steps > 10**12:
-        raise UsageError(f"the plan asks for {steps:.3g} steps; that is not a training run (check workload.samples)")
-    interval_s, hazard, _ = planned_interval(configs[0], w.model)
-    job = JobSpec(model=w.model, steps=steps, batch_size_per_device=batch, checkpoint_dir=checkpoint_dir,
-                  checkpoint_every=checkpoint_every, precision=w.precision, command=command,
-                  checkpoint_interval_s=interval_s, hazard_per_hour=hazard)
-    name = check_name(name) if name else default_name(w.model)
-    return RunSpec(name=name, configs=configs, job=job, budget_usd=budget_usd, timeout_s=timeout_s,
-                   record=record or {}), executor
-
-
-def _llm_spec_and_executor(plan, backend, budget_usd, name, project, endpoint, checkpoint_dir, checkpoint_every,
-                           steps, timeout_s, image, check_interval, *, record=None, store=None, ranks=None):
-    """The job of a large-model plan: ``cloudfit.train_llm`` with the plan's layout (gcp: on every
-    config, re-computed for alternatives of another size) or its local rehearsal (local)."""
-    from cloudfit.errors import UsageError
-    from cloudfit.executors import get_executor
-    from cloudfit.executors.base import JobSpec, RunSpec, check_name, default_name, plan_configs
-    from cloudfit.executors.deadline import deadline_spec
-    from cloudfit.executors.llm_job import LlmJob, label, world_of
-
-    if check_interval is not None and not check_interval > 0:
-        raise UsageError(f"--check-interval must be positive, got {check_interval:g}")
-    llm = LlmJob.from_plan(plan)
-    configs = plan_configs(plan)
-    steps = steps or llm.steps
-    interval_s = llm.checkpoint_interval_s or 3600.0
-    record = dict(record or {})
-    if backend == "local":
-        executor: Any = get_executor("local", interval_s=check_interval, store=store, max_ranks=ranks)
-        degrees, args, notes = llm.rehearsal(executor.max_ranks)
-        job = JobSpec(model=llm.shape or "llm", steps=steps, checkpoint_dir=checkpoint_dir,
-                      checkpoint_every=checkpoint_every or max(1, min(10, steps // 3)), llm_args=tuple(args),
-                      world_size=world_of(degrees), precision="fp32", checkpoint_interval_s=interval_s)
-        record["rehearsal"] = {"planned": llm.planned_text, "rehearsed": label(degrees), "notes": notes}
-    else:
-        executor = get_executor("gcp", project=project, endpoint=endpoint, image=image, interval_s=check_interval,
-                                store=store)
-        job = JobSpec(model=llm.shape or "llm", steps=steps, checkpoint_dir=checkpoint_dir,
-                      checkpoint_every=checkpoint_every, llm=llm, precision="bf16", checkpoint_interval_s=interval_s)
-        record["layout"] = {"planned": llm.planned_text, "runs": label(llm.degrees), "notes": list(llm.notes)}
-    name = check_name(name) if name else default_name(llm.shape or plan.workload.model)
-    spec = RunSpec(name=name, configs=configs, job=job, budget_usd=budget_usd, timeout_s=timeout_s, record=record,
-                   deadline=deadline_spec(plan, configs, steps))
-    return spec, executor
-
-
-def _layout_notes(spec) -> tuple[str, ...]:
-    """One line per difference between the plan's layout and what will run."""
-    r = spec.record.get("rehearsal")
-    if r:
-        head = f"rehearsing the plan's layout {r['planned']} as {r['rehearsed']}"
-        return (head,) + tuple(f"rehearsal: {n}" for n in r.get("notes", []))
-    lay = spec.record.get("layout")
-    if lay:
-        d = spec.deadline
-        dl = (f"; deadline kept at run time: {d.deadline_s / 3600:,.1f} h, switching to on-demand "
-              f"{d.on_demand.label()} if the spot cluster falls behind" if d is not None and d.on_demand is not None else "")
-        return (f"cloudfit.train_llm runs layout {lay['runs']} (plan: {lay['planned']}){dl}",) + tuple(lay.get("notes", []))
-    return ()
+        return get_executor("local", interval_s=check_interval, store=store, max_ranks=ranks)
+    return get_executor("gcp", project=project, endpoint=endpoint, image=image, interval_s=check_interval, store=store)
 
 
 class _EventPrinter:

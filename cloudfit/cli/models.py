@@ -59,7 +59,7 @@ def _llm_models(as_json: bool) -> None:
 
     rows = []
     for name in llm_zoo.names():
-        row = llm_zoo.info(name)
+        row = stats.info(name)
         row["gflop_per_token_at_8192"] = (stats.token_stats(llm_zoo.get(name), 8192).flops_per_token / 1e9
                                           if llm_zoo.get(name).max_seq_len >= 8192 else None)
         rows.append(row)

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from cloudfit.cli import options as opts
-from cloudfit.cli.render import console, money, print_json
+from cloudfit.cli.render import console, distinct, limits_and_goal, money, print_json, write_outputs
 
 # One OpenBLAS thread unless the user chose: the recommender's matrix products are small, and on a
 # 2-core machine whose other core is busy, starting OpenBLAS's second thread at `import numpy`
@@ -58,16 +58,9 @@ def recommend(
     wide: bool = typer.Option(False, "--wide", help="Show every column of the table whatever the terminal width."),
 ) -> None:
     """Recommend the cluster to train on: cheapest under --deadline, fastest under --budget."""
-    params = dict(locals())
     from cloudfit.cli.recommend_llm import is_llm_request
-
-    if is_llm_request(model=model, profile=profile, tokens=tokens, config=config, layout=layout):
-        from cloudfit.cli.recommend_llm import recommend_llm  # a large-model token workload
-
-        return recommend_llm(**params)
     from cloudfit.errors import UsageError
 
-    mode = opts.spot_mode(spot, spot_only)
     if plot is not None:  # check before any work: a .gif would otherwise get PNG bytes
         from cloudfit.plot import image_format
 
@@ -76,17 +69,33 @@ def recommend(
         raise UsageError(f"--top must be at least 1, got {top}")
     if search not in ("exhaustive", "bayes"):
         raise UsageError(f"--search must be exhaustive or bayes, got {search!r}")
-    workload = opts.workload(
-        model=model, profile=profile, samples=samples, epochs=epochs, dataset_size=dataset_size, deadline=deadline,
-        budget=budget, objective=objective, regions=regions, accelerators=accelerators, spot_mode=mode,
-        max_nodes=max_nodes, confidence=confidence, precision=precision, batch_size=batch_size, max_gpus=max_gpus,
-        allow_outlier_prices=allow_outlier_prices, clouds=clouds)
+    limits = dict(deadline=deadline, budget=budget, objective=objective, regions=opts.split(regions),
+                  accelerators=opts.split(accelerators), spot=opts.spot_mode(spot, spot_only), max_nodes=max_nodes,
+                  confidence=confidence, max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices,
+                  clouds=None if clouds is None else opts.split(clouds))
+    if is_llm_request(model=model, profile=profile, tokens=tokens, config=config, layout=layout):
+        from cloudfit.cli.recommend_llm import token_workload  # a large-model token workload
+
+        workload = token_workload(
+            model=model, profile=profile, samples=samples, epochs=epochs, dataset_size=dataset_size, tokens=tokens,
+            seq_len=seq_len, finetune=finetune, lora_rank=lora_rank, config=config, layout=layout,
+            global_batch=global_batch, precision=precision, batch_size=batch_size, search=search, limits=limits)
+    else:
+        from cloudfit.workload import make_workload
+
+        workload = make_workload(model=model, profile=profile, samples=samples, epochs=epochs,
+                                 dataset_size=dataset_size, precision=precision, batch_size=batch_size, **limits)
     from cloudfit.plan import recommend as plan_recommend
 
     options = {"n_trials": trials, "seed": seed} if search == "bayes" else None
     plan = plan_recommend(workload, catalog=catalog_path, searcher=search, searcher_options=options)
-    shown = _distinct(plan, top)
     write_outputs(plan, out, emit_skypilot, plot)
+    if plan.layout is not None:
+        from cloudfit.cli.recommend_llm import show
+
+        return show(plan, top, seq_len, out, plot, emit_skypilot, as_json=as_json, wide=wide,
+                    catalog_path=catalog_path)
+    shown = _distinct(plan, top)
     if as_json:
         from cloudfit.plan.io import plan_to_dict
 
@@ -99,57 +108,8 @@ def recommend(
 
 
 def _distinct(plan, k: int) -> list:
-    """Best first, one row per (machine type, nodes, spot, region)."""
-    seen, out = set(), []
-    for e in plan.candidates():
-        c = e.config
-        key = (c.offering.machine_type, c.nodes, c.spot, c.offering.region)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(e)
-        if len(out) == k:
-            break
-    return out
-
-
-def limits_and_goal(w) -> str:
-    """"deadline 24.0 h at 90% and budget $300.00, the cost × time knee": the table title's tail."""
-    from cloudfit.cli.render import money
-    from cloudfit.units import format_hours
-
-    limits = []
-    if w.deadline_hours is not None:
-        limits.append(f"deadline {format_hours(w.deadline_hours)} at {w.confidence:.0%}")
-    if w.budget_usd is not None:
-        limits.append(f"budget {money(w.budget_usd)}")
-    goal = {"cost": "minimising cost", "time": "the cost × time knee", "fastest": "minimising time"}.get(w.objective, w.objective)
-    return f"{' and '.join(limits)}, {goal}"
-
-
-def write_outputs(plan, out: Path | None, sky: Path | None, plot: Path | None) -> None:
-    """The files ``recommend`` was asked for: plan.json, a SkyPilot task, a Pareto plot (each atomic)."""
-    if out is not None:
-        from cloudfit.plan.io import save_plan
-
-        save_plan(plan, out)
-    if sky is not None:
-        _write_skypilot(plan, sky)
-    if plot is not None:
-        from cloudfit import plot as plotting
-
-        plotting.save(plotting.pareto(plan), plot)
-
-
-def _write_skypilot(plan, path: Path) -> None:
-    import yaml
-
-    from cloudfit.atomic import atomic_open
-    from cloudfit.plan import skypilot_task
-
-    text = yaml.safe_dump(skypilot_task(plan), sort_keys=False)
-    with atomic_open(path, encoding="utf-8") as fh:
-        fh.write(text)
+    """The estimates of :func:`cloudfit.cli.render.distinct`'s rows."""
+    return [e for _, e in distinct(plan, k)]
 
 
 def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | None, *, wide: bool = False,

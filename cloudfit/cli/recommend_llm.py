@@ -1,9 +1,12 @@
 """``cloudfit recommend`` for large-model token workloads (``--tokens``, ``--config``, an LLM ``--model``):
-the cluster and its parallel layout. The library work is ``cloudfit.plan.llm``; this module parses and renders."""
+the cluster and its parallel layout. ``cloudfit.cli.recommend`` is the one command; this module parses the
+token options into a ``cloudfit.plan.llm.TokenWorkload`` and renders the plan. It imports nothing back."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from cloudfit.cli.render import distinct as _distinct
 
 
 def is_llm_request(*, model, profile, tokens, config, layout) -> bool:
@@ -21,18 +24,11 @@ def is_llm_request(*, model, profile, tokens, config, layout) -> bool:
     return is_llm(model)
 
 
-def recommend_llm(*, model, profile, samples, epochs, dataset_size, deadline, budget, objective, regions,
-                  accelerators, spot, spot_only, max_nodes, catalog_path, confidence, precision, batch_size, top,
-                  search, trials, seed, as_json, out, plot, emit_skypilot, tokens, seq_len, finetune, lora_rank,
-                  config, layout, global_batch, max_gpus=None, allow_outlier_prices=False,
-                  wide=False, clouds=None) -> None:
-    from cloudfit.cli import options as opts
-    from cloudfit.cli.render import print_json
+def token_workload(*, model, profile, samples, epochs, dataset_size, tokens, seq_len, finetune, lora_rank, config,
+                   layout, global_batch, precision, batch_size, search, limits: dict):
+    """The ``TokenWorkload`` these options describe; ``UsageError`` for single-model options given with it."""
     from cloudfit.errors import UsageError
-    from cloudfit.llm.predict import tokens_to_samples
-    from cloudfit.llm.zoo import resolve
-    from cloudfit.plan.llm import LLMJob, recommend_llm as plan_llm
-    from cloudfit.workload import make_workload
+    from cloudfit.plan.llm import token_workload as make
 
     if profile is not None or samples is not None or epochs is not None or dataset_size is not None:
         raise UsageError("a large-model workload is given in --tokens (with --seq-len), not --profile/--samples/--epochs")
@@ -42,34 +38,16 @@ def recommend_llm(*, model, profile, samples, epochs, dataset_size, deadline, bu
         raise UsageError("large-model recommend searches exhaustively (every offering × nodes × layout)")
     if tokens is None:
         raise UsageError("give --tokens N for a large-model workload, e.g. --tokens 1e11")
-    if finetune not in ("full", "lora"):
-        raise UsageError(f"--finetune must be full or lora, got {finetune!r}")
-    if finetune == "lora" and lora_rank < 1:
-        raise UsageError(f"--lora-rank must be at least 1, got {lora_rank}")
-    if global_batch is not None and global_batch < 1:
-        raise UsageError(f"--global-batch must be at least 1, got {global_batch}")
-    if top < 1:
-        raise UsageError(f"--top must be at least 1, got {top}")
-    samples_n = tokens_to_samples(tokens, seq_len)
-    shape = resolve(model, config)
-    prec = "bf16" if precision == "fp16" else precision  # fp16 is the CNN default; LLMs train in bf16 or fp8
-    if prec not in ("bf16", "fp8"):
-        raise UsageError(f"--precision must be bf16 or fp8 for a large model, got {precision!r}")
-    if shape.learned_positions and seq_len > shape.learned_positions:
-        raise UsageError(f"{shape.name} has {shape.learned_positions} learned positions; --seq-len {seq_len} is longer")
-    workload = make_workload(
-        model=shape.name, samples=samples_n, deadline=deadline, budget=budget, objective=objective,
-        regions=opts.split(regions), accelerators=opts.split(accelerators), spot=opts.spot_mode(spot, spot_only),
-        max_nodes=max_nodes, confidence=confidence, precision=prec,
-        max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices,
-        clouds=None if clouds is None else opts.split(clouds))
-    job = LLMJob(shape, float(tokens), seq_len, finetune, lora_rank, global_batch, layout, prec)
-    plan = plan_llm(workload, job, catalog=catalog_path)
-    shown = _distinct(plan, top)
-    from cloudfit.cli.recommend import write_outputs
+    return make(tokens=tokens, model=model, config=config, seq_len=seq_len, finetune=finetune, lora_rank=lora_rank,
+                global_batch=global_batch, layout=layout, precision=precision, **limits)
 
-    write_outputs(plan, out, emit_skypilot, plot)
+
+def show(plan, top: int, seq_len: int, out, plot, sky, *, as_json: bool = False, wide: bool = False,
+         catalog_path=None) -> None:
+    """A large-model plan on stdout: JSON (plan, candidates with their layouts, the layout ranking) or the table."""
+    shown = _distinct(plan, top)
     if as_json:
+        from cloudfit.cli.render import print_json
         from cloudfit.plan.io import plan_to_dict
 
         from cloudfit.cli.clouds_view import multi_cloud, why_cloud
@@ -83,7 +61,7 @@ def recommend_llm(*, model, profile, samples, epochs, dataset_size, deadline, bu
         print_json({"plan": plan_to_dict(plan), "candidates": rows,
                     "layouts": plan.layout["ranking"], **extra})
         return
-    _render(plan, shown, seq_len, out, plot, emit_skypilot, wide=wide, catalog_path=catalog_path)
+    _render(plan, shown, seq_len, out, plot, sky, wide=wide, catalog_path=catalog_path)
 
 
 def _layout_of(plan, i: int) -> dict:
@@ -94,21 +72,6 @@ def _layout_of(plan, i: int) -> dict:
 
 def _layout_text(plan, i: int) -> str:
     return _layout_of(plan, i)["text"]
-
-
-def _distinct(plan, k: int) -> list:
-    """(index in plan.candidates(), estimate), best first, one per (machine type, nodes, spot, region)."""
-    seen, out = set(), []
-    for i, e in enumerate(plan.candidates()):
-        c = e.config
-        key = (c.offering.machine_type, c.nodes, c.spot, c.offering.region)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append((i, e))
-        if len(out) == k:
-            break
-    return out
 
 
 def _short(text: str, compact: bool = False) -> str:
@@ -127,11 +90,9 @@ def _short(text: str, compact: bool = False) -> str:
 
 def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None, sky: Path | None, *,
             wide: bool = False, con=None, catalog_path=None) -> None:
-    from cloudfit.cli.render import console, money
+    from cloudfit.cli.render import console, limits_and_goal, money
     from cloudfit.cli.table import WIDE_COLUMNS, Column, fit_distinct, print_table
     from cloudfit.units import format_hours
-
-    from cloudfit.cli.recommend import limits_and_goal
 
     w, L = plan.workload, plan.layout
     con = con or console()

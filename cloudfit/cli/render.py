@@ -38,3 +38,52 @@ def money(x: float | None) -> str:
     if x is None:
         return "—"
     return f"${x:,.2f}" if x < 1000 else f"${x:,.0f}"
+
+
+def distinct(plan, k: int) -> list:
+    """(index in ``plan.candidates()``, estimate), best first, one per (machine type, nodes, spot, region)."""
+    seen, out = set(), []
+    for i, e in enumerate(plan.candidates()):
+        c = e.config
+        key = (c.offering.machine_type, c.nodes, c.spot, c.offering.region)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((i, e))
+        if len(out) == k:
+            break
+    return out
+
+
+def limits_and_goal(w) -> str:
+    """"deadline 24.0 h at 90% and budget $300.00, the cost × time knee": a recommend table title's tail."""
+    from cloudfit.units import format_hours
+
+    limits = []
+    if w.deadline_hours is not None:
+        limits.append(f"deadline {format_hours(w.deadline_hours)} at {w.confidence:.0%}")
+    if w.budget_usd is not None:
+        limits.append(f"budget {money(w.budget_usd)}")
+    goal = {"cost": "minimising cost", "time": "the cost × time knee", "fastest": "minimising time"}.get(w.objective, w.objective)
+    return f"{' and '.join(limits)}, {goal}"
+
+
+def write_outputs(plan, out, sky, plot) -> None:
+    """The files ``recommend`` was asked for: plan.json, a SkyPilot task, a Pareto plot (each atomic)."""
+    if out is not None:
+        from cloudfit.plan.io import save_plan
+
+        save_plan(plan, out)
+    if sky is not None:
+        import yaml
+
+        from cloudfit.atomic import atomic_open
+        from cloudfit.plan import skypilot_task
+
+        text = yaml.safe_dump(skypilot_task(plan), sort_keys=False)
+        with atomic_open(sky, encoding="utf-8") as fh:
+            fh.write(text)
+    if plot is not None:
+        from cloudfit import plot as plotting
+
+        plotting.save(plotting.pareto(plan), plot)

@@ -29,9 +29,9 @@ def _build(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[st
 
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
               pad_edge=not compact, show_edge=not compact)
-    for i in keep_idx:
-        c = cols[i]
-        t.add_column(c.header, justify=c.justify, no_wrap=True)  # type: ignore[arg-type]
+    for i, w in zip(keep_idx, _cell_widths(cols, rows, keep_idx)):
+        c = cols[i]  # a fixed width (the widest cell's): rich then need not measure every cell again
+        t.add_column(c.header, justify=c.justify, no_wrap=True, width=w)  # type: ignore[arg-type]
     for r in rows:
         t.add_row(*(r[i] for i in keep_idx))
     return t
@@ -49,13 +49,18 @@ def natural_width(table) -> int:
 
 def _width(cols: Sequence[Column], rows: Sequence[Sequence[str]], idx: list[int], compact: bool) -> int:
     """The width ``_build`` gives these columns (computed, not rendered: this runs on every recommend)."""
-    from rich.cells import cell_len
-
-    w = [max([cell_len(cols[i].header)] + [cell_len(r[i]) for r in rows]) for i in idx]
+    w = _cell_widths(cols, rows, idx)
     n = len(w)
     if compact:  # SIMPLE_HEAD without edges: a blank rule between columns, padding inside, none at the edges
         return sum(w) + 3 * n - 3
     return sum(w) + 2 * n + n + 1  # padding each side and n + 1 vertical rules
+
+
+def _cell_widths(cols: Sequence[Column], rows: Sequence[Sequence[str]], idx: list[int]) -> list[int]:
+    """Terminal cells of the widest entry (header included) of each column ``idx``."""
+    from rich.cells import cell_len
+
+    return [max([cell_len(cols[i].header)] + [cell_len(r[i]) for r in rows]) for i in idx]
 
 
 def fit(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]], width: int, *, wide: bool = False):
@@ -63,7 +68,7 @@ def fit(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]]
     when ``wide`` or ``width >= WIDE_COLUMNS``. Returns (table, names of the dropped columns)."""
     idx = list(range(len(cols)))
     if wide or width >= WIDE_COLUMNS:
-        return _build(title, cols, rows, idx, compact=False), []
+        return _built(title, cols, rows, idx, False), []
     for compact in (False, True):
         if _width(cols, rows, idx, compact) <= width:
             return _built(title, cols, rows, idx, compact), []

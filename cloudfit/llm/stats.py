@@ -143,6 +143,17 @@ def counted_parameters(shape: LLMShape) -> int:
     return n
 
 
+def info(name: str) -> dict:
+    """A zoo shape's dimensions and parameter count (``cloudfit models``). Here, not in ``zoo``: stats builds
+    on the zoo's shapes, and the zoo imports nothing back (tests/test_layering.py)."""
+    from cloudfit.llm.zoo import get
+
+    s = get(name)
+    return {"name": s.name, "family": s.family, "parameters": parameters(s), "hidden": s.hidden, "layers": s.layers,
+            "heads": s.heads, "kv_heads": s.kv_heads, "ffn_hidden": s.ffn_hidden, "vocab": s.vocab,
+            "max_seq_len": s.max_seq_len}
+
+
 def stats_profile(shape: LLMShape, seq_len: int, *, count_on_meta: bool = True) -> dict:
     """A stats-only profile: analytic stats, and (optionally) the parameter count of the meta module."""
     st = token_stats(shape, seq_len)

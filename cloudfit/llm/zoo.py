@@ -199,15 +199,6 @@ def resolve(model: str | None = None, config: str | Path | None = None) -> LLMSh
     return get(model)
 
 
-def info(name: str) -> dict[str, Any]:
-    from cloudfit.llm.stats import parameters
-
-    s = get(name)
-    return {"name": s.name, "family": s.family, "parameters": parameters(s), "hidden": s.hidden, "layers": s.layers,
-            "heads": s.heads, "kv_heads": s.kv_heads, "ffn_hidden": s.ffn_hidden, "vocab": s.vocab,
-            "max_seq_len": s.max_seq_len}
-
-
 def hf_config(shape: LLMShape):
     """The ``transformers`` config of ``shape`` (Llama for swiglu shapes, GPT-2 for gelu ones). Lazy import."""
     if shape.mlp == "swiglu":

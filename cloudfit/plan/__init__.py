@@ -1,6 +1,8 @@
 """Plans: ``recommend(workload) -> Plan``, their explanation, plan.json I/O and SkyPilot export.
 
-- ``planner``: recommend, Pareto front, ranked alternatives
+- ``planner``: recommend, the one entry point (a ``Workload`` in samples or a ``TokenWorkload`` in tokens)
+- ``rank``: ranked alternatives, Pareto front (shared by both planners)
+- ``llm``: the large-model planner (cluster and parallel layout)
 - ``explain``: why this plan, what a looser limit buys, why nothing fits
 - ``io``: plan.json reader and writer (schema version)
 - ``skypilot``: SkyPilot task export
@@ -15,7 +17,8 @@ from typing import Any
 
 _WHERE = {
     "load_plan": "io", "plan_from_dict": "io", "plan_to_dict": "io", "save_plan": "io",
-    "load_workload_profile": "planner", "pareto_front": "planner", "recommend": "planner",
+    "load_workload_profile": "planner", "pareto_front": "rank", "recommend": "planner",
+    "TokenWorkload": "llm", "token_workload": "llm",
     "skypilot_task": "skypilot",
 }
 

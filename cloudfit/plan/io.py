@@ -46,6 +46,7 @@ def plan_from_dict(d: Any, *, source: str = "plan") -> Plan:
             f"(reads version {SCHEMA_VERSION}); upgrade cloudfit or re-run `cloudfit recommend`"
         )
     check_plan_dict(d, source)
+    layout = _layout(d.get("layout"), d["workload"], source)
     try:
         return Plan(
             workload=Workload.from_dict(d["workload"]),
@@ -56,7 +57,7 @@ def plan_from_dict(d: Any, *, source: str = "plan") -> Plan:
             explanation=str(d.get("explanation", "")),
             sensitivity=str(d.get("sensitivity", "")),
             schema_version=version,
-            layout=_layout(d.get("layout"), source),
+            layout=layout,
         )
     except KeyError as e:
         raise PlanError(f"{source}: plan is missing field {e.args[0]!r}") from None
@@ -64,12 +65,23 @@ def plan_from_dict(d: Any, *, source: str = "plan") -> Plan:
         raise PlanError(f"{source}: plan has a malformed field ({e})") from None
 
 
-def _layout(v: Any, source: str) -> dict | None:
-    """The optional large-model layout block (``Plan.layout``): a JSON object with the layout text."""
+def _layout(v: Any, workload: dict, source: str) -> dict | None:
+    """The optional large-model layout block (``Plan.layout``): a JSON object with the layout text, made
+    for the plan's own model. A layout block on a single-model plan (a shipped CNN/transformer profile)
+    would launch the large-model trainer in place of the plan's model: refused."""
     if v is None:
         return None
     if not isinstance(v, dict) or not isinstance(v.get("text"), str):
         raise PlanError(f"{source}: plan field 'layout' must be an object with the layout 'text'")
+    from cloudfit import resources
+
+    model = workload["model"]
+    if (resources.profiles_dir() / f"{model}.json").is_file() or workload.get("profile_path"):
+        raise PlanError(f"{source}: plan trains the single model {model!r} (a profile), but carries a large-model "
+                        "'layout' block; re-run `cloudfit recommend`")
+    if v.get("model") != model:
+        raise PlanError(f"{source}: plan field 'layout' is for model {json.dumps(v.get('model'))[:40]}, but the plan "
+                        f"trains {model!r}; re-run `cloudfit recommend`")
     return v
 
 
@@ -86,6 +98,8 @@ def load_plan(path: str | Path) -> Plan:
         d = json.loads(text)
     except json.JSONDecodeError as e:
         raise PlanError(f"{p}: corrupt plan (invalid JSON at line {e.lineno}: {e.msg})") from None
+    except RecursionError:  # e.g. 100,000 nested arrays: the parser's C recursion guard
+        raise PlanError(f"{p}: corrupt plan (JSON nested too deeply)") from None
     return plan_from_dict(d, source=str(p))
 
 

@@ -30,7 +30,7 @@ import datetime as _dt
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -66,6 +66,49 @@ class LLMJob:
     @property
     def batch(self) -> int:
         return self.global_batch or lsp.default_global_batch(self.seq_len, self.finetune)
+
+
+@dataclass(frozen=True)
+class TokenWorkload:
+    """A large-model workload: the limits (a ``Workload`` whose samples are sequences, tokens ÷ sequence
+    length) and what to train in tokens. ``cloudfit.plan.recommend`` plans it by its ``kind``."""
+
+    limits: Workload
+    job: LLMJob
+    kind: ClassVar[str] = "tokens"
+
+    def require_limit(self) -> "TokenWorkload":
+        self.limits.require_limit()
+        return self
+
+
+def token_workload(*, tokens: float, model: str | None = None, config: str | Path | None = None, seq_len: int = 8192,
+                   finetune: str = "full", lora_rank: int = 16, global_batch: int | None = None,
+                   layout: str | None = None, precision: str = "bf16", **limits: Any) -> TokenWorkload:
+    """The ``TokenWorkload`` for a zoo model (``model``) or a ``config.json`` (``config``); ``limits`` are
+    ``cloudfit.workload.make_workload``'s (deadline, budget, objective, regions, accelerators, spot, …).
+    ``UsageError`` (one line) on anything that does not fit together. ``fp16`` means bf16 (LLMs train in
+    bf16 or fp8)."""
+    from cloudfit.errors import UsageError
+    from cloudfit.llm.predict import tokens_to_samples
+    from cloudfit.llm.zoo import resolve
+    from cloudfit.workload import make_workload
+
+    if finetune not in ("full", "lora"):
+        raise UsageError(f"--finetune must be full or lora, got {finetune!r}")
+    if finetune == "lora" and lora_rank < 1:
+        raise UsageError(f"--lora-rank must be at least 1, got {lora_rank}")
+    if global_batch is not None and global_batch < 1:
+        raise UsageError(f"--global-batch must be at least 1, got {global_batch}")
+    samples = tokens_to_samples(tokens, seq_len)
+    shape = resolve(model, config)
+    prec = "bf16" if precision == "fp16" else precision
+    if prec not in ("bf16", "fp8"):
+        raise UsageError(f"--precision must be bf16 or fp8 for a large model, got {precision!r}")
+    if shape.learned_positions and seq_len > shape.learned_positions:
+        raise UsageError(f"{shape.name} has {shape.learned_positions} learned positions; --seq-len {seq_len} is longer")
+    w = make_workload(model=shape.name, samples=samples, precision=prec, **limits)
+    return TokenWorkload(w, LLMJob(shape, float(tokens), seq_len, finetune, lora_rank, global_batch, layout, prec))
 
 
 def parse_constraints(text: str | None, shape: LLMShape, seq_len: int) -> dict:
@@ -199,18 +242,60 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
     constraints = parse_constraints(job.layout, job.shape, job.seq_len)
     N = workload.max_nodes
     modes = 1 if workload.spot != "allow" else 2
+    shapes, off_shape, hws, shape_hw_a, reasons = _shapes(offs, job.precision)
+    res = lsp.search_catalog(st, job.shape, hws, N, global_batch=job.batch, exact=job.global_batch is not None,
+                             precision=job.precision, finetune=job.finetune, lora_rank=job.lora_rank,
+                             constraints=constraints, c=constants())
+    tps_shape = np.zeros((len(shapes), N))
+    ok = shape_hw_a >= 0
+    tps_shape[ok] = res.tokens_per_second[shape_hw_a[ok]]
+    fits_off = tps_shape[off_shape] > 0  # offering × nodes
+    excluded = _left_out(job, shapes, off_shape, shape_hw_a, reasons, tps_shape, res, hws, N, modes)
+    od = np.array([o.price_per_hour for o in offs])
+    spp, fits_off = _spot_prices(workload, offs, fits_off, excluded, N, modes)
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("offering", "nodes", "spot", "price")}
+    for is_spot in {"allow": (False, True), "never": (False,), "only": (True,)}[workload.spot]:
+        per_node = spp if is_spot else od
+        add_candidates(cols, single_node_clouds(fits_off & ~np.isnan(per_node)[:, None], offs, excluded), per_node, is_spot)
+    offering = np.concatenate(cols["offering"])
+    if offering.size == 0:
+        raise _does_not_fit(job, res, hws, N, constraints)
+    nodes = np.concatenate(cols["nodes"])
+    shape = off_shape[offering]
+    h = shape_hw_a[shape]
+    tps = res.tokens_per_second[h, nodes - 1]
+    c = constants()
+    lo, hi = c.band
+    sps = tps / job.seq_len
+    writers = (res.best["tp"] * res.best["pp"] * res.best["cp"] * res.best["dp_shard"])[h, nodes - 1]
+    ck = checkpoint_model(job, nodes, writers)
+    hz_off = np.asarray(spot.hazards([o.accelerator for o in offs], [o.region for o in offs],
+                                     clouds=[o.cloud for o in offs]), dtype=float)
+    is_spot = np.concatenate(cols["spot"])
+    return LLMSpace(
+        workload=workload, profile=_profile(job, st), catalog=cat, shapes=shapes, offering=offering, shape=shape,
+        nodes=nodes, spot=is_spot, price_per_hour=np.concatenate(cols["price"]), samples_per_second=sps,
+        low=sps * math.exp(lo), high=sps * math.exp(hi), hazard_per_node_hour=hz_off[offering], excluded=excluded,
+        basis=f"LLM step model {_calibration()}", checkpoint_bytes=float(ck["checkpoint_bytes"]),
+        _cache={"groups": _price_groups(shape, nodes, is_spot, hz_off, offering, len(shapes), N)},
+        write_s=ck["write_s"], restart_s=ck["restart_s"], hw_index=shape_hw_a, search=res, job=job, stats=st,
+        ckpt={"checkpoint_bytes": ck["checkpoint_bytes"], "restore_bytes": ck["restore_bytes"]})
+
+
+def _shapes(offs, precision: str):
+    """Distinct VM shapes of ``offs`` and their distinct hardware: (shapes, shape of each offering, hardware
+    shapes, hardware of each shape (-1: cannot train), shape → why it cannot train)."""
     shape_of: dict[tuple, int] = {}
     shapes: list = []  # one representative Offering per distinct VM shape
     hw_of: dict[lsp.HardwareShape, int] = {}
     hws: list[lsp.HardwareShape] = []
     shape_hw: list[int] = []
     off_shape = np.empty(len(offs), dtype=np.int64)
-    excluded: dict[str, int] = {}
     reasons: dict[int, str] = {}  # shape → why it cannot train at all
     for i, o in enumerate(offs):
         key = (o.machine_type, o.accelerator, o.accelerators_per_node, o.vcpus)
         if key not in shape_of:
-            hw = _hardware(o, job.precision)
+            hw = _hardware(o, precision)
             shape_of[key] = len(shapes)
             shapes.append(o)
             if isinstance(hw, str):
@@ -221,14 +306,12 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
                 if len(hws) < len(hw_of):
                     hws.append(hw)
         off_shape[i] = shape_of[key]
-    res = lsp.search_catalog(st, job.shape, hws, N, global_batch=job.batch, exact=job.global_batch is not None,
-                             precision=job.precision, finetune=job.finetune, lora_rank=job.lora_rank,
-                             constraints=constraints, c=constants())
-    shape_hw_a = np.asarray(shape_hw, dtype=np.int64)
-    tps_shape = np.zeros((len(shapes), N))
-    ok = shape_hw_a >= 0
-    tps_shape[ok] = res.tokens_per_second[shape_hw_a[ok]]
-    fits_off = tps_shape[off_shape] > 0  # offering × nodes
+    return shapes, off_shape, hws, np.asarray(shape_hw, dtype=np.int64), reasons
+
+
+def _left_out(job, shapes, off_shape, shape_hw_a, reasons, tps_shape, res, hws, N: int, modes: int) -> dict[str, int]:
+    """Candidates left out, by reason: hardware that cannot train, memory, no layout for the batch."""
+    excluded: dict[str, int] = {}
     gaps: dict[str, tuple[list[str], int]] = {}
     for si, s in enumerate(shapes):
         n_off = int((off_shape == si).sum())
@@ -252,10 +335,14 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
     for words, (parts, n) in gaps.items():
         why = f"{words} on {', '.join(parts)} VMs"
         excluded[why] = excluded.get(why, 0) + n
+    return excluded
 
-    od = np.array([o.price_per_hour for o in offs])
+
+def _spot_prices(workload: Workload, offs, fits_off: np.ndarray, excluded: dict[str, int], N: int, modes: int):
+    """(spot price per offering, NaN where not used, candidates kept): outlier spot prices and the
+    --max-gpus limit left out (counted in ``excluded``), as ``cloudfit.search.space.build_space`` does."""
     spp = np.array([np.nan if o.spot_price_per_hour is None else o.spot_price_per_hour for o in offs])
-    if workload.spot != "never" and not workload.allow_outlier_prices:  # the rule of search.space.build_space
+    if workload.spot != "never" and not workload.allow_outlier_prices:
         from cloudfit.catalog.outliers import OUTLIER_REASON, spot_outliers
 
         flagged = np.asarray(spot_outliers(offs), dtype=bool)
@@ -272,34 +359,7 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
             key = f"more than {workload.max_gpus} GPUs (--max-gpus)"
             excluded[key] = excluded.get(key, 0) + int(over.sum()) * modes
             fits_off = fits_off & ~over
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("offering", "nodes", "spot", "price")}
-    for is_spot in {"allow": (False, True), "never": (False,), "only": (True,)}[workload.spot]:
-        per_node = spp if is_spot else od
-        add_candidates(cols, single_node_clouds(fits_off & ~np.isnan(per_node)[:, None], offs, excluded), per_node, is_spot)
-    offering = np.concatenate(cols["offering"])
-    if offering.size == 0:
-        raise _does_not_fit(job, res, hws, N, constraints)
-    nodes = np.concatenate(cols["nodes"])
-    shape = off_shape[offering]
-    h = shape_hw_a[shape]
-    tps = res.tokens_per_second[h, nodes - 1]
-    c = constants()
-    lo, hi = c.band
-    sps = tps / job.seq_len
-    writers = (res.best["tp"] * res.best["pp"] * res.best["cp"] * res.best["dp_shard"])[h, nodes - 1]
-    ck = checkpoint_model(job, nodes, writers)
-    hz_off = np.asarray(spot.hazards([o.accelerator for o in offs], [o.region for o in offs],
-                                     clouds=[o.cloud for o in offs]), dtype=float)
-    is_spot = np.concatenate(cols["spot"])
-    space = LLMSpace(
-        workload=workload, profile=_profile(job, st), catalog=cat, shapes=shapes, offering=offering, shape=shape,
-        nodes=nodes, spot=is_spot, price_per_hour=np.concatenate(cols["price"]), samples_per_second=sps,
-        low=sps * math.exp(lo), high=sps * math.exp(hi), hazard_per_node_hour=hz_off[offering], excluded=excluded,
-        basis=f"LLM step model {_calibration()}", checkpoint_bytes=float(ck["checkpoint_bytes"]),
-        _cache={"groups": _price_groups(shape, nodes, is_spot, hz_off, offering, len(shapes), N)},
-        write_s=ck["write_s"], restart_s=ck["restart_s"], hw_index=shape_hw_a, search=res, job=job, stats=st,
-        ckpt={"checkpoint_bytes": ck["checkpoint_bytes"], "restore_bytes": ck["restore_bytes"]})
-    return space
+    return spp, fits_off
 
 
 def _node_counts(ns: np.ndarray) -> str:
@@ -375,12 +435,12 @@ def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | P
     from cloudfit import catalog as catalog_mod
     from cloudfit import spot
     from cloudfit.plan.explain import infeasible
-    from cloudfit.plan.planner import pareto_front, rank
+    from cloudfit.plan.rank import pareto_front, rank
     from cloudfit.search import Problem, get_searcher
     workload.require_limit()
     if space is None:
         cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog, clouds=workload.clouds)
-        space = build_llm_space(workload, job, cat)
+        space = _space(workload, job, cat)
     problem = Problem.of(workload)
     result = get_searcher("exhaustive").search(space, problem)
     if result.n_feasible == 0:
@@ -404,6 +464,21 @@ def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | P
     plan = Plan(workload=workload, chosen=chosen, alternatives=r.alternatives, pareto=pareto_front(space, problem),
                 provenance=provenance, explanation=f"{r.explanation} Layout: {spec['why']}", layout=spec)
     return replace(plan, sensitivity=r.sensitivity(space, problem))
+
+
+def _space(workload: Workload, job: LLMJob, cat: Catalog) -> LLMSpace:
+    """``build_llm_space``, read back from ``cloudfit.cache`` when the catalog, the package (code, the
+    step model's calibration) and everything that shapes the space are those of an earlier call."""
+    from cloudfit import cache
+
+    if not cat.digest:
+        return build_llm_space(workload, job, cat)
+    w = workload
+    parts = (cat.path, cat.digest, repr(job), w.model, w.accelerators, w.regions, w.spot, w.precision, w.max_nodes,
+             w.max_gpus, w.allow_outlier_prices, w.clouds)
+    space = cache.memo("llm-space", parts, lambda: build_llm_space(workload, job, cat))
+    space.workload = workload
+    return space
 
 
 def _hw_words(space: LLMSpace, i: int) -> tuple[lsp.HardwareShape, str]:

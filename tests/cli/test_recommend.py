@@ -83,3 +83,24 @@ def test_unknown_model_and_subprocess():
     assert r.returncode == 2 and "alexnet-9000" in r.stderr and "Traceback" not in r.stderr
     r = run_cloudfit(*BASE, "--deadline", "24h", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["candidates"]
+
+
+def test_one_planner_entry_plans_both_kinds_of_workload():
+    """A workload knows its kind; ``cloudfit.recommend`` plans samples and tokens alike (issue 25)."""
+    import cloudfit
+    from cloudfit.errors import UsageError
+    from cloudfit.plan.io import plan_to_dict
+    from cloudfit.plan.llm import recommend_llm
+
+    w = cloudfit.make_workload(model="resnet50", samples=3e7, deadline="12h", max_nodes=2, accelerators=["T4"])
+    assert w.kind == "samples" and cloudfit.recommend(w).layout is None
+    t = cloudfit.token_workload(tokens=1e9, model="llama3-8b", deadline="7d", accelerators=["H100"], max_nodes=2)
+    assert t.kind == "tokens" and t.limits.samples == 1e9 / 8192
+    plan = cloudfit.recommend(t)
+    assert plan.layout["model"] == plan.workload.model == "llama3-8b"
+    same = [plan_to_dict(p) for p in (plan, recommend_llm(t.limits, t.job))]
+    for d in same:
+        d["provenance"].pop("created_at")
+    assert same[0] == same[1]
+    with pytest.raises(UsageError, match="searches exhaustively"):
+        cloudfit.recommend(t, searcher="bayes")

@@ -115,6 +115,42 @@ def test_gcp_dry_run_prints_the_exact_instances_and_creates_nothing(cli, fake, p
     assert "torch.distributed.run" in pv["startup_script"] and "instance metadata" in pv["install"]
 
 
+def _library_preview(plan_path, backend, fake=None, **options):
+    """What a notebook gets from ``cloudfit.prepare_launch`` for the plan file (as JSON, like ``--json``)."""
+    import cloudfit
+    from cloudfit.executors import get_executor
+    from cloudfit.plan.io import reprice
+    from cloudfit.types import to_jsonable
+
+    plan, _ = reprice(cloudfit.load_plan(plan_path))
+    ex = (get_executor("gcp", project=PROJECT, endpoint=fake.endpoint) if backend == "gcp"
+          else get_executor("local", max_ranks=2))
+    return json.loads(json.dumps(to_jsonable(cloudfit.prepare_launch(plan, ex, **options).preview())))
+
+
+def test_a_notebook_launches_exactly_what_the_cli_launches(cli, fake, plan, tmp_path):
+    """One entry, ``cloudfit.launch(plan, executor)``: the CLI only parses, confirms and renders."""
+    for backend, args in (("gcp", _gcp_args(fake)), ("local", ["--ranks", "2"])):
+        r = cli("launch", str(plan), "--dry-run", "--json", "--name", "same", "--steps", "40", *args)
+        assert r.exit_code == 0, r.output
+        cli_pv = json.loads(r.output)["preview"]
+        assert cli_pv == _library_preview(plan, backend, fake, name="same", steps=40)
+        assert cli_pv != _library_preview(plan, backend, fake, name="same", steps=41)  # the comparison can fail
+    llm = tmp_path / "llm.json"
+    r = run_cloudfit("recommend", "--model", "llama3-8b", "--tokens", "1e11", "--deadline", "7d", "--accelerators",
+                     "H100", "--out", str(llm), cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    for backend, args in (("gcp", _gcp_args(fake, "--checkpoint-dir", "gs://ckpt-bucket/x")), ("local", ["--ranks", "2"])):
+        r = cli("launch", str(llm), "--dry-run", "--json", "--name", "same", *args)
+        assert r.exit_code == 0, r.output
+        cli_pv = json.loads(r.output)["preview"]
+        lib = _library_preview(llm, backend, fake, name="same",
+                               checkpoint_dir="gs://ckpt-bucket/x" if backend == "gcp" else None)
+        assert cli_pv == lib
+        assert any("rehearsing the plan's layout" in n if backend == "local" else "deadline kept at run time" in n
+                   for n in lib["notes"]), lib["notes"]
+
+
 def test_budget_form_recommends_with_objective_time(cli, monkeypatch, fake):
     import cloudfit.plan
 
@@ -294,3 +330,17 @@ def test_a_token_in_the_pip_spec_reaches_neither_metadata_nor_json(cli, fake, pl
     assert token not in r.output
     state_bytes = b"".join(p.read_bytes() for p in StateStore().path.parent.glob("state.db*"))
     assert token.encode() not in state_bytes
+
+
+def test_the_cli_assembles_no_run_spec_itself():
+    """`cloudfit launch` parses, confirms and renders; the run spec is cloudfit.launcher's (issue 25)."""
+    import ast
+
+    import cloudfit.cli.launch as cli_launch
+
+    names = {n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else n.name
+             for n in ast.walk(ast.parse(Path(cli_launch.__file__).read_text()))
+             if isinstance(n, (ast.Name, ast.Attribute, ast.alias))}
+    assert not names & {"RunSpec", "JobSpec", "LlmJob", "deadline_spec", "planned_interval", "plan_configs",
+                        "rehearsal", "default_name"}
+    assert "prepare_launch" in names

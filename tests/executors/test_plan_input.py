@@ -106,3 +106,41 @@ def test_a_valid_plan_from_the_recommender_round_trips(tmp_path):
     save_plan(plan, tmp_path / "p.json")
     again, notes = reprice(load_plan(tmp_path / "p.json"))
     assert notes == [] and again.chosen.config == plan.chosen.config
+
+
+def test_a_plan_nested_100000_arrays_deep_is_one_line_exit_2(cli, tmp_path):
+    """Before: json's recursion guard raised RecursionError out of load_plan (a traceback)."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    r = cli("launch", str(path), "--yes", "--dry-run")
+    assert r.exit_code == 2, r.output
+    assert "nested too deeply" in r.output and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+    deep = _mutate(_plan(tmp_path), lambda d: d["provenance"].update(x=0))
+    deep.write_text(deep.read_text().replace('"x": 0', '"x": ' + "[" * 100_000 + "]" * 100_000))
+    r = cli("launch", str(deep), "--yes", "--dry-run")
+    assert r.exit_code == 2 and "nested too deeply" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
+LLM_LAYOUT = {"text": "dp=1,fsdp=2,tp=1,pp=1,cp=1,mb=1,ga=1,ac=none", "model": "llama3-8b", "gpus": 2,
+              "launch": {"args": ["--shape", "llama3-8b", "--seq-len", "64", "--steps", "10", "--dp-replicate", "1",
+                                  "--dp-shard", "2", "--tp", "1", "--pp", "1", "--cp", "1", "--micro-batch", "1",
+                                  "--grad-accum", "1"]}}
+
+
+@pytest.mark.parametrize("model, layout, message", [
+    ("resnet50", LLM_LAYOUT, "trains the single model 'resnet50' (a profile), but carries a large-model 'layout'"),
+    ("resnet50", {**LLM_LAYOUT, "model": "resnet50"}, "carries a large-model 'layout'"),
+    ("llama3-70b", LLM_LAYOUT, "'layout' is for model \"llama3-8b\", but the plan trains 'llama3-70b'"),
+])
+def test_a_plan_whose_layout_block_is_not_its_models_is_refused(cli, tmp_path, model, layout, message):
+    """Before: a CNN plan carrying an LLM layout block launched cloudfit.train_llm without a word."""
+    def edit(d):
+        d["workload"]["model"] = model
+        d["layout"] = layout
+    path = _mutate(write_plan(tmp_path / "p.json", [ClusterConfig(offering(price=None, per_node=1), 2, False)],
+                              budget_usd=30), edit)
+    for extra in (["--dry-run"], ["--yes", "--steps", "2"]):
+        r = cli("launch", str(path), "--name", "mix", *extra)
+        assert r.exit_code == 2, r.output
+        assert message in r.output and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+    assert StateStore().clusters() == []
