@@ -228,15 +228,16 @@ def combined_memory_scale(anchors: Sequence[Anchor]) -> float | None:
 
 
 def scale_memory(memory, factor: float | None):
-    """A memory estimate whose total is × ``factor`` (the difference booked as framework overhead)."""
+    """A memory estimate with every part × ``factor`` (the measured peak ÷ the modelled one at the anchor)."""
     if not factor:
         return memory
-    total = memory.total_gib * factor
-    fits = total <= memory.capacity_gib
-    reason = "" if fits else f"does not fit: needs {total:,.1f} GiB of {memory.capacity_gib:,.0f} GiB per GPU " \
-                             "(anchored on the measured peak)"
-    return replace(memory, overhead_gib=memory.overhead_gib + total - memory.total_gib, total_gib=total,
-                   fits=fits, reason=reason)
+    parts = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "logits_gib", "buffers_gib",
+             "overhead_gib", "total_gib")
+    scaled = {k: getattr(memory, k) * factor for k in parts}
+    fits = scaled["total_gib"] <= memory.capacity_gib
+    reason = "" if fits else f"does not fit: needs {scaled['total_gib']:,.1f} GiB of {memory.capacity_gib:,.0f} " \
+                             "GiB per GPU (scaled by the measured peak of the anchor run)"
+    return replace(memory, **scaled, fits=fits, reason=reason)
 
 
 # --------------------------------------------------------------------------------------------
@@ -309,12 +310,13 @@ class Anchored:
     hops: tuple
     speed: float
     anchors: tuple = ()
+    notes: tuple = ()
 
     def to_dict(self) -> dict:
         d = self.prediction.to_dict()
         d["anchor"] = {"basis": self.basis, "trust": self.trust, "hops": [h[1] for h in self.hops],
                        "stack_speed": self.speed, "anchored_on": [a.label for a in self.anchors],
-                       "band_version": _bands(str(BANDS_PATH)).get("version", "?")}
+                       "band_version": _bands(str(BANDS_PATH)).get("version", "?"), "notes": list(self.notes)}
         d["prediction_basis"] = self.basis
         return d
 
@@ -359,3 +361,47 @@ def stack_generic(shape, query: Setup, *, c: Constants, **predict_kw) -> Anchore
     basis = "stack-generic: no measurement of your stack (constants fitted on public Megatron / FSDP runs); " \
             "band spans the public stacks"
     return Anchored(p, basis, "stack-generic", (), 1.0, ())
+
+
+def short_layout(text: str) -> str:
+    """``fsdp=8,zero=3,tp=1,…,ac=selective`` → ``fsdp=8`` (the degrees above 1; ac when not selective)."""
+    keep = []
+    for part in (text or "").split(","):
+        k, _, v = part.partition("=")
+        k, v = k.strip(), v.strip()
+        if k in ("dp", "fsdp", "tp", "pp", "cp", "vp") and v not in ("", "1"):
+            keep.append(f"{k}={v}")
+        elif k == "ac" and v != "selective":
+            keep.append(f"ac={v}")
+    return ",".join(keep) or "1 GPU"
+
+
+def setup_of(m) -> Setup:
+    """The setup of an ``LLMMeasurement``."""
+    return Setup(m.accelerator, m.gpus_per_node, m.nodes, "bf16" if m.precision == "fp16" else m.precision,
+                 m.seq_len, m.batch_size, m.layout, m.framework)
+
+
+def anchors_from_profile(profile, shape, *, c: Constants | None = None) -> tuple[list[Anchor], list[str]]:
+    """Every GPU measurement of an ``LLMProfile`` as an anchor, and a note for each one that cannot anchor
+    (a CPU profile run: its speed says nothing about a GPU's)."""
+    from cloudfit.llm.zoo import LLMShape
+
+    anchors, notes = [], []
+    for m in profile.measurements:
+        s = setup_of(m)
+        where = f"{m.nodes}×{m.gpus_per_node}×{m.accelerator}" if m.nodes > 1 else f"{m.gpus}×{m.accelerator}"
+        if m.accelerator == "cpu":
+            notes.append(f"the {m.source} CPU profile run ({m.measured_at or 'undated'}) anchors no GPU prediction")
+            continue
+        mine = "your" if m.source in ("measured", "probe") else "the reported"
+        if m.layers is not None:
+            run = LLMShape(**{k: v for k, v in m.layers["shape"].items() if k in LLMShape.__dataclass_fields__})
+            anchors.append(layer_anchor(run, s, float(m.layers["forward_backward_s"]), c=c,
+                                        label=f"{mine} per-layer profile on {m.accelerator}", source=m.source,
+                                        note=m.note))
+        else:
+            anchors.append(run_anchor(shape, s, m.tokens_per_second, memory_gib=m.memory_gib, c=c,
+                                      label=f"{mine} {where} {short_layout(m.layout)} run", source=m.source,
+                                      note=m.note))
+    return anchors, notes
