@@ -36,11 +36,25 @@ def run(
     stats_only: bool = typer.Option(False, "--stats-only", help="Count FLOPs/bytes/parameters only (seconds, no training); writes only with --out."),
     replace: bool = typer.Option(False, "--replace", help="Overwrite --out instead of merging into it."),
     as_json: bool = typer.Option(False, "--json", help="Print the profile as JSON to stdout."),
+    llm: Optional[str] = typer.Option(None, "--model", "-m", help="A large model of the LLM zoo (llama3-8b …): "
+                                                                  "a few layers at the real width (shrunk on a CPU)."),
+    config: Optional[str] = typer.Option(None, "--config", help="A large model's Hugging Face config.json."),
+    layers: Optional[int] = typer.Option(None, "--layers", help="LLM: layers to run, 1–4 (default 4 on a GPU, 2 on a CPU)."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="LLM: tokens per sequence (default 8192 on a GPU, 256 on a CPU)."),
+    ac: str = typer.Option("selective", "--ac", help="LLM: activation checkpointing, none | selective | full."),
 ) -> None:
     """Run a short real training run of MODEL and write its throughput profile."""
     from cloudfit.errors import ProfileError
     from cloudfit.profiling import io, zoo
     from cloudfit.types import Profile
+
+    if llm is not None or config is not None or (model is not None and not model_file and _is_llm_only(model)):
+        if model is not None and llm is not None:
+            raise ProfileError("give the model once: MODEL or --model")
+        _run_llm(llm or model, config, device=device, layers=layers, seq_len=seq_len, micro_batch=batch_size,
+                 steps=None if steps == DEFAULT_STEPS else steps, warmup=None if warmup == DEFAULT_WARMUP else warmup,
+                 ac=ac, out=out, replace=replace, as_json=as_json)
+        return
 
     if model is None and not model_file:
         raise ProfileError("give a zoo MODEL (see `cloudfit models`) or --model-file path/to/file.py:factory")
@@ -82,6 +96,46 @@ def run(
     if path is not None:
         extra = f" (kept {kept} earlier measurement{'s' if kept != 1 else ''})" if kept else ""
         console().print(f"wrote {path}{extra}", markup=False, soft_wrap=True)
+
+
+def _is_llm_only(name: str) -> bool:
+    """A name of the LLM zoo that is not also a model of the profiling zoo."""
+    from cloudfit.llm.zoo import is_llm
+    from cloudfit.profiling import zoo
+
+    return is_llm(name) and name not in zoo.names()
+
+
+def _run_llm(model, config, *, device, layers, seq_len, micro_batch, steps, warmup, ac, out, replace, as_json) -> None:
+    """``profile run`` of a large model: a few real layers (``cloudfit.llm.profile_run``), appended to FILE."""
+    from cloudfit.errors import ProfileError
+    from cloudfit.llm import profile_run
+    from cloudfit.llm.zoo import resolve
+    from cloudfit.profiling import io
+    from cloudfit.types import LLMProfile
+
+    shape = resolve(model, config)
+    profile_run.check_options(layers=layers or 1, seq_len=seq_len or 2, micro_batch=micro_batch or 1,
+                              steps=steps or 1, warmup=warmup or 0, ac=ac)
+    path = out or Path(f"{shape.name}.json")
+    prof = io.new_llm_profile(shape, "config" if config else "zoo")
+    if path.exists() and not replace:
+        old = io.load_profile(path, llm_ok=True)
+        if not isinstance(old, LLMProfile) or dict(old.shape) != shape.to_dict():
+            raise ProfileError(f"{path} holds a profile of {old.model!r}, not of {shape.name!r}; choose another --out "
+                               "or pass --replace")
+        prof = old
+    with _Progress() as bar:
+        bar.phase(f"training {layers or 'a few'} layers of {shape.name}")
+        m = profile_run.run(shape, device=device, layers=layers, seq_len=seq_len, micro_batch=micro_batch,
+                            steps=steps, warmup=warmup, ac=ac, progress=bar.steps)
+    updated = prof.with_measurement(io.validate_llm_measurement(m, shape))
+    io.save_profile(updated, path)
+    if as_json:
+        print_json(io.profile_to_dict(updated))
+        return
+    render_llm_profile(updated, path)
+    console().print(f"wrote {path}", markup=False, soft_wrap=True)
 
 
 def _merge_into(path: Path, profile, replace: bool):

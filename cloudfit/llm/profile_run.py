@@ -1,0 +1,212 @@
+"""``cloudfit profile run --model llama3-8b``: a short real run of a large model on the device at hand.
+
+It trains what ``cloudfit launch`` trains — the Llama-style decoder of ``cloudfit.llm_model`` (RMSNorm, rotary,
+grouped-query ``scaled_dot_product_attention``, SwiGLU), each block wrapped by FSDP2's ``fully_shard`` with the
+trainer's mixed-precision policy (bf16 parameters, fp32 reductions) and its activation checkpointing (``ac``:
+none | selective | full, ``llm_model``'s own policy), AdamW as ``cloudfit.train_llm`` sets it up, on
+``train_llm``'s synthetic token batches — at the model's real width, sequence length and micro-batch, with only a
+few layers (1–4). It runs twice, 1 layer and ``layers`` layers deep, and times a few steps of each after a
+warm-up; the difference is one layer:
+
+- ``forward_backward_s``: forward + backward of one layer and one micro-batch;
+- ``embedding_head_s``: the rest of forward + backward (embedding, final norm, LM head, loss);
+- ``optimizer_s``: AdamW's step over ``layers`` layers (+ embedding and head);
+- ``memory_per_layer_gib`` / ``fixed_memory_gib``: the allocator's peak per layer and for the rest (CUDA only).
+
+On a CPU the same code runs at a shrunk width (``llm_model.shrink``: the layer types and ratios of the model,
+head size 16) in fp32 — what the tests use; such a profile records the format and the code path, and anchors no
+GPU prediction. On CUDA it records the device name and maps it to the catalog's accelerator. Several GPUs are
+not used (one process; collective bandwidth is left for a multi-GPU run, not measured here).
+
+Heavy imports (torch) happen inside ``run``.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+from dataclasses import replace
+from typing import Callable
+
+from cloudfit.errors import UsageError
+
+CPU_DEFAULTS = {"seq_len": 256, "micro_batch": 1, "layers": 2, "steps": 5, "warmup": 2}
+GPU_DEFAULTS = {"seq_len": 8192, "micro_batch": 1, "layers": 4, "steps": 5, "warmup": 2}
+GIB = 1024.0 ** 3
+
+
+def llama_config(shape, *, shrink: bool, layers: int):
+    """``llm_model.LlamaConfig`` of an ``LLMShape`` (``layers`` deep; shrunk in width on a CPU)."""
+    from cloudfit import llm_model
+
+    if shape.mlp != "swiglu" or shape.norm != "rms" or shape.bias or shape.learned_positions:
+        raise UsageError(f"{shape.name}: profile run trains the Llama-style decoder cloudfit launches (SwiGLU, RMSNorm, "
+                         "rotary, no biases); this shape is not one — add a measurement with `profile add` instead")
+    cfg = llm_model.LlamaConfig(shape.hidden, layers, shape.heads, shape.kv_heads, shape.vocab, shape.ffn_hidden,
+                                tie_embeddings=shape.tied_embeddings, name=shape.name)
+    if shrink:
+        cfg = llm_model.shrink(cfg, layers=layers, kv_heads=min(2, shape.kv_heads), head_dim=16, vocab=512)
+    return cfg
+
+
+def run_shape(shape, cfg):
+    """The ``LLMShape`` that actually ran (width and depth of ``cfg``)."""
+    return replace(shape, hidden=cfg.dim, layers=cfg.layers, heads=cfg.heads, kv_heads=cfg.kv_heads,
+                   ffn_hidden=cfg.ffn_dim, vocab=cfg.vocab, name=shape.name)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _process_group(device) -> bool:
+    """A one-rank process group (FSDP2 needs one); True when this call created it."""
+    import os
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return False
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(_free_port())
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0, world_size=1)
+    return True
+
+
+def _timed_model(cfg, *, device, seq_len: int, micro_batch: int, ac: str, bf16: bool, steps: int, warmup: int,
+                 tick: Callable[[], None]) -> dict:
+    """Build ``cfg`` like the trainer (FSDP2 per block, checkpointing, AdamW) and time ``steps`` steps."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from cloudfit import llm_model
+    from cloudfit.train_llm import markov_tables, synthetic_batch
+
+    model = llm_model.build(cfg, max_seq_len=seq_len, seed=0, device=device)
+    for blk in model.layers.values():
+        blk.ac = ac
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    blocks = list(model.layers.values())
+    for i, blk in enumerate(blocks):
+        fully_shard(blk, mp_policy=mp, reshard_after_forward=i < len(blocks) - 1)
+    fully_shard(model, mp_policy=mp)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.0, eps=1e-8)
+    tables = markov_tables(cfg.vocab)
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    fb, op = [], []
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    for step in range(warmup + steps):
+        x, y = synthetic_batch(tables, vocab=cfg.vocab, batch=micro_batch, seq_len=seq_len, seed=0, step=step,
+                               dp_rank=0, micro=0)
+        x, y = x.to(device), y.to(device)
+        sync()
+        t0 = time.perf_counter()
+        logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, cfg.vocab), y.reshape(-1))
+        loss.backward()
+        sync()
+        t1 = time.perf_counter()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sync()
+        t2 = time.perf_counter()
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise UsageError(f"profile run: the loss is {value} at step {step}")
+        if step >= warmup:
+            fb.append(t1 - t0)
+            op.append(t2 - t1)
+        tick()
+    peak = torch.cuda.max_memory_allocated(device) / GIB if cuda else None
+    del model, opt
+    if cuda:
+        torch.cuda.empty_cache()
+    return {"fb": sorted(fb)[len(fb) // 2], "opt": sorted(op)[len(op) // 2], "peak_gib": peak}
+
+
+def check_options(*, layers: int, seq_len: int, micro_batch: int, steps: int, warmup: int, ac: str) -> None:
+    if not 1 <= layers <= 4:
+        raise UsageError(f"--layers must be 1 to 4 (a few layers of the real width), got {layers}")
+    for name, v, lo in (("--seq-len", seq_len, 2), ("--batch-size", micro_batch, 1), ("--steps", steps, 1),
+                        ("--warmup", warmup, 0)):
+        if v < lo:
+            raise UsageError(f"{name} must be at least {lo}, got {v}")
+    if ac not in ("none", "selective", "full"):
+        raise UsageError(f"--ac must be none, selective or full, got {ac!r}")
+
+
+def run(shape, *, device: str = "auto", layers: int | None = None, seq_len: int | None = None,
+        micro_batch: int | None = None, steps: int | None = None, warmup: int | None = None, ac: str = "selective",
+        progress: Callable[[int, int], None] | None = None):
+    """Profile ``shape`` (an ``LLMShape``) on ``device``; returns an ``LLMMeasurement`` with ``layers`` filled."""
+    import datetime as dt
+    import platform
+
+    import torch
+
+    from cloudfit.profiling.device import canonical_device_name, device_name, select_device
+    from cloudfit.types import LLMMeasurement
+
+    dev = select_device(device)
+    cuda = dev.type == "cuda"
+    d = GPU_DEFAULTS if cuda else CPU_DEFAULTS
+    layers, seq_len, micro_batch = layers or d["layers"], seq_len or d["seq_len"], micro_batch or d["micro_batch"]
+    steps, warmup = steps or d["steps"], d["warmup"] if warmup is None else warmup
+    check_options(layers=layers, seq_len=seq_len, micro_batch=micro_batch, steps=steps, warmup=warmup, ac=ac)
+    bf16 = cuda
+    depths = (1, layers) if layers > 1 else (1,)
+    total = len(depths) * (steps + warmup)
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        if progress:
+            progress(done[0], total)
+
+    created = _process_group(dev)
+    try:
+        res = {n: _timed_model(llama_config(shape, shrink=not cuda, layers=n), device=dev, seq_len=seq_len,
+                               micro_batch=micro_batch, ac=ac, bf16=bf16, steps=steps, warmup=warmup, tick=tick)
+               for n in depths}
+    finally:
+        if created:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+    return _measurement(shape, res, layers=layers, seq_len=seq_len, micro_batch=micro_batch, steps=steps,
+                        warmup=warmup, ac=ac, cuda=cuda, bf16=bf16, dev=dev, LLMMeasurement=LLMMeasurement,
+                        names=(device_name(dev), canonical_device_name(device_name(dev)) if cuda else "cpu"),
+                        torch_version=torch.__version__, host=platform.node(),
+                        now=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat())
+
+
+def _measurement(shape, res, *, layers, seq_len, micro_batch, steps, warmup, ac, cuda, bf16, dev, LLMMeasurement,
+                 names, torch_version, host, now):
+    one, deep = res[1], res[layers]
+    if layers > 1:
+        per_layer = max((deep["fb"] - one["fb"]) / (layers - 1), 1e-9)
+        head = max(one["fb"] - per_layer, 0.0)
+    else:
+        per_layer, head = one["fb"], 0.0  # one layer: the embedding and head are counted in the layer
+    mem_layer = mem_fixed = None
+    if deep["peak_gib"] is not None and layers > 1:
+        mem_layer = max((deep["peak_gib"] - one["peak_gib"]) / (layers - 1), 0.0)
+        mem_fixed = max(one["peak_gib"] - mem_layer, 0.0)
+    cfg = llama_config(shape, shrink=not cuda, layers=layers)
+    step = deep["fb"] + deep["opt"]
+    layer_info = {"layers_run": layers, "steps": steps, "warmup": warmup, "forward_backward_s": per_layer,
+                  "embedding_head_s": head, "optimizer_s": deep["opt"], "step_s": step,
+                  "memory_per_layer_gib": mem_layer, "fixed_memory_gib": mem_fixed, "collectives_gbs": None,
+                  "shape": run_shape(shape, cfg).to_dict(), "shrunk": not cuda}
+    raw, acc = names
+    return LLMMeasurement(
+        accelerator=acc, gpus_per_node=1, nodes=1, precision="bf16" if bf16 else "fp32", seq_len=seq_len,
+        batch_size=micro_batch, layout=f"mb={micro_batch},ac={ac}", framework="fsdp",
+        tokens_per_second=micro_batch * seq_len / step, memory_gib=deep["peak_gib"], source="measured",
+        note=f"cloudfit profile run: {layers} of {shape.layers} layers" + (" at a shrunk width (CPU)" if not cuda else ""),
+        layers=layer_info, device_name=raw, torch_version=torch_version, host=host, measured_at=now)
