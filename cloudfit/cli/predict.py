@@ -167,8 +167,8 @@ def anchored_llm(profile, *, model, config, accelerator, count, nodes, precision
     kw = dict(finetune=finetune, lora_rank=lora_rank, machine_type=machine_type, network_gbps=network_gbps)
     first = llm_predict(shape, accelerator, gpus_per_node=count, nodes=nodes, precision=precision, seq_len=seq_len,
                         batch_size=batch_size, layout=layout, framework=fw, **kw)  # checks; resolves layout=auto
-    query = A.Setup(first.accelerator, count, nodes, precision, seq_len, batch_size, first.layout.describe(),
-                    first.framework)
+    query = A.Setup(first.accelerator, count, nodes, precision, seq_len, first.layout.sequences_per_replica,
+                    first.layout.describe(), first.framework)
     a = A.predict_anchored(shape, query, anchors, **kw)
     if notes:
         a = replace(a, notes=tuple(notes))
