@@ -107,9 +107,9 @@ def _is_llm_only(name: str) -> bool:
 
 
 def _run_llm(model, config, *, device, layers, seq_len, micro_batch, steps, warmup, ac, out, replace, as_json) -> None:
-    """``profile run`` of a large model: a few real layers (``cloudfit.llm.profile_run``), appended to FILE."""
+    """``profile run`` of a large model: a few real layers (``cloudfit.profiling.llm_run``), appended to FILE."""
     from cloudfit.errors import ProfileError
-    from cloudfit.llm import profile_run
+    from cloudfit.profiling import llm_run as profile_run
     from cloudfit.llm.zoo import resolve
     from cloudfit.profiling import io
     from cloudfit.types import LLMProfile

@@ -3,8 +3,9 @@
 It trains what ``cloudfit launch`` trains — the Llama-style decoder of ``cloudfit.llm_model`` (RMSNorm, rotary,
 grouped-query ``scaled_dot_product_attention``, SwiGLU), each block wrapped by FSDP2's ``fully_shard`` with the
 trainer's mixed-precision policy (bf16 parameters, fp32 reductions) and its activation checkpointing (``ac``:
-none | selective | full, ``llm_model``'s own policy), AdamW as ``cloudfit.train_llm`` sets it up, on
-``train_llm``'s synthetic token batches — at the model's real width, sequence length and micro-batch, with only a
+none | selective | full, ``llm_model``'s own policy) and AdamW as ``cloudfit.train_llm`` sets them up, on random
+tokens (the kernels' time does not depend on the token values; importing the trainer here would close an import
+cycle, ``tests/test_layering.py``) — at the model's real width, sequence length and micro-batch, with only a
 few layers (1–4). It runs twice, 1 layer and ``layers`` layers deep, and times a few steps of each after a
 warm-up; the difference is one layer:
 
@@ -83,7 +84,6 @@ def _timed_model(cfg, *, device, seq_len: int, micro_batch: int, ac: str, bf16: 
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     from cloudfit import llm_model
-    from cloudfit.train_llm import markov_tables, synthetic_batch
 
     model = llm_model.build(cfg, max_seq_len=seq_len, seed=0, device=device)
     for blk in model.layers.values():
@@ -94,16 +94,15 @@ def _timed_model(cfg, *, device, seq_len: int, micro_batch: int, ac: str, bf16: 
         fully_shard(blk, mp_policy=mp, reshard_after_forward=i < len(blocks) - 1)
     fully_shard(model, mp_policy=mp)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.0, eps=1e-8)
-    tables = markov_tables(cfg.vocab)
+    gen = torch.Generator().manual_seed(0)
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     fb, op = [], []
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
     for step in range(warmup + steps):
-        x, y = synthetic_batch(tables, vocab=cfg.vocab, batch=micro_batch, seq_len=seq_len, seed=0, step=step,
-                               dp_rank=0, micro=0)
-        x, y = x.to(device), y.to(device)
+        toks = torch.randint(0, cfg.vocab, (micro_batch, seq_len + 1), generator=gen)
+        x, y = toks[:, :-1].to(device), toks[:, 1:].to(device)
         sync()
         t0 = time.perf_counter()
         logits = model(x)
