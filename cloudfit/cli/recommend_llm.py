@@ -34,8 +34,8 @@ def recommend_llm(*, model, profile, samples, epochs, dataset_size, deadline, bu
     from cloudfit.plan.llm import LLMJob, recommend_llm as plan_llm
     from cloudfit.workload import make_workload
 
-    if profile is not None or samples is not None or epochs is not None or dataset_size is not None:
-        raise UsageError("a large-model workload is given in --tokens (with --seq-len), not --profile/--samples/--epochs")
+    if samples is not None or epochs is not None or dataset_size is not None:
+        raise UsageError("a large-model workload is given in --tokens (with --seq-len), not --samples/--epochs")
     if batch_size is not None:
         raise UsageError("for a large model give --global-batch (sequences per step), not --batch-size")
     if search != "exhaustive":
@@ -51,7 +51,8 @@ def recommend_llm(*, model, profile, samples, epochs, dataset_size, deadline, bu
     if top < 1:
         raise UsageError(f"--top must be at least 1, got {top}")
     samples_n = tokens_to_samples(tokens, seq_len)
-    shape = resolve(model, config)
+    llm_profile = _llm_profile(profile, model, config)
+    shape = resolve(model, config) if llm_profile is None else _shape_of(llm_profile)
     prec = "bf16" if precision == "fp16" else precision  # fp16 is the CNN default; LLMs train in bf16 or fp8
     if prec not in ("bf16", "fp8"):
         raise UsageError(f"--precision must be bf16 or fp8 for a large model, got {precision!r}")
@@ -63,6 +64,8 @@ def recommend_llm(*, model, profile, samples, epochs, dataset_size, deadline, bu
         max_nodes=max_nodes, confidence=confidence, precision=prec,
         max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices)
     job = LLMJob(shape, float(tokens), seq_len, finetune, lora_rank, global_batch, layout, prec)
+    if llm_profile is not None:
+        job = anchored_job(job, llm_profile, workload.accelerators)
     plan = plan_llm(workload, job, catalog=catalog_path)
     shown = _distinct(plan, top)
     from cloudfit.cli.recommend import write_outputs
@@ -80,6 +83,39 @@ def recommend_llm(*, model, profile, samples, epochs, dataset_size, deadline, bu
                     "layouts": plan.layout["ranking"]})
         return
     _render(plan, shown, seq_len, out, plot, emit_skypilot, wide=wide)
+
+
+def _llm_profile(profile, model, config):
+    """The LLM profile ``--profile`` names (None without one); it replaces --model/--config."""
+    if profile is None:
+        return None
+    from cloudfit.errors import UsageError
+    from cloudfit.profiling import io as pio
+    from cloudfit.types import LLMProfile
+
+    if model is not None or config is not None:
+        raise UsageError("give either --profile (an LLM profile) or --model/--config, not both")
+    p = pio.load_profile(pio.resolve_profile(profile), llm_ok=True)
+    if not isinstance(p, LLMProfile):
+        raise UsageError(f"{profile} is a profile of {p.model!r}, not of a large model: a --tokens workload needs an "
+                         "LLM profile (`cloudfit profile add FILE --model …` or `profile run --model …`)")
+    return p
+
+
+def _shape_of(p):
+    from cloudfit.profiling import io as pio
+
+    return pio.llm_shape(p)
+
+
+def anchored_job(job, p, accelerators):
+    """``job`` planned with constants anchored on the LLM profile ``p`` (``cloudfit.llm.anchor.for_search``)."""
+    from dataclasses import replace
+
+    from cloudfit.llm import anchor
+
+    c, basis = anchor.for_search(p, job.shape, accelerators)
+    return replace(job, anchored=c, anchor_basis=basis or "stack-generic: the profile has no GPU measurement")
 
 
 def _layout_of(plan, i: int) -> dict:

@@ -405,3 +405,22 @@ def anchors_from_profile(profile, shape, *, c: Constants | None = None) -> tuple
                                       label=f"{mine} {where} {short_layout(m.layout)} run", source=m.source,
                                       note=m.note))
     return anchors, notes
+
+
+def for_search(profile, shape, accelerators: Sequence[str] = (), *, c: Constants | None = None):
+    """Constants for a search over many clusters (``recommend --profile``), anchored on every GPU measurement of
+    ``profile``: one stack speed (the geometric mean of its anchors'), and the band of a GPU hop unless every
+    allowed accelerator is one the profile measured (then of a scale hop). Returns (constants, basis) — the
+    shipped constants and "" when the profile has no GPU measurement."""
+    from cloudfit.llm.predict import constants
+
+    c = c or constants()
+    anchors, _ = anchors_from_profile(profile, shape, c=c)
+    if not anchors:
+        return c, ""
+    measured = {a.setup.accelerator for a in anchors}
+    allowed = set(accelerators)
+    cls = "scale" if allowed and allowed <= measured else "gpu"
+    speed = combined_speed(anchors)
+    labels = ", ".join(a.label for a in anchors[:3]) + (f" and {len(anchors) - 3} more" if len(anchors) > 3 else "")
+    return with_speed(c, speed, band=band_for(cls)), f"anchored on {labels} (stack speed {speed:.2f}×, {cls} band)"

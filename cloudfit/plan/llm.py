@@ -61,6 +61,15 @@ class LLMJob:
     global_batch: int | None = None  # sequences per step; None = the default (~4M tokens; ~1M for LoRA)
     layout: str | None = None  # "--layout": pinned degrees (others searched); None / "auto" = search all
     precision: str = "bf16"
+    #: step-model constants anchored on a profile of the user's stack (``cloudfit.llm.anchor``) and what anchored
+    #: them; None = the shipped, stack-generic constants
+    anchored: object | None = None
+    anchor_basis: str = ""
+
+    def constants(self):
+        from cloudfit.llm.predict import constants
+
+        return self.anchored if self.anchored is not None else constants()
 
     @property
     def batch(self) -> int:
@@ -186,7 +195,6 @@ def _hardware(o, precision: str) -> lsp.HardwareShape | str:
 def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpace:
     """Every allowed offering × nodes × spot whose hardware holds some layout of the model, at its best layout."""
     from cloudfit import spot
-    from cloudfit.llm.predict import constants
     from cloudfit.llm.stats import token_stats
 
     st = token_stats(job.shape, job.seq_len)
@@ -221,7 +229,7 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
         off_shape[i] = shape_of[key]
     res = lsp.search_catalog(st, job.shape, hws, N, global_batch=job.batch, exact=job.global_batch is not None,
                              precision=job.precision, finetune=job.finetune, lora_rank=job.lora_rank,
-                             constraints=constraints, c=constants())
+                             constraints=constraints, c=job.constants())
     shape_hw_a = np.asarray(shape_hw, dtype=np.int64)
     tps_shape = np.zeros((len(shapes), N))
     ok = shape_hw_a >= 0
@@ -281,8 +289,7 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
     shape = off_shape[offering]
     h = shape_hw_a[shape]
     tps = res.tokens_per_second[h, nodes - 1]
-    c = constants()
-    lo, hi = c.band
+    lo, hi = job.constants().band
     sps = tps / job.seq_len
     writers = (res.best["tp"] * res.best["pp"] * res.best["cp"] * res.best["dp_shard"])[h, nodes - 1]
     ck = checkpoint_model(job, nodes, writers)
@@ -292,7 +299,9 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
         workload=workload, profile=_profile(job, st), catalog=cat, shapes=shapes, offering=offering, shape=shape,
         nodes=nodes, spot=is_spot, price_per_hour=np.concatenate(cols["price"]), samples_per_second=sps,
         low=sps * math.exp(lo), high=sps * math.exp(hi), hazard_per_node_hour=hz_off[offering], excluded=excluded,
-        basis=f"LLM step model {_calibration()}", checkpoint_bytes=float(ck["checkpoint_bytes"]),
+        basis=f"LLM step model {_calibration()}; " + (job.anchor_basis or "stack-generic (no profile of your stack: "
+                                                                          "--profile FILE anchors it)"),
+        checkpoint_bytes=float(ck["checkpoint_bytes"]),
         _cache={"groups": _price_groups(shape, nodes, is_spot, hz_off, offering, len(shapes), N)},
         write_s=ck["write_s"], restart_s=ck["restart_s"], hw_index=shape_hw_a, search=res, job=job, stats=st,
         ckpt={"checkpoint_bytes": ck["checkpoint_bytes"], "restore_bytes": ck["restore_bytes"]})
@@ -452,7 +461,7 @@ def layout_spec(space: LLMSpace, i: int, a, alternative_ids: list[int]) -> dict:
     h = int(space.hw_index[int(space.shape[i])])
     lay = space.layout_of(i)
     kw = dict(global_batch=job.batch, exact=job.global_batch is not None, precision=job.precision,
-              finetune=job.finetune, lora_rank=job.lora_rank)
+              finetune=job.finetune, lora_rank=job.lora_rank, c=job.constants())
     pinned = parse_constraints(job.layout, job.shape, job.seq_len)
     ranking = lsp.rank_layouts(st, job.shape, hw, nodes, top=TOP_LAYOUTS, constraints=pinned, **kw)
     runnable_pins = {**pinned, "vp": 1, **({"pp": 1} if job.shape.tied_embeddings else {})}

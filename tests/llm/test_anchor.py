@@ -172,3 +172,18 @@ def test_cuda_profile_run_maps_the_device_and_anchors(cli, tmp_path):
     d = json.loads(cli("predict", "--profile", str(f), "--accelerator", m.accelerator, "--count", "1", "--seq-len",
                        "2048", "--batch-size", "1", "--layout", "mb=1,ac=selective", "--json").stdout)
     assert d["anchor"]["trust"] in ("same", "scale")
+
+
+def test_recommend_with_an_llm_profile_plans_with_the_anchored_speed(cli, tmp_path):
+    f = tmp_path / "p.json"
+    args = ("--tokens", "1e10", "--seq-len", "8192", "--deadline", "7d", "--accelerators", "H100", "--json")
+    assert _add(cli, f, tps="30000").exit_code == 0  # a slow stack: 3,750 tokens/s per GPU
+    slow = json.loads(cli("recommend", "--profile", str(f), *args).stdout)["plan"]
+    generic = json.loads(cli("recommend", "--model", "llama3-8b", *args).stdout)["plan"]
+    basis = lambda p: json.dumps(p, ensure_ascii=False)  # noqa: E731
+    assert "anchored on the reported 8×H100 fsdp=8 run" in basis(slow) and "scale band" in basis(slow)
+    assert "stack-generic" in basis(generic)
+    rate = lambda p: p["chosen"]["samples_per_second"] / p["chosen"]["config"]["nodes"]  # noqa: E731
+    assert rate(slow) < rate(generic)
+    r = cli("recommend", "--profile", "resnet50", *args)
+    assert r.exit_code == 2 and "not of a large model" in r.stderr
