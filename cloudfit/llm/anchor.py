@@ -36,9 +36,10 @@ from cloudfit.llm.step import Constants
 BANDS_PATH = Path(__file__).with_name("anchor_bands.json")
 #: Widest stack speed an anchor may set (a measurement outside it says the setup was misdescribed).
 SCALE_LIMITS = (1.0 / 8.0, 8.0)
-TRUST_ORDER = ("same", "scale", "gpu", "stack")
+TRUST_ORDER = ("same", "scale", "layout", "gpu", "stack")
 #: Fallback bands (log ratio 10% / 90%) before ``bench/llm_anchor.py --write`` has calibrated them.
-DEFAULT_BANDS = {"same": (-0.03, 0.03), "scale": (-0.10, 0.10), "gpu": (-0.15, 0.15), "stack": (-0.30, 0.30)}
+DEFAULT_BANDS = {"same": (-0.03, 0.03), "scale": (-0.10, 0.10), "layout": (-0.15, 0.15), "gpu": (-0.15, 0.15),
+                 "stack": (-0.30, 0.30)}
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ def hops(anchor: Setup, query: Setup) -> list[tuple[str, str]]:
     a_mp = _model_parallel(anchor.layout, anchor.gpus, anchor.batch_size)
     q_mp = _model_parallel(query.layout, query.gpus, query.batch_size)
     if a_mp != q_mp:
-        out.append(("scale", "other layout"))
+        out.append(("layout", "other layout"))
     elif anchor.batch_size != query.batch_size:
         out.append(("scale", "other batch per rank"))
     return out
@@ -129,9 +130,10 @@ def trust(hop_list: Sequence[tuple[str, str]]) -> str:
 
 
 def distance(anchor: Setup, query: Setup) -> float:
-    """How far ``query`` is from ``anchor``: a stack hop outweighs a GPU hop, which outweighs any scale hops;
-    scale hops count 1 each plus the log2 of how far the GPU count, sequence length and batch moved."""
-    w = {"scale": 1.0, "gpu": 100.0, "stack": 10000.0}
+    """How far ``query`` is from ``anchor``: a stack hop outweighs a GPU hop, which outweighs any scale or layout
+    hops; a layout hop counts 2 (it moves more of the step than a scale hop: ``bench/llm_anchor.py``), a scale hop
+    1, plus half the log2 of how far the GPU count, sequence length and batch moved."""
+    w = {"scale": 1.0, "layout": 2.0, "gpu": 100.0, "stack": 10000.0}
     h = hops(anchor, query)
     moved = sum(abs(math.log2(a / b)) for a, b in ((anchor.gpus, query.gpus), (anchor.seq_len, query.seq_len),
                                                    (anchor.batch_size, query.batch_size)))
@@ -424,3 +426,5 @@ def for_search(profile, shape, accelerators: Sequence[str] = (), *, c: Constants
     speed = combined_speed(anchors)
     labels = ", ".join(a.label for a in anchors[:3]) + (f" and {len(anchors) - 3} more" if len(anchors) > 3 else "")
     return with_speed(c, speed, band=band_for(cls)), f"anchored on {labels} (stack speed {speed:.2f}×, {cls} band)"
+
+
