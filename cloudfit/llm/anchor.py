@@ -6,9 +6,10 @@ measurement — a whole run (``cloudfit profile add``: tokens/s of a cluster) or
 Anchoring turns it into one number, the **stack speed** ``s``. A per-layer profile measures compute alone: every
 compute rate of the step model (the GEMM and attention efficiency and the memory-bound element-wise traffic) is
 multiplied by ``s``, so modelled compute time divides by exactly ``s``, communication keeps its physics. A
-whole-run measurement sees the whole step: compute, the achieved collective bandwidth and the host overheads all
-speed up by ``s`` (the optimizer's memory-bound update aside) — on the public runs this transfers better than
-compute alone (``bench/RESULTS_llm_anchor.md``: 13.0% vs 14.5% MAPE across GPUs for an unseen stack). ``s`` is
+whole-run measurement sees the whole step: to another scale or layout of the same GPU (the same cluster), compute,
+the achieved collective bandwidth (capped at the nominal one) and the host overheads all speed up by ``s`` (the
+optimizer's memory-bound update aside); to another GPU — another system, another network — only the compute
+speed solved from the same run travels (``bench/RESULTS_llm_anchor.md`` measures both choices). ``s`` is
 solved so that the model reproduces the measurement at the measurement's own setup (1-D, monotone), then carried
 to the query: another node count, layout, sequence length or GPU goes through the step model's roofline and
 network terms.
@@ -209,6 +210,7 @@ class Anchor:
     memory_scale: float | None
     kind: str  # "run" (whole-run tokens/s) or "layer" (per-layer forward + backward)
     label: str  # "your 8×H100 fsdp=8 run"
+    compute_speed: float | None = None  # a run's speed with compute alone sped up (carried to other GPUs)
     source: str = ""
     note: str = ""
     extra: dict = field(default_factory=dict)
@@ -229,9 +231,19 @@ def nearest(anchors: Sequence[Anchor], query: Setup) -> tuple[list[Anchor], list
     return chosen, hops(chosen[0].setup, query)
 
 
-def combined_speed(anchors: Sequence[Anchor]) -> float:
-    """Geometric mean of equally near anchors' speeds."""
-    return math.exp(sum(math.log(a.speed) for a in anchors) / len(anchors))
+def carried(a: Anchor, trust_class: str) -> tuple[float, bool]:
+    """(speed, whole_step) an anchor carries to a query of ``trust_class``: a run on the same GPU speeds up the
+    whole step (its cluster's network and host included); to another GPU or stack only the compute speed travels
+    (another GPU comes with another system: ``bench/llm_anchor.py`` measures both); a per-layer profile is
+    compute alone."""
+    if a.kind == "run" and trust_class in ("same", "scale", "layout"):
+        return a.speed, True
+    return (a.compute_speed or a.speed), False
+
+
+def combined_speed(anchors: Sequence[Anchor], trust_class: str = "same") -> float:
+    """Geometric mean of equally near anchors' carried speeds."""
+    return math.exp(sum(math.log(carried(a, trust_class)[0]) for a in anchors) / len(anchors))
 
 
 def combined_memory_scale(anchors: Sequence[Anchor]) -> float | None:
@@ -273,10 +285,11 @@ def run_anchor(shape, s: Setup, tokens_per_second: float, *, memory_gib: float |
     c = c or constants()
     speed = solve_speed(lambda v: _predict(shape, s, with_speed(c, v, whole_step=True)).tokens_per_second,
                         tokens_per_second)
+    compute = solve_speed(lambda v: _predict(shape, s, with_speed(c, v)).tokens_per_second, tokens_per_second)
     mem_scale = None
     if memory_gib is not None:
         mem_scale = memory_gib / _predict(shape, s, c).memory.total_gib
-    return Anchor(s, speed, mem_scale, "run", label or f"the {s.describe()} run", **kw)
+    return Anchor(s, speed, mem_scale, "run", label or f"the {s.describe()} run", compute_speed=compute, **kw)
 
 
 def layer_seconds(shape, s: Setup, c: Constants) -> float:
@@ -347,8 +360,8 @@ def predict_anchored(shape, query: Setup, anchors: Sequence[Anchor], *, c: Const
     chosen, hop_list = nearest(anchors, query)
     chosen = [a for a in chosen if a.kind == chosen[0].kind]
     t = trust(hop_list)
-    speed = combined_speed(chosen)
-    cc = with_speed(c, speed, band=band_for(t), whole_step=chosen[0].kind == "run")
+    speed = combined_speed(chosen, t)
+    cc = with_speed(c, speed, band=band_for(t), whole_step=carried(chosen[0], t)[1])
     p = predict(shape, query.accelerator, gpus_per_node=query.gpus_per_node, nodes=query.nodes,
                 precision=query.precision, seq_len=query.seq_len, batch_size=query.batch_size,
                 layout=query.layout or "auto", framework=query.framework, c=cc, **predict_kw)
@@ -426,7 +439,7 @@ def anchors_from_profile(profile, shape, *, c: Constants | None = None) -> tuple
 def for_search(profile, shape, accelerators: Sequence[str] = (), *, c: Constants | None = None):
     """Constants for a search over many clusters (``recommend --profile``), anchored on every GPU measurement of
     ``profile``: one stack speed (the geometric mean of its anchors'), and the band of a GPU hop unless every
-    allowed accelerator is one the profile measured (then of a scale hop). Returns (constants, basis) — the
+    allowed accelerator is one the profile measured (then of a layout hop: the search moves layout and scale). Returns (constants, basis) — the
     shipped constants and "" when the profile has no GPU measurement."""
     from cloudfit.llm.predict import constants
 
@@ -438,9 +451,9 @@ def for_search(profile, shape, accelerators: Sequence[str] = (), *, c: Constants
     anchors = runs or anchors  # a whole-run measurement says more about a cluster than a per-layer profile
     measured = {a.setup.accelerator for a in anchors}
     allowed = set(accelerators)
-    cls = "scale" if allowed and allowed <= measured else "gpu"
-    speed = combined_speed(anchors)
+    cls = "layout" if allowed and allowed <= measured else "gpu"
+    speed = combined_speed(anchors, cls)
     labels = ", ".join(a.label for a in anchors[:3]) + (f" and {len(anchors) - 3} more" if len(anchors) > 3 else "")
-    return with_speed(c, speed, band=band_for(cls), whole_step=bool(runs)), f"anchored on {labels} (stack speed {speed:.2f}×, {cls} band)"
+    return with_speed(c, speed, band=band_for(cls), whole_step=carried(anchors[0], cls)[1]), f"anchored on {labels} (stack speed {speed:.2f}×, {cls} band)"
 
 

@@ -181,7 +181,7 @@ def test_recommend_with_an_llm_profile_plans_with_the_anchored_speed(cli, tmp_pa
     slow = json.loads(cli("recommend", "--profile", str(f), *args).stdout)["plan"]
     generic = json.loads(cli("recommend", "--model", "llama3-8b", *args).stdout)["plan"]
     basis = lambda p: json.dumps(p, ensure_ascii=False)  # noqa: E731
-    assert "anchored on the reported 8×H100 fsdp=8 run" in basis(slow) and "scale band" in basis(slow)
+    assert "anchored on the reported 8×H100 fsdp=8 run" in basis(slow) and "layout band" in basis(slow)
     assert "stack-generic" in basis(generic)
     rate = lambda p: p["chosen"]["samples_per_second"] / p["chosen"]["config"]["nodes"]  # noqa: E731
     assert rate(slow) < rate(generic)
