@@ -52,6 +52,14 @@ def predict(
         raise UsageError("--framework applies to the large-model path (--model / --config)")
     if profile is None:
         raise UsageError("give --profile (a profiled model) or --model NAME / --config config.json (an LLM)")
+    _predict_profile(profile=profile, accelerator=accelerator, count=count, nodes=nodes, precision=precision,
+                     batch_size=batch_size, machine_type=machine_type, network_gbps=network_gbps, as_json=as_json)
+
+
+def _predict_profile(*, profile, accelerator, count, nodes, precision, batch_size, machine_type, network_gbps,
+                     as_json) -> None:
+    """The branch of ``cloudfit predict`` for a CNN-era profile (the learned performance model)."""
+    from cloudfit.errors import UsageError
     from cloudfit.perf import model as perf
     from cloudfit.profiling import io as pio
 
