@@ -314,10 +314,11 @@ def _ac(layout: str) -> str:
     return "selective"
 
 
-def layer_anchor(run_shape, s: Setup, seconds: float, *, label: str = "", c: Constants | None = None,
-                 **kw) -> Anchor:
+def layer_anchor(run_shape, s: Setup, seconds: float, *, memory_gib: float | None = None, label: str = "",
+                 c: Constants | None = None, **kw) -> Anchor:
     """A per-layer profile (forward + backward seconds of one layer per micro-batch, measured on ``run_shape``:
-    the model's width, fewer layers) as an anchor: the speed that makes the modelled layer take ``seconds``."""
+    the model's width, fewer layers) as an anchor: the speed that makes the modelled layer take ``seconds``;
+    ``memory_gib`` (the run's peak) sets the memory scale against the modelled peak of ``run_shape``."""
     from cloudfit.llm.predict import constants
 
     c = c or constants()
@@ -325,7 +326,8 @@ def layer_anchor(run_shape, s: Setup, seconds: float, *, label: str = "", c: Con
     if not (seconds > 0 and math.isfinite(seconds)):
         raise UsageError(f"a layer time must be a positive number of seconds, got {seconds!r}")
     speed = min(max(modelled / seconds, SCALE_LIMITS[0]), SCALE_LIMITS[1])
-    return Anchor(s, speed, None, "layer", label or f"the per-layer profile on {s.accelerator}", **kw)
+    mem_scale = memory_gib / _predict(run_shape, s, c).memory.total_gib if memory_gib else None
+    return Anchor(s, speed, mem_scale, "layer", label or f"the per-layer profile on {s.accelerator}", **kw)
 
 
 @dataclass(frozen=True)
@@ -426,7 +428,7 @@ def anchors_from_profile(profile, shape, *, c: Constants | None = None) -> tuple
         mine = "your" if m.source in ("measured", "probe") else "the reported"
         if m.layers is not None:
             run = LLMShape(**{k: v for k, v in m.layers["shape"].items() if k in LLMShape.__dataclass_fields__})
-            anchors.append(layer_anchor(run, s, float(m.layers["forward_backward_s"]), c=c,
+            anchors.append(layer_anchor(run, s, float(m.layers["forward_backward_s"]), memory_gib=m.memory_gib, c=c,
                                         label=f"{mine} per-layer profile on {m.accelerator}", source=m.source,
                                         note=m.note))
         else:

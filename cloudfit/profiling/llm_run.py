@@ -128,6 +128,20 @@ def _timed_model(cfg, *, device, seq_len: int, micro_batch: int, ac: str, bf16: 
     return {"fb": sorted(fb)[len(fb) // 2], "opt": sorted(op)[len(op) // 2], "peak_gib": peak}
 
 
+def gpu_accelerator(raw: str) -> str:
+    """The hardware tables' name of a CUDA device (``NVIDIA H100 80GB HBM3`` → ``H100``); UsageError before any
+    work when cloudfit has no specs for it (its profile could anchor nothing)."""
+    from cloudfit.llm import hardware as lhw
+    from cloudfit.profiling.device import canonical_device_name
+
+    name = canonical_device_name(raw)
+    try:
+        return lhw.get(name).name
+    except (KeyError, UsageError):  # UnknownAcceleratorError is both
+        raise UsageError(f"profile run: {raw!r} ({name}) is not in cloudfit's GPU tables; its timings could anchor "
+                         "no prediction") from None
+
+
 def check_options(*, layers: int, seq_len: int, micro_batch: int, steps: int, warmup: int, ac: str) -> None:
     if not 1 <= layers <= 4:
         raise UsageError(f"--layers must be 1 to 4 (a few layers of the real width), got {layers}")
@@ -148,11 +162,12 @@ def run(shape, *, device: str = "auto", layers: int | None = None, seq_len: int 
 
     import torch
 
-    from cloudfit.profiling.device import canonical_device_name, device_name, select_device
+    from cloudfit.profiling.device import device_name, select_device
     from cloudfit.types import LLMMeasurement
 
     dev = select_device(device)
     cuda = dev.type == "cuda"
+    accelerator = gpu_accelerator(device_name(dev)) if cuda else "cpu"
     d = GPU_DEFAULTS if cuda else CPU_DEFAULTS
     layers, seq_len, micro_batch = layers or d["layers"], seq_len or d["seq_len"], micro_batch or d["micro_batch"]
     steps, warmup = steps or d["steps"], d["warmup"] if warmup is None else warmup
@@ -179,7 +194,7 @@ def run(shape, *, device: str = "auto", layers: int | None = None, seq_len: int 
             dist.destroy_process_group()
     return _measurement(shape, res, layers=layers, seq_len=seq_len, micro_batch=micro_batch, steps=steps,
                         warmup=warmup, ac=ac, cuda=cuda, bf16=bf16, dev=dev, LLMMeasurement=LLMMeasurement,
-                        names=(device_name(dev), canonical_device_name(device_name(dev)) if cuda else "cpu"),
+                        names=(device_name(dev), accelerator),
                         torch_version=torch.__version__, host=platform.node(),
                         now=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat())
 

@@ -187,3 +187,29 @@ def test_recommend_with_an_llm_profile_plans_with_the_anchored_speed(cli, tmp_pa
     assert rate(slow) < rate(generic)
     r = cli("recommend", "--profile", "resnet50", *args)
     assert r.exit_code == 2 and "not of a large model" in r.stderr
+
+
+def test_profile_add_from_a_config_json(cli, tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 2048,
+                               "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+                               "intermediate_size": 8192, "vocab_size": 128256, "tie_word_embeddings": True}))
+    f = tmp_path / "mine.json"
+    r = cli("profile", "add", str(f), "--config", str(cfg), "--accelerator", "A100-80GB", "--count", "8",
+            "--precision", "bf16", "--seq-len", "4096", "--batch-size", "4", "--layout", "fsdp=8",
+            "--tokens-per-second", "90000", "--framework", "fsdp")
+    assert r.exit_code == 0, r.stderr
+    p = io.load_profile(f, llm_ok=True)
+    assert p.origin == "config" and p.shape["hidden"] == 2048 and p.measurements[0].accelerator == "A100-80GB"
+    d = json.loads(cli("predict", "--profile", str(f), "--accelerator", "A100-80GB", "--count", "8", "--nodes", "2",
+                       "--seq-len", "4096", "--batch-size", "4", "--layout", "fsdp=16", "--json").stdout)
+    assert d["anchor"]["trust"] == "scale" and d["tokens_per_second"] < 2 * 90000
+
+
+def test_a_gpu_the_tables_do_not_know_is_refused_before_the_run():
+    from cloudfit.errors import UsageError
+    from cloudfit.profiling.llm_run import gpu_accelerator
+
+    assert gpu_accelerator("NVIDIA H100 80GB HBM3") == "H100"
+    with pytest.raises(UsageError, match="not in cloudfit's GPU tables"):
+        gpu_accelerator("NVIDIA GeForce RTX 4090")
