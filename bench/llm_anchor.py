@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cloudfit.llm import anchor as A  # noqa: E402
 from cloudfit.llm.data import MEASUREMENTS, load_rows, predict_table, row_layout, table  # noqa: E402
-from cloudfit.llm.predict import constants  # noqa: E402
+from cloudfit.llm.predict import calibration_version, constants  # noqa: E402
 
 GRID = np.exp(np.linspace(math.log(A.SCALE_LIMITS[0]), math.log(A.SCALE_LIMITS[1]), 161))
 
@@ -288,7 +288,7 @@ def main() -> int:
         digest = hashlib.sha256(MEASUREMENTS.read_bytes()).hexdigest()
         doc = {"schema_version": 1, "bands": {"same": list(A.DEFAULT_BANDS["same"]), **{k: list(v) for k, v in bands.items()},
                                               "stack": [2 * x for x in bands.get("gpu", A.DEFAULT_BANDS["gpu"])]},
-               "stack_generic_widen": w, "measurements_sha256": digest}
+               "stack_generic_widen": w, "measurements_sha256": digest, "calibration_version": calibration_version()}
         text = json.dumps(doc, indent=1, sort_keys=True)
         doc["version"] = "anchor-" + hashlib.sha256(text.encode()).hexdigest()[:10]
         A.BANDS_PATH.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")

@@ -213,3 +213,18 @@ def test_a_gpu_the_tables_do_not_know_is_refused_before_the_run():
     assert gpu_accelerator("NVIDIA H100 80GB HBM3") == "H100"
     with pytest.raises(UsageError, match="not in cloudfit's GPU tables"):
         gpu_accelerator("NVIDIA GeForce RTX 4090")
+
+
+def test_shipped_bands_were_made_from_the_shipped_data_and_calibration():
+    """`bench/llm_anchor.py --write` must be rerun when the LLM table or its calibration changes."""
+    import hashlib
+
+    from cloudfit.llm.data import MEASUREMENTS
+    from cloudfit.llm.predict import calibration_version
+
+    doc = json.loads(A.BANDS_PATH.read_text())
+    assert doc["measurements_sha256"] == hashlib.sha256(MEASUREMENTS.read_bytes()).hexdigest()
+    assert doc["calibration_version"] == calibration_version()
+    b = doc["bands"]
+    assert all(b[k][0] < 0 < b[k][1] for k in A.TRUST_ORDER)
+    assert b["same"][1] - b["same"][0] < b["scale"][1] - b["scale"][0] < b["stack"][1] - b["stack"][0]
