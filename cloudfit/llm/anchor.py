@@ -425,7 +425,7 @@ def anchors_from_profile(profile, shape, *, c: Constants | None = None) -> tuple
         if m.accelerator == "cpu":
             notes.append(f"the {m.source} CPU profile run ({m.measured_at or 'undated'}) anchors no GPU prediction")
             continue
-        mine = "your" if m.source in ("measured", "probe") else "the reported"
+        mine = "your" if m.source in ("measured", "probe") else "your reported"
         if m.layers is not None:
             run = LLMShape(**{k: v for k, v in m.layers["shape"].items() if k in LLMShape.__dataclass_fields__})
             anchors.append(layer_anchor(run, s, float(m.layers["forward_backward_s"]), memory_gib=m.memory_gib, c=c,

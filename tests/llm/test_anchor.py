@@ -81,7 +81,7 @@ def test_anchor_reproduces_its_own_run_and_names_the_hops(cli, tmp_path):
     r = cli("predict", "--profile", str(f), "--accelerator", "H100", "--count", "8", "--nodes", "4", "--seq-len",
             "8192", "--batch-size", "2", "--layout", "fsdp=32,ac=selective", "--json")
     far = json.loads(r.stdout)
-    assert far["anchor"]["basis"] == "anchored on the reported 8×H100 fsdp=8 run, 1 hop: other node count"
+    assert far["anchor"]["basis"] == "anchored on your reported 8×H100 fsdp=8 run, 1 hop: other node count"
     gpu = json.loads(cli("predict", "--profile", str(f), "--accelerator", "B200", "--count", "8", "--seq-len", "8192",
                          "--batch-size", "2", "--layout", "fsdp=8,ac=selective", "--json").stdout)
     assert gpu["anchor"]["trust"] == "gpu" and gpu["tokens_per_second"] > same["tokens_per_second"]
@@ -92,7 +92,7 @@ def test_anchor_reproduces_its_own_run_and_names_the_hops(cli, tmp_path):
     assert width(same) < width(far) <= width(generic) and width(gpu) < width(generic)
     human = cli("predict", "--profile", str(f), "--accelerator", "H100", "--count", "8", "--nodes", "4", "--seq-len",
                 "8192", "--batch-size", "2", "--layout", "fsdp=32,ac=selective").stdout
-    assert "anchored on the reported 8×H100 fsdp=8 run, 1 hop: other node count" in human
+    assert "anchored on your reported 8×H100 fsdp=8 run, 1 hop: other node count" in human
 
 
 def test_a_slower_stack_slows_every_prediction_made_from_it(tmp_path):
@@ -181,7 +181,7 @@ def test_recommend_with_an_llm_profile_plans_with_the_anchored_speed(cli, tmp_pa
     slow = json.loads(cli("recommend", "--profile", str(f), *args).stdout)["plan"]
     generic = json.loads(cli("recommend", "--model", "llama3-8b", *args).stdout)["plan"]
     basis = lambda p: json.dumps(p, ensure_ascii=False)  # noqa: E731
-    assert "anchored on the reported 8×H100 fsdp=8 run" in basis(slow) and "layout band" in basis(slow)
+    assert "anchored on your reported 8×H100 fsdp=8 run" in basis(slow) and "layout band" in basis(slow)
     assert "stack-generic" in basis(generic)
     rate = lambda p: p["chosen"]["samples_per_second"] / p["chosen"]["config"]["nodes"]  # noqa: E731
     assert rate(slow) < rate(generic)
