@@ -200,6 +200,11 @@ def add(
     if samples_per_second is None:
         raise ProfileError("give --samples-per-second (or, for a large model, --tokens-per-second)")
     path = io.resolve_profile(profile)
+    from cloudfit.types import LLMProfile
+
+    if isinstance(io.load_profile(path, llm_ok=True), LLMProfile):
+        raise ProfileError(f"{path} is a large-model (LLM) profile: give its runs as --tokens-per-second with "
+                           "--seq-len and --layout")
     m = Measurement(accelerator=accelerator, count=count, nodes=nodes, batch_size_per_device=batch_size,
                     precision=precision.lower(), samples_per_second=samples_per_second, source=source, note=note,
                     measured_at=now)

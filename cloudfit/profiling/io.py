@@ -363,11 +363,12 @@ def _llm_measurement_to_dict(m: LLMMeasurement) -> dict[str, Any]:
     return d
 
 
-def llm_stats(shape, seq_len: int = 8192) -> dict[str, Any]:
-    """The device-independent stats an LLM profile stores (per token, at ``seq_len``)."""
+def llm_stats(shape, seq_len: int | None = None) -> dict[str, Any]:
+    """The device-independent stats an LLM profile stores (per token, at ``seq_len``: default 8,192 tokens, or
+    the model's longest sequence when shorter)."""
     from cloudfit.llm.stats import token_stats
 
-    st = token_stats(shape, seq_len)
+    st = token_stats(shape, seq_len or min(8192, shape.max_seq_len))
     d = st.to_dict()
     d.update(layer_parameters=st.layer_parameters, embedding_parameters=st.embedding_parameters,
              head_parameters=st.head_parameters, layer_matmul_flops_per_token=st.layer_matmul_flops,
@@ -413,8 +414,9 @@ def llm_profile_from_dict(d: Mapping[str, Any], c: _Check) -> LLMProfile:
     out = []
     for i, m in enumerate(ms):
         w = f"measurements[{i}]"
+        raw_m = _llm_measurement_from_dict(c, c.obj(m, w), w)
         try:
-            out.append(validate_llm_measurement(_llm_measurement_from_dict(c, c.obj(m, w), w), shape))
+            out.append(validate_llm_measurement(raw_m, shape))
         except ProfileError as e:
             raise c.fail(w, str(e)) from None
     return LLMProfile(model=model, shape=shape.to_dict(), origin=origin, stats=dict(stats), measurements=tuple(out))
