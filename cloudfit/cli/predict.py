@@ -179,7 +179,7 @@ def anchored_llm(profile, *, model, config, accelerator, count, nodes, precision
                     first.layout.describe(), first.framework)
     a = A.predict_anchored(shape, query, anchors, **kw)
     if notes:
-        a = replace(a, notes=tuple(notes))
+        a = replace(a, notes=a.notes + tuple(notes))
     return a
 
 

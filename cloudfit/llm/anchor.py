@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
@@ -213,7 +213,11 @@ class Anchor:
     compute_speed: float | None = None  # a run's speed with compute alone sped up (carried to other GPUs)
     source: str = ""
     note: str = ""
-    extra: dict = field(default_factory=dict)
+
+    @property
+    def clipped(self) -> bool:
+        """The measurement lies outside what any stack speed within ``SCALE_LIMITS`` reproduces."""
+        return not SCALE_LIMITS[0] * 1.0001 < self.speed < SCALE_LIMITS[1] * 0.9999
 
 
 def describe_basis(a: Anchor, hop_list: Sequence[tuple[str, str]]) -> str:
@@ -368,7 +372,10 @@ def predict_anchored(shape, query: Setup, anchors: Sequence[Anchor], *, c: Const
                 precision=query.precision, seq_len=query.seq_len, batch_size=query.batch_size,
                 layout=query.layout or "auto", framework=query.framework, c=cc, **predict_kw)
     p = replace(p, memory=scale_memory(p.memory, combined_memory_scale(chosen)))
-    return Anchored(p, describe_basis(chosen[0], hop_list), t, tuple(hop_list), speed, tuple(chosen))
+    notes = tuple(f"{a.label} is {'slower' if a.speed < 1 else 'faster'} than any stack speed from "
+                  f"{SCALE_LIMITS[0]:g}× to {SCALE_LIMITS[1]:g}× of the step model reproduces: check its setup"
+                  for a in chosen if a.clipped)
+    return Anchored(p, describe_basis(chosen[0], hop_list), t, tuple(hop_list), speed, tuple(chosen), notes)
 
 
 def stack_generic(shape, query: Setup, *, c: Constants, **predict_kw) -> Anchored:
