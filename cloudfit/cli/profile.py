@@ -42,6 +42,9 @@ def run(
     layers: Optional[int] = typer.Option(None, "--layers", help="LLM: layers to run, 1–4 (default 4 on a GPU, 2 on a CPU)."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="LLM: tokens per sequence (default 8192 on a GPU, 256 on a CPU)."),
     ac: str = typer.Option("selective", "--ac", help="LLM: activation checkpointing, none | selective | full."),
+    ranks: Optional[int] = typer.Option(None, "--ranks", help="LLM: time FSDP's all-gather / reduce-scatter over N "
+                                                              "local ranks (default: every GPU when several are "
+                                                              "visible; on a CPU, gloo ranks when given)."),
 ) -> None:
     """Run a short real training run of MODEL and write its throughput profile."""
     from cloudfit.errors import ProfileError
@@ -53,7 +56,7 @@ def run(
             raise ProfileError("give the model once: MODEL or --model")
         _run_llm(llm or model, config, device=device, layers=layers, seq_len=seq_len, micro_batch=batch_size,
                  steps=None if steps == DEFAULT_STEPS else steps, warmup=None if warmup == DEFAULT_WARMUP else warmup,
-                 ac=ac, out=out, replace=replace, as_json=as_json)
+                 ac=ac, ranks=ranks, out=out, replace=replace, as_json=as_json)
         return
 
     if model is None and not model_file:
@@ -106,7 +109,8 @@ def _is_llm_only(name: str) -> bool:
     return is_llm(name) and name not in zoo.names()
 
 
-def _run_llm(model, config, *, device, layers, seq_len, micro_batch, steps, warmup, ac, out, replace, as_json) -> None:
+def _run_llm(model, config, *, device, layers, seq_len, micro_batch, steps, warmup, ac, ranks, out, replace,
+             as_json) -> None:
     """``profile run`` of a large model: a few real layers (``cloudfit.profiling.llm_run``), appended to FILE."""
     from cloudfit.errors import ProfileError
     from cloudfit.profiling import llm_run as profile_run
@@ -128,7 +132,7 @@ def _run_llm(model, config, *, device, layers, seq_len, micro_batch, steps, warm
     with _Progress() as bar:
         bar.phase(f"training {layers or 'a few'} layers of {shape.name}")
         m = profile_run.run(shape, device=device, layers=layers, seq_len=seq_len, micro_batch=micro_batch,
-                            steps=steps, warmup=warmup, ac=ac, progress=bar.steps)
+                            steps=steps, warmup=warmup, ac=ac, ranks=ranks, progress=bar.steps)
     updated = prof.with_measurement(io.validate_llm_measurement(m, shape))
     io.save_profile(updated, path)
     if as_json:

@@ -211,6 +211,7 @@ class Anchor:
     kind: str  # "run" (whole-run tokens/s) or "layer" (per-layer forward + backward)
     label: str  # "your 8×H100 fsdp=8 run"
     compute_speed: float | None = None  # a run's speed with compute alone sped up (carried to other GPUs)
+    nvlink_eff: float | None = None  # a profile run's measured collective bus bandwidth ÷ the GPU's NVLink figure
     source: str = ""
     note: str = ""
 
@@ -368,6 +369,9 @@ def predict_anchored(shape, query: Setup, anchors: Sequence[Anchor], *, c: Const
     t = trust(hop_list)
     speed = combined_speed(chosen, t)
     cc = with_speed(c, speed, band=band_for(t), whole_step=carried(chosen[0], t)[1])
+    link = [a.nvlink_eff for a in chosen if a.nvlink_eff]
+    if link and t in ("same", "scale", "layout"):  # the collectives measured on this GPU's board
+        cc = replace(cc, nvlink_eff=min(link))
     p = predict(shape, query.accelerator, gpus_per_node=query.gpus_per_node, nodes=query.nodes,
                 precision=query.precision, seq_len=query.seq_len, batch_size=query.batch_size,
                 layout=query.layout or "auto", framework=query.framework, c=cc, **predict_kw)
@@ -399,6 +403,17 @@ def stack_generic(shape, query: Setup, *, c: Constants, **predict_kw) -> Anchore
     basis = "stack-generic: no measurement of your stack (constants fitted on public Megatron / FSDP runs); " \
             "band spans the public stacks"
     return Anchored(p, basis, "stack-generic", (), 1.0, ())
+
+
+def measured_nvlink_eff(m) -> float | None:
+    """A profile run's slower FSDP collective (bus GB/s over its local GPUs) ÷ the GPU's NVLink bus figure, ≤ 1."""
+    from cloudfit.llm import hardware as lhw
+
+    coll = (m.layers or {}).get("collectives_gbs") or {}
+    rates = [coll[k] for k in ("all_gather", "reduce_scatter") if coll.get(k)]
+    if not rates or m.accelerator == "cpu":
+        return None
+    return min(min(rates) / lhw.intra_gbps(m.accelerator), 1.0)
 
 
 def short_layout(text: str) -> str:
@@ -437,7 +452,7 @@ def anchors_from_profile(profile, shape, *, c: Constants | None = None) -> tuple
             run = LLMShape(**{k: v for k, v in m.layers["shape"].items() if k in LLMShape.__dataclass_fields__})
             anchors.append(layer_anchor(run, s, float(m.layers["forward_backward_s"]), memory_gib=m.memory_gib, c=c,
                                         label=f"{mine} per-layer profile on {m.accelerator}", source=m.source,
-                                        note=m.note))
+                                        note=m.note, nvlink_eff=measured_nvlink_eff(m)))
         else:
             anchors.append(run_anchor(shape, s, m.tokens_per_second, memory_gib=m.memory_gib, c=c,
                                       label=f"{mine} {where} {short_layout(m.layout)} run", source=m.source,

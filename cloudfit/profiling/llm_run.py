@@ -142,6 +142,59 @@ def gpu_accelerator(raw: str) -> str:
                          "no prediction") from None
 
 
+def _collective_worker(rank: int, n: int, port: int, numel: int, iters: int, cuda: bool, queue) -> None:
+    """One rank of ``measure_collectives``: time all-gather and reduce-scatter of a ``numel``-element bf16 buffer
+    (each rank's shard numel ÷ n), the medians of ``iters`` after one warm-up; rank 0 reports bus GB/s."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dev = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(dev)
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=n)
+    try:
+        dtype = torch.bfloat16 if cuda else torch.float32  # gloo reduces bf16 slowly; the bytes are what count
+        shard = torch.ones(numel // n, dtype=dtype, device=dev)
+        full = torch.empty(shard.numel() * n, dtype=dtype, device=dev)
+        sync = torch.cuda.synchronize if cuda else (lambda: None)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        times: dict[str, list[float]] = {"all_gather": [], "reduce_scatter": []}
+        for i in range(iters + 1):
+            for name, op in (("all_gather", lambda: gather(full, shard)), ("reduce_scatter", lambda: scatter(shard, full))):
+                dist.barrier()
+                sync()
+                t0 = time.perf_counter()
+                op()
+                sync()
+                if i:
+                    times[name].append(time.perf_counter() - t0)
+        if rank == 0:
+            nbytes = full.numel() * full.element_size()
+            queue.put({k: (n - 1) / n * nbytes / sorted(v)[len(v) // 2] / 1e9 for k, v in times.items()}
+                      | {"ranks": n, "bytes": nbytes})
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_collectives(layer_parameters: int, *, ranks: int, cuda: bool, iters: int = 5) -> dict:
+    """Bus bandwidth (GB/s) of FSDP's per-layer collectives over ``ranks`` local ranks (GPUs, or gloo ranks on a
+    CPU): all-gather of one layer's bf16 weights and reduce-scatter of its gradients, at that layer's size."""
+    import torch.multiprocessing as mp
+
+    if ranks < 2:
+        raise UsageError(f"--ranks must be at least 2 to time collectives, got {ranks}")
+    numel = max(ranks, (layer_parameters // ranks) * ranks)
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.start_processes(_collective_worker, args=(ranks, _free_port(), numel, iters, cuda, queue), nprocs=ranks,
+                       start_method="spawn")
+    return queue.get()
+
+
 def check_options(*, layers: int, seq_len: int, micro_batch: int, steps: int, warmup: int, ac: str) -> None:
     if not 1 <= layers <= 4:
         raise UsageError(f"--layers must be 1 to 4 (a few layers of the real width), got {layers}")
@@ -155,8 +208,10 @@ def check_options(*, layers: int, seq_len: int, micro_batch: int, steps: int, wa
 
 def run(shape, *, device: str = "auto", layers: int | None = None, seq_len: int | None = None,
         micro_batch: int | None = None, steps: int | None = None, warmup: int | None = None, ac: str = "selective",
-        progress: Callable[[int, int], None] | None = None):
-    """Profile ``shape`` (an ``LLMShape``) on ``device``; returns an ``LLMMeasurement`` with ``layers`` filled."""
+        ranks: int | None = None, progress: Callable[[int, int], None] | None = None):
+    """Profile ``shape`` (an ``LLMShape``) on ``device``; returns an ``LLMMeasurement`` with ``layers`` filled.
+    ``ranks``: time FSDP's collectives over that many local ranks (default on CUDA: every visible GPU when there
+    are several; on a CPU only when asked, over gloo)."""
     import datetime as dt
     import platform
 
@@ -192,11 +247,23 @@ def run(shape, *, device: str = "auto", layers: int | None = None, seq_len: int 
             import torch.distributed as dist
 
             dist.destroy_process_group()
-    return _measurement(shape, res, layers=layers, seq_len=seq_len, micro_batch=micro_batch, steps=steps,
+    if ranks is None and cuda and torch.cuda.device_count() > 1:
+        ranks = torch.cuda.device_count()
+    coll = None
+    if ranks:
+        coll = measure_collectives(llama_config_params(shape, cuda), ranks=ranks, cuda=cuda)
+    m = _measurement(shape, res, layers=layers, seq_len=seq_len, micro_batch=micro_batch, steps=steps,
                         warmup=warmup, ac=ac, cuda=cuda, bf16=bf16, dev=dev, LLMMeasurement=LLMMeasurement,
                         names=(device_name(dev), accelerator),
                         torch_version=torch.__version__, host=platform.node(),
                         now=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat())
+    return m if coll is None else replace(m, layers={**m.layers, "collectives_gbs": coll})
+
+
+def llama_config_params(shape, cuda: bool) -> int:
+    """Parameters of one block of the shape that runs (real width on a GPU, shrunk on a CPU)."""
+    return llama_config(shape, shrink=not cuda, layers=1).parameters() - llama_config(shape, shrink=not cuda,
+                                                                                       layers=0).parameters()
 
 
 def _measurement(shape, res, *, layers, seq_len, micro_batch, steps, warmup, ac, cuda, bf16, dev, LLMMeasurement,

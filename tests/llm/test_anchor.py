@@ -228,3 +228,32 @@ def test_shipped_bands_were_made_from_the_shipped_data_and_calibration():
     b = doc["bands"]
     assert all(b[k][0] < 0 < b[k][1] for k in A.TRUST_ORDER)
     assert b["same"][1] - b["same"][0] < b["scale"][1] - b["scale"][0] < b["stack"][1] - b["stack"][0]
+
+
+def test_profile_run_times_fsdp_collectives_over_local_ranks_and_they_set_the_link(cli, tmp_path):
+    f = tmp_path / "c.json"
+    r = cli("profile", "run", "--model", "llama3-1b", "--device", "cpu", "--ranks", "2", "--out", str(f), "--json")
+    assert r.exit_code == 0, r.stderr
+    (m,) = io.load_profile(f, llm_ok=True).measurements
+    coll = m.layers["collectives_gbs"]
+    from cloudfit.llm.stats import token_stats
+    from cloudfit.llm.zoo import LLMShape
+
+    layer_bytes = 4 * token_stats(LLMShape(**m.layers["shape"]), 256).layer_parameters
+    assert coll["ranks"] == 2 and coll["all_gather"] > 0 and coll["reduce_scatter"] > 0
+    assert coll["bytes"] == pytest.approx(layer_bytes, rel=0.01)  # one layer's fp32 weights on gloo
+    # the same record on H100s: a board at a quarter of NVLink's bus figure slows a tensor-parallel run
+    from cloudfit.llm import hardware as lhw
+
+    shape = get("llama3-8b")
+    slow = dataclasses.replace(_layer_measurement(A.layer_seconds(dataclasses.replace(shape, layers=4),
+                                                                  A.setup_of(_layer_measurement(1.0, shape)),
+                                                                  constants()), shape))
+    slow = dataclasses.replace(slow, layers={**slow.layers, "collectives_gbs": {
+        "all_gather": lhw.intra_gbps("H100") / 4, "reduce_scatter": lhw.intra_gbps("H100") / 4, "ranks": 8}})
+    a = A.anchors_from_profile(io.new_llm_profile(shape, "zoo").with_measurement(slow), shape)[0][0]
+    assert a.nvlink_eff == pytest.approx(0.25)
+    tp = A.Setup("H100", 8, 1, "bf16", 8192, 8, "tp=8,ac=selective", "fsdp")
+    fast_link = dataclasses.replace(a, nvlink_eff=None)
+    assert (A.predict_anchored(shape, tp, [a]).prediction.tokens_per_second
+            < 0.9 * A.predict_anchored(shape, tp, [fast_link]).prediction.tokens_per_second)
