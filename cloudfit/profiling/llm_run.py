@@ -228,8 +228,7 @@ def run(shape, *, device: str = "auto", layers: int | None = None, seq_len: int 
     steps, warmup = steps or d["steps"], d["warmup"] if warmup is None else warmup
     check_options(layers=layers, seq_len=seq_len, micro_batch=micro_batch, steps=steps, warmup=warmup, ac=ac)
     bf16 = cuda
-    depths = (1, layers) if layers > 1 else (1,)
-    total = len(depths) * (steps + warmup)
+    total = (2 if layers > 1 else 1) * (steps + warmup)
     done = [0]
 
     def tick() -> None:
@@ -238,10 +237,20 @@ def run(shape, *, device: str = "auto", layers: int | None = None, seq_len: int 
             progress(done[0], total)
 
     created = _process_group(dev)
+
+    def timed(n: int) -> dict:
+        return _timed_model(llama_config(shape, shrink=not cuda, layers=n), device=dev, seq_len=seq_len,
+                            micro_batch=micro_batch, ac=ac, bf16=bf16, steps=steps, warmup=warmup, tick=tick)
+
     try:
-        res = {n: _timed_model(llama_config(shape, shrink=not cuda, layers=n), device=dev, seq_len=seq_len,
-                               micro_batch=micro_batch, ac=ac, bf16=bf16, steps=steps, warmup=warmup, tick=tick)
-               for n in depths}
+        res = {1: _fits(timed, 1, shape, seq_len, micro_batch)}
+        while layers > 1:  # as many layers as fit, up to the asked number
+            try:
+                res[layers] = timed(layers)
+                break
+            except torch.cuda.OutOfMemoryError:
+                torch.cuda.empty_cache()
+                layers -= 1
     finally:
         if created:
             import torch.distributed as dist
@@ -264,6 +273,18 @@ def llama_config_params(shape, cuda: bool) -> int:
     """Parameters of one block of the shape that runs (real width on a GPU, shrunk on a CPU)."""
     return llama_config(shape, shrink=not cuda, layers=1).parameters() - llama_config(shape, shrink=not cuda,
                                                                                        layers=0).parameters()
+
+
+def _fits(timed, n: int, shape, seq_len: int, micro_batch: int) -> dict:
+    """``timed(n)``, or one UsageError line when even ``n`` layers do not fit on the GPU."""
+    import torch
+
+    try:
+        return timed(n)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        raise UsageError(f"profile run: one layer of {shape.name} at seq {seq_len} × micro-batch {micro_batch} does "
+                         "not fit on this GPU; lower --seq-len or --batch-size, or use --ac full") from None
 
 
 def _measurement(shape, res, *, layers, seq_len, micro_batch, steps, warmup, ac, cuda, bf16, dev, LLMMeasurement,
