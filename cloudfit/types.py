@@ -216,6 +216,51 @@ class Profile:
         return pd.DataFrame([{"model": self.model, **d}])
 
 
+@dataclass(frozen=True)
+class LLMMeasurement:
+    """One large-model training run: tokens/s of the whole cluster at a setup (``profile add``), or a short
+    per-layer profile (``profile run``: ``layers`` holds the per-layer timings and memory)."""
+
+    accelerator: str  # canonical name (H100, B200, GB200 …) or "cpu"
+    gpus_per_node: int
+    nodes: int
+    precision: str  # bf16 | fp16 | fp8 (fp32 on a CPU profile run)
+    seq_len: int
+    batch_size: int  # sequences per data-parallel rank and step (micro-batch × accumulation)
+    layout: str  # the --layout text (fsdp=8,ac=selective …)
+    framework: str  # fsdp | megatron | megatron-deepspeed
+    tokens_per_second: float  # whole cluster (of the model run: ``layers`` says when fewer layers ran)
+    memory_gib: float | None = None  # peak per GPU
+    source: str = "reported"  # measured | reported | probe
+    note: str = ""
+    layers: Mapping[str, Any] | None = None  # per-layer profile of ``profile run`` (see profiles/README.md)
+    device_name: str = ""
+    torch_version: str = ""
+    host: str = ""
+    measured_at: str = ""
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+
+@dataclass(frozen=True)
+class LLMProfile:
+    """A large model's profile: its shape (a zoo name or a config.json's), device-independent per-token stats
+    and LLM measurements (``profiles/*.json`` with ``kind: llm``)."""
+
+    model: str
+    shape: Mapping[str, Any]  # cloudfit.llm.zoo.LLMShape fields
+    origin: str  # "zoo" or "config"
+    stats: Mapping[str, Any]  # per-token stats at stats["seq_len"] (cloudfit.llm.stats.TokenStats.to_dict)
+    measurements: tuple[LLMMeasurement, ...] = ()
+    schema_version: int = 2
+    kind: str = "llm"
+
+    def with_measurement(self, m: LLMMeasurement) -> "LLMProfile":
+        return dataclasses.replace(self, measurements=self.measurements + (m,))
+
+
 # --------------------------------------------------------------------------------------------
 # Predictions and plans
 

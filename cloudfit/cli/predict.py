@@ -36,10 +36,13 @@ def predict(
     """Predict samples/s (with a 10–90% band) of a profiled model on COUNT × ACCELERATOR × NODES."""
     from cloudfit.errors import UsageError
 
-    if model is not None or config is not None:
-        if profile is not None:
+    llm_profile = None
+    if profile is not None:
+        llm_profile = _llm_profile(profile)
+        if model is not None or config is not None:
             raise UsageError("give either --profile (a profiled model) or --model/--config (an LLM), not both")
-        _predict_llm(model=model, config=config, accelerator=accelerator, count=count, nodes=nodes,
+    if model is not None or config is not None or llm_profile is not None:
+        _predict_llm(profile=llm_profile, model=model, config=config, accelerator=accelerator, count=count, nodes=nodes,
                      precision="bf16" if precision == "fp16" else precision, batch_size=batch_size or 1,
                      seq_len=seq_len, layout=layout, finetune=finetune, lora_rank=lora_rank,
                      machine_type=machine_type, network_gbps=network_gbps, tokens=tokens, framework=framework,
@@ -49,6 +52,14 @@ def predict(
         raise UsageError("--framework applies to the large-model path (--model / --config)")
     if profile is None:
         raise UsageError("give --profile (a profiled model) or --model NAME / --config config.json (an LLM)")
+    _predict_profile(profile=profile, accelerator=accelerator, count=count, nodes=nodes, precision=precision,
+                     batch_size=batch_size, machine_type=machine_type, network_gbps=network_gbps, as_json=as_json)
+
+
+def _predict_profile(*, profile, accelerator, count, nodes, precision, batch_size, machine_type, network_gbps,
+                     as_json) -> None:
+    """The branch of ``cloudfit predict`` for a CNN-era profile (the learned performance model)."""
+    from cloudfit.errors import UsageError
     from cloudfit.perf import model as perf
     from cloudfit.profiling import io as pio
 
@@ -57,7 +68,7 @@ def predict(
     from cloudfit.catalog import hardware
 
     acc = hardware.canonical_name(accelerator)
-    _check_shape(acc, count, precision)
+    note = _check_shape(acc, count, precision)
     prof = pio.load_profile(pio.resolve_profile(profile))
     p = perf.predict(prof, accelerator, count, nodes, precision=precision, batch_size=batch_size,
                      machine_type=machine_type, network_gbps=network_gbps)
@@ -78,6 +89,7 @@ def predict(
         "breakdown": {"compute_s": p.compute_s, "communication_s": p.communication_s},
         "basis": p.basis,
         "model_version": perf.model_version(),
+        "offering_note": note,
     }
     if as_json:
         print_json(out)
@@ -92,20 +104,32 @@ def predict(
     c.print(f"  step {p.step_time_s * 1e3:,.1f} ms = compute {p.compute_s * 1e3:,.1f} ms + communication "
             f"{p.communication_s * 1e3:,.1f} ms")
     c.print(f"  basis: {p.basis}")
+    if note:
+        c.print(f"  note: {note}")
 
 
-def _predict_llm(*, model, config, accelerator, count, nodes, precision, batch_size, seq_len, layout, finetune,
+def _llm_profile(profile: str):
+    """The LLM profile ``profile`` names, or None when it is a CNN-era profile (read by the other path)."""
+    from cloudfit.profiling import io as pio
+    from cloudfit.types import LLMProfile
+
+    p = pio.load_profile(pio.resolve_profile(profile), llm_ok=True)
+    return p if isinstance(p, LLMProfile) else None
+
+
+def _predict_llm(*, profile=None, model, config, accelerator, count, nodes, precision, batch_size, seq_len, layout, finetune,
                  lora_rank, machine_type, network_gbps, tokens, framework, as_json) -> None:
     """The large-model branch of ``cloudfit predict`` (``--model llama3-8b`` / ``--config``)."""
     from cloudfit.llm.predict import predict as llm_predict
     from cloudfit.llm.predict import tokens_to_samples
 
     samples = tokens_to_samples(tokens, seq_len) if tokens is not None else None
-
-    p = llm_predict(model, accelerator, config=config, gpus_per_node=count, nodes=nodes, precision=precision,
-                    seq_len=seq_len, batch_size=batch_size, layout=layout, finetune=finetune, lora_rank=lora_rank,
-                    machine_type=machine_type, network_gbps=network_gbps, framework=framework)
-    out = p.to_dict()
+    a = anchored_llm(profile, model=model, config=config, accelerator=accelerator, count=count, nodes=nodes,
+                     precision=precision, seq_len=seq_len, batch_size=batch_size, layout=layout, finetune=finetune,
+                     lora_rank=lora_rank, machine_type=machine_type, network_gbps=network_gbps, framework=framework)
+    p = a.prediction
+    out = a.to_dict()
+    out["offering_note"] = _offering_note(p.accelerator, count)
     if samples is not None:
         out.update(tokens=tokens, samples=samples, hours=tokens / p.tokens_per_second / 3600.0)
     if as_json:
@@ -123,6 +147,10 @@ def _predict_llm(*, model, config, accelerator, count, nodes, precision, batch_s
     c.print(f"  step {b['step_s']:,.3f} s = compute {b['compute_s']:,.3f} + exposed TP {b['exposed_tp_s']:,.3f} "
             f"FSDP {b['exposed_fsdp_s']:,.3f} DP {b['exposed_dp_s']:,.3f} PP {b['exposed_pp_s']:,.3f} "
             f"CP {b['exposed_cp_s']:,.3f} + bubble {b['bubble_s']:,.3f} + other {b['optimizer_and_overhead_s']:,.3f}")
+    c.print(f"  basis: {a.basis}", soft_wrap=True, markup=False)
+    for line in [out["offering_note"]] + list(out["anchor"].get("notes", [])):
+        if line:
+            c.print(f"  note: {line}", soft_wrap=True, markup=False)
     m = p.memory
     if samples is not None:
         c.print(f"  {tokens:,.3g} tokens = {samples:,.0f} samples: {out['hours']:,.1f} h at the predicted rate")
@@ -131,9 +159,51 @@ def _predict_llm(*, model, config, accelerator, count, nodes, precision, batch_s
             f"logits {m.logits_gib:,.1f}, buffers {m.buffers_gib:,.1f}, overhead {m.overhead_gib:,.1f}")
 
 
-def _check_shape(acc: str, count: int, precision: str) -> None:
-    """One line, exit 2, for a question no VM can answer: a GPU count per VM the catalog does not offer
-    for that accelerator, or fp8 on a GPU without FP8 tensor cores (it would silently run as fp16)."""
+def anchored_llm(profile, *, model, config, accelerator, count, nodes, precision, seq_len, batch_size, layout,
+                 finetune, lora_rank, machine_type, network_gbps, framework):
+    """The LLM prediction, anchored on ``profile``'s measurements when given (else stack-generic)."""
+    from dataclasses import replace
+
+    from cloudfit.llm import anchor as A
+    from cloudfit.llm.predict import predict as llm_predict
+    from cloudfit.llm.zoo import resolve
+    from cloudfit.profiling import io as pio
+
+    shape = pio.llm_shape(profile) if profile is not None else resolve(model, config)
+    anchors, notes = A.anchors_from_profile(profile, shape) if profile is not None else ([], [])
+    fw = framework or (anchors[0].setup.framework if anchors else None)
+    kw = dict(finetune=finetune, lora_rank=lora_rank, machine_type=machine_type, network_gbps=network_gbps)
+    first = llm_predict(shape, accelerator, gpus_per_node=count, nodes=nodes, precision=precision, seq_len=seq_len,
+                        batch_size=batch_size, layout=layout, framework=fw, **kw)  # checks; resolves layout=auto
+    query = A.Setup(first.accelerator, count, nodes, precision, seq_len, first.layout.sequences_per_replica,
+                    first.layout.describe(), first.framework)
+    a = A.predict_anchored(shape, query, anchors, **kw)
+    if notes:
+        a = replace(a, notes=a.notes + tuple(notes))
+    return a
+
+
+def _offering_note(acc: str, count: int) -> str | None:
+    """Where no GCP VM offers ``count`` × ``acc``: a note naming the clouds that do sell that shape, if any (the
+    prediction still stands; recommend plans only real offerings, GCP's unless ``--clouds`` says otherwise)."""
+    from cloudfit import catalog
+    from cloudfit.types import CLOUDS
+
+    offs = [o for o in catalog.load(clouds=CLOUDS).offerings if o.accelerator == acc]
+    gcp = sorted({o.accelerators_per_node for o in offs if o.cloud == "gcp"})
+    if count in gcp:
+        return None
+    elsewhere = sorted({o.cloud for o in offs if o.accelerators_per_node == count})
+    sold = (f"; {', '.join(elsewhere)} sell{'s' if len(elsewhere) == 1 else ''} it (recommend --clouds "
+            f"{','.join(elsewhere)})") if elsewhere else ": this is a prediction for the hardware, not a plan"
+    if not gcp:
+        return f"no GCP VM in the catalog offers {acc}{sold}"
+    return f"no GCP VM offers {count}× {acc} (the catalog has {', '.join(map(str, gcp))} per VM){sold}"
+
+
+def _check_shape(acc: str, count: int, precision: str) -> str | None:
+    """One line, exit 2, for fp8 on a GPU without FP8 tensor cores (it would silently run as fp16); a note
+    (returned) for a GPU count per VM the catalog does not offer."""
     from cloudfit import catalog
     from cloudfit.catalog import hardware
     from cloudfit.errors import UsageError
@@ -142,9 +212,4 @@ def _check_shape(acc: str, count: int, precision: str) -> None:
         with_fp8 = sorted(a for a in catalog.load().accelerators if hardware.get(a).fp8_tflops)
         raise UsageError(f"{acc} has no FP8 tensor cores (fp8 runs on {', '.join(with_fp8)}); "
                          "use --precision fp16 or bf16")
-    from cloudfit.types import CLOUDS
-
-    counts = sorted({o.accelerators_per_node for o in catalog.load(clouds=CLOUDS).offerings if o.accelerator == acc})
-    if counts and count not in counts:
-        raise UsageError(f"no VM in any cloud's catalog has {count}× {acc}: they offer {', '.join(map(str, counts))} "
-                         "per VM (--nodes adds VMs)")
+    return _offering_note(acc, count)

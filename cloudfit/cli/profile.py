@@ -36,11 +36,28 @@ def run(
     stats_only: bool = typer.Option(False, "--stats-only", help="Count FLOPs/bytes/parameters only (seconds, no training); writes only with --out."),
     replace: bool = typer.Option(False, "--replace", help="Overwrite --out instead of merging into it."),
     as_json: bool = typer.Option(False, "--json", help="Print the profile as JSON to stdout."),
+    llm: Optional[str] = typer.Option(None, "--model", "-m", help="A large model of the LLM zoo (llama3-8b …): "
+                                                                  "a few layers at the real width (shrunk on a CPU)."),
+    config: Optional[str] = typer.Option(None, "--config", help="A large model's Hugging Face config.json."),
+    layers: Optional[int] = typer.Option(None, "--layers", help="LLM: layers to run, 1–4 (default 4 on a GPU, 2 on a CPU)."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="LLM: tokens per sequence (default 8192 on a GPU, 256 on a CPU)."),
+    ac: str = typer.Option("selective", "--ac", help="LLM: activation checkpointing, none | selective | full."),
+    ranks: Optional[int] = typer.Option(None, "--ranks", help="LLM: time FSDP's all-gather / reduce-scatter over N "
+                                                              "local ranks (default: every GPU when several are "
+                                                              "visible; on a CPU, gloo ranks when given)."),
 ) -> None:
     """Run a short real training run of MODEL and write its throughput profile."""
     from cloudfit.errors import ProfileError
     from cloudfit.profiling import io, zoo
     from cloudfit.types import Profile
+
+    if llm is not None or config is not None or (model is not None and not model_file and _is_llm_only(model)):
+        if model is not None and llm is not None:
+            raise ProfileError("give the model once: MODEL or --model")
+        _run_llm(llm or model, config, device=device, layers=layers, seq_len=seq_len, micro_batch=batch_size,
+                 steps=None if steps == DEFAULT_STEPS else steps, warmup=None if warmup == DEFAULT_WARMUP else warmup,
+                 ac=ac, ranks=ranks, out=out, replace=replace, as_json=as_json)
+        return
 
     if model is None and not model_file:
         raise ProfileError("give a zoo MODEL (see `cloudfit models`) or --model-file path/to/file.py:factory")
@@ -84,6 +101,47 @@ def run(
         console().print(f"wrote {path}{extra}", markup=False, soft_wrap=True)
 
 
+def _is_llm_only(name: str) -> bool:
+    """A name of the LLM zoo that is not also a model of the profiling zoo."""
+    from cloudfit.llm.zoo import is_llm
+    from cloudfit.profiling import zoo
+
+    return is_llm(name) and name not in zoo.names()
+
+
+def _run_llm(model, config, *, device, layers, seq_len, micro_batch, steps, warmup, ac, ranks, out, replace,
+             as_json) -> None:
+    """``profile run`` of a large model: a few real layers (``cloudfit.profiling.llm_run``), appended to FILE."""
+    from cloudfit.errors import ProfileError
+    from cloudfit.profiling import llm_run as profile_run
+    from cloudfit.llm.zoo import resolve
+    from cloudfit.profiling import io
+    from cloudfit.types import LLMProfile
+
+    shape = resolve(model, config)
+    profile_run.check_options(layers=layers or 1, seq_len=seq_len or 2, micro_batch=micro_batch or 1,
+                              steps=steps or 1, warmup=warmup or 0, ac=ac)
+    path = out or Path(f"{shape.name}.json")
+    prof = io.new_llm_profile(shape, "config" if config else "zoo")
+    if path.exists() and not replace:
+        old = io.load_profile(path, llm_ok=True)
+        if not isinstance(old, LLMProfile) or dict(old.shape) != shape.to_dict():
+            raise ProfileError(f"{path} holds a profile of {old.model!r}, not of {shape.name!r}; choose another --out "
+                               "or pass --replace")
+        prof = old
+    with _Progress() as bar:
+        bar.phase(f"training {layers or 'a few'} layers of {shape.name}")
+        m = profile_run.run(shape, device=device, layers=layers, seq_len=seq_len, micro_batch=micro_batch,
+                            steps=steps, warmup=warmup, ac=ac, ranks=ranks, progress=bar.steps)
+    updated = prof.with_measurement(io.validate_llm_measurement(m, shape))
+    io.save_profile(updated, path)
+    if as_json:
+        print_json(io.profile_to_dict(updated))
+        return
+    render_llm_profile(updated, path)
+    console().print(f"wrote {path}", markup=False, soft_wrap=True)
+
+
 def _merge_into(path: Path, profile, replace: bool):
     """The profile to write at ``path``: merged with what is there unless --replace; refuses to clobber."""
     from cloudfit.errors import ProfileError
@@ -105,27 +163,55 @@ def _merge_into(path: Path, profile, replace: bool):
 
 @app.command("add")
 def add(
-    profile: str = typer.Argument(..., help="Profile file, or a shipped profile name (e.g. resnet50)."),
+    profile: str = typer.Argument(..., help="Profile file, or a shipped profile name (e.g. resnet50). An LLM "
+                                            "profile FILE is created when absent (with --model or --config)."),
     accelerator: str = typer.Option(..., "--accelerator", "-a", help="Accelerator (A100, H100, T4 …) or cpu."),
     count: int = typer.Option(1, "--count", help="Accelerators per node."),
     nodes: int = typer.Option(1, "--nodes", help="Nodes."),
-    batch_size: int = typer.Option(..., "--batch-size", "-b", help="Batch per device."),
+    batch_size: int = typer.Option(..., "--batch-size", "-b",
+                                   help="Batch per device (LLM: sequences per data-parallel rank and step)."),
     precision: str = typer.Option(..., "--precision", help="fp32, tf32, fp16, bf16 or fp8."),
-    samples_per_second: float = typer.Option(..., "--samples-per-second", help="Training throughput of the whole cluster."),
+    samples_per_second: Optional[float] = typer.Option(None, "--samples-per-second",
+                                                       help="Training throughput of the whole cluster."),
     source: str = typer.Option("reported", "--source", help="measured, reported or probe."),
     note: str = typer.Option("", "--note", help="Where the number comes from (paper, URL, run id)."),
     as_json: bool = typer.Option(False, "--json", help="Print the updated profile as JSON to stdout."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="LLM: a zoo model (llama3-8b …)."),
+    config: Optional[str] = typer.Option(None, "--config", help="LLM: a Hugging Face config.json of the model."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="LLM: tokens per sequence."),
+    layout: str = typer.Option("", "--layout", help="LLM: the run's layout, e.g. fsdp=8,ac=selective."),
+    tokens_per_second: Optional[float] = typer.Option(None, "--tokens-per-second",
+                                                      help="LLM: tokens/s of the whole cluster."),
+    memory_gib: Optional[float] = typer.Option(None, "--memory-gib", help="LLM: peak memory per GPU (GiB)."),
+    framework: str = typer.Option("fsdp", "--framework", help="LLM: fsdp, megatron or megatron-deepspeed."),
 ) -> None:
     """Append a measurement taken elsewhere (validated) to a profile."""
     import datetime as dt
 
+    from cloudfit.errors import ProfileError
     from cloudfit.profiling import io
     from cloudfit.types import Measurement
 
+    now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+    if tokens_per_second is not None or model is not None or config is not None:
+        if samples_per_second is not None:
+            raise ProfileError("an LLM measurement is given in --tokens-per-second, not --samples-per-second")
+        _add_llm(profile, accelerator=accelerator, count=count, nodes=nodes, batch_size=batch_size,
+                 precision=precision, source=source, note=note, as_json=as_json, model=model, config=config,
+                 seq_len=seq_len, layout=layout, tokens_per_second=tokens_per_second, memory_gib=memory_gib,
+                 framework=framework, now=now)
+        return
+    if samples_per_second is None:
+        raise ProfileError("give --samples-per-second (or, for a large model, --tokens-per-second)")
     path = io.resolve_profile(profile)
+    from cloudfit.types import LLMProfile
+
+    if isinstance(io.load_profile(path, llm_ok=True), LLMProfile):
+        raise ProfileError(f"{path} is a large-model (LLM) profile: give its runs as --tokens-per-second with "
+                           "--seq-len and --layout")
     m = Measurement(accelerator=accelerator, count=count, nodes=nodes, batch_size_per_device=batch_size,
                     precision=precision.lower(), samples_per_second=samples_per_second, source=source, note=note,
-                    measured_at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat())
+                    measured_at=now)
     updated = io.add_measurement(path, m)
     if accelerator.lower() != "cpu":
         from cloudfit.catalog import hardware
@@ -144,6 +230,49 @@ def add(
                     f"({len(updated.measurements)} measurements)", markup=False, soft_wrap=True)
 
 
+def _add_llm(profile: str, *, accelerator, count, nodes, batch_size, precision, source, note, as_json, model, config,
+             seq_len, layout, tokens_per_second, memory_gib, framework, now) -> None:
+    """``profile add`` of an LLM run: validated against the model, written atomically (FILE created when absent);
+    a bad measurement leaves the file untouched."""
+    from cloudfit.errors import ProfileError
+    from cloudfit.llm.zoo import resolve
+    from cloudfit.profiling import io
+    from cloudfit.types import LLMMeasurement, LLMProfile
+
+    if tokens_per_second is None:
+        raise ProfileError("give --tokens-per-second (the whole cluster's) for an LLM measurement")
+    if seq_len is None:
+        raise ProfileError("give --seq-len for an LLM measurement")
+    path = Path(profile).expanduser()
+    if path.exists():
+        prof = io.load_profile(io.resolve_profile(profile), llm_ok=True)
+        if not isinstance(prof, LLMProfile):
+            raise ProfileError(f"{path} is a profile of {prof.model!r} (not a large model): an LLM measurement "
+                               "cannot be added to it")
+        if model is not None or config is not None:
+            given = resolve(model, config)
+            if given.to_dict() != dict(prof.shape):
+                raise ProfileError(f"{path} holds a profile of {prof.model!r}, not of {given.name!r}")
+    else:
+        if model is None and config is None:
+            raise ProfileError(f"{path} does not exist: give --model or --config to create it")
+        prof = io.new_llm_profile(resolve(model, config), "config" if config else "zoo")
+    m = LLMMeasurement(accelerator=accelerator, gpus_per_node=count, nodes=nodes, precision=precision.lower(),
+                       seq_len=seq_len, batch_size=batch_size, layout=layout, framework=framework,
+                       tokens_per_second=tokens_per_second, memory_gib=memory_gib, source=source, note=note,
+                       measured_at=now)
+    m = io.validate_llm_measurement(m, io.llm_shape(prof))
+    updated = prof.with_measurement(m)
+    io.save_profile(updated, path)
+    if as_json:
+        print_json(io.profile_to_dict(updated))
+        return
+    where = f"{m.nodes}×{m.gpus_per_node}×{m.accelerator}" if m.nodes > 1 else f"{m.gpus}×{m.accelerator}"
+    console().print(f"added {where} {m.layout} ({m.framework}, {m.precision}, seq {m.seq_len}): "
+                    f"{m.tokens_per_second:,.0f} tokens/s to {path} ({len(updated.measurements)} measurements)",
+                    markup=False, soft_wrap=True)
+
+
 @app.command("show")
 def show(
     profile: str = typer.Argument(..., help="Profile file, or a shipped profile name (e.g. resnet50)."),
@@ -152,10 +281,15 @@ def show(
     """Show a profile's model stats and measurements."""
     from cloudfit.profiling import io
 
+    from cloudfit.types import LLMProfile
+
     path = io.resolve_profile(profile)
-    p = io.load_profile(path)
+    p = io.load_profile(path, llm_ok=True)
     if as_json:
         print_json(io.profile_to_dict(p))
+        return
+    if isinstance(p, LLMProfile):
+        render_llm_profile(p, path)
         return
     render_profile(p, path)
 
@@ -223,6 +357,36 @@ def render_profile(p, path: Optional[Path]) -> None:
     con.print(mt)
     for line in notes:
         con.print(line, overflow="fold", markup=False)
+
+
+def render_llm_profile(p, path: Optional[Path]) -> None:
+    """An LLM profile: the model, its stats and every measurement (per-layer timings where profiled)."""
+    from rich import box
+    from rich.table import Table
+
+    con = console()
+    st = p.stats
+    con.print(f"{p.model} — large model ({p.origin}), {st['parameters'] / 1e9:.2f} B parameters, "
+              f"{_si(st['flops_per_token'], 'FLOP')} per token at seq {st['seq_len']:,}" + (f"  [{path}]" if path else ""),
+              markup=False)
+    if not p.measurements:
+        con.print("no measurements")
+        return
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("device", "nodes×n", "prec.", "seq", "batch", "layout", "stack", "tokens/s", "peak mem", "layer f+b"):
+        t.add_column(col, no_wrap=col != "layout")
+    for i, m in enumerate(p.measurements, 1):
+        lay = m.layers or {}
+        t.add_row(f"{i}. {m.accelerator}", f"{m.nodes}×{m.gpus_per_node}", m.precision, f"{m.seq_len:,}",
+                  str(m.batch_size), m.layout, m.framework, f"{m.tokens_per_second:,.0f}",
+                  f"{m.memory_gib:.1f} GiB" if m.memory_gib else "—",
+                  _seconds(lay["forward_backward_s"]) if lay else "—")
+    con.print(t)
+    for i, m in enumerate(p.measurements, 1):
+        extra = f" ({m.layers['layers_run']} of {p.shape['layers']} layers, width {m.layers['shape']['hidden']})" \
+            if m.layers else ""
+        con.print(f"  {i}. {m.source}{extra}" + (f": {m.note}" if m.note else "") +
+                  (f" [{m.device_name or ''} {m.measured_at}]" if m.measured_at else ""), markup=False)
 
 
 class _Progress:

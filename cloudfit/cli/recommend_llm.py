@@ -30,16 +30,23 @@ def token_workload(*, model, profile, samples, epochs, dataset_size, tokens, seq
     from cloudfit.errors import UsageError
     from cloudfit.plan.llm import token_workload as make
 
-    if profile is not None or samples is not None or epochs is not None or dataset_size is not None:
-        raise UsageError("a large-model workload is given in --tokens (with --seq-len), not --profile/--samples/--epochs")
+    if samples is not None or epochs is not None or dataset_size is not None:
+        raise UsageError("a large-model workload is given in --tokens (with --seq-len), not --samples/--epochs")
     if batch_size is not None:
         raise UsageError("for a large model give --global-batch (sequences per step), not --batch-size")
     if search != "exhaustive":
         raise UsageError("large-model recommend searches exhaustively (every offering × nodes × layout)")
     if tokens is None:
         raise UsageError("give --tokens N for a large-model workload, e.g. --tokens 1e11")
-    return make(tokens=tokens, model=model, config=config, seq_len=seq_len, finetune=finetune, lora_rank=lora_rank,
-                global_batch=global_batch, layout=layout, precision=precision, **limits)
+    llm_profile = _llm_profile(profile, model, config)
+    shape = None if llm_profile is None else _shape_of(llm_profile)
+    tw = make(tokens=tokens, model=model, config=config, seq_len=seq_len, finetune=finetune, lora_rank=lora_rank,
+              global_batch=global_batch, layout=layout, precision=precision, shape=shape, **limits)
+    if llm_profile is None:
+        return tw
+    from dataclasses import replace
+
+    return replace(tw, job=anchored_job(tw.job, llm_profile, tw.limits.accelerators))
 
 
 def show(plan, top: int, seq_len: int, out, plot, sky, *, as_json: bool = False, wide: bool = False,
@@ -62,6 +69,39 @@ def show(plan, top: int, seq_len: int, out, plot, sky, *, as_json: bool = False,
                     "layouts": plan.layout["ranking"], **extra})
         return
     _render(plan, shown, seq_len, out, plot, sky, wide=wide, catalog_path=catalog_path)
+
+
+def _llm_profile(profile, model, config):
+    """The LLM profile ``--profile`` names (None without one); it replaces --model/--config."""
+    if profile is None:
+        return None
+    from cloudfit.errors import UsageError
+    from cloudfit.profiling import io as pio
+    from cloudfit.types import LLMProfile
+
+    if model is not None or config is not None:
+        raise UsageError("give either --profile (an LLM profile) or --model/--config, not both")
+    p = pio.load_profile(pio.resolve_profile(profile), llm_ok=True)
+    if not isinstance(p, LLMProfile):
+        raise UsageError(f"{profile} is a profile of {p.model!r}, not of a large model: a --tokens workload needs an "
+                         "LLM profile (`cloudfit profile add FILE --model …` or `profile run --model …`)")
+    return p
+
+
+def _shape_of(p):
+    from cloudfit.profiling import io as pio
+
+    return pio.llm_shape(p)
+
+
+def anchored_job(job, p, accelerators):
+    """``job`` planned with constants anchored on the LLM profile ``p`` (``cloudfit.llm.anchor.for_search``)."""
+    from dataclasses import replace
+
+    from cloudfit.llm import anchor
+
+    c, basis = anchor.for_search(p, job.shape, accelerators)
+    return replace(job, anchored=c, anchor_basis=basis or "stack-generic: the profile has no GPU measurement")
 
 
 def _layout_of(plan, i: int) -> dict:

@@ -62,6 +62,15 @@ class LLMJob:
     global_batch: int | None = None  # sequences per step; None = the default (~4M tokens; ~1M for LoRA)
     layout: str | None = None  # "--layout": pinned degrees (others searched); None / "auto" = search all
     precision: str = "bf16"
+    #: step-model constants anchored on a profile of the user's stack (``cloudfit.llm.anchor``) and what anchored
+    #: them; None = the shipped, stack-generic constants
+    anchored: object | None = None
+    anchor_basis: str = ""
+
+    def constants(self):
+        from cloudfit.llm.predict import constants
+
+        return self.anchored if self.anchored is not None else constants()
 
     @property
     def batch(self) -> int:
@@ -84,8 +93,10 @@ class TokenWorkload:
 
 def token_workload(*, tokens: float, model: str | None = None, config: str | Path | None = None, seq_len: int = 8192,
                    finetune: str = "full", lora_rank: int = 16, global_batch: int | None = None,
-                   layout: str | None = None, precision: str = "bf16", **limits: Any) -> TokenWorkload:
-    """The ``TokenWorkload`` for a zoo model (``model``) or a ``config.json`` (``config``); ``limits`` are
+                   layout: str | None = None, precision: str = "bf16", shape: LLMShape | None = None,
+                   **limits: Any) -> TokenWorkload:
+    """The ``TokenWorkload`` for a zoo model (``model``), a ``config.json`` (``config``) or a ``shape`` already
+    resolved (an LLM profile's); ``limits`` are
     ``cloudfit.workload.make_workload``'s (deadline, budget, objective, regions, accelerators, spot, …).
     ``UsageError`` (one line) on anything that does not fit together. ``fp16`` means bf16 (LLMs train in
     bf16 or fp8)."""
@@ -101,7 +112,7 @@ def token_workload(*, tokens: float, model: str | None = None, config: str | Pat
     if global_batch is not None and global_batch < 1:
         raise UsageError(f"--global-batch must be at least 1, got {global_batch}")
     samples = tokens_to_samples(tokens, seq_len)
-    shape = resolve(model, config)
+    shape = shape if shape is not None else resolve(model, config)
     prec = "bf16" if precision == "fp16" else precision
     if prec not in ("bf16", "fp8"):
         raise UsageError(f"--precision must be bf16 or fp8 for a large model, got {precision!r}")
@@ -230,7 +241,6 @@ def _hardware(o, precision: str) -> lsp.HardwareShape | str:
 def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpace:
     """Every allowed offering × nodes × spot whose hardware holds some layout of the model, at its best layout."""
     from cloudfit import spot
-    from cloudfit.llm.predict import constants
     from cloudfit.llm.stats import token_stats
 
     st = token_stats(job.shape, job.seq_len)
@@ -245,7 +255,7 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
     shapes, off_shape, hws, shape_hw_a, reasons = _shapes(offs, job.precision)
     res = lsp.search_catalog(st, job.shape, hws, N, global_batch=job.batch, exact=job.global_batch is not None,
                              precision=job.precision, finetune=job.finetune, lora_rank=job.lora_rank,
-                             constraints=constraints, c=constants())
+                             constraints=constraints, c=job.constants())
     tps_shape = np.zeros((len(shapes), N))
     ok = shape_hw_a >= 0
     tps_shape[ok] = res.tokens_per_second[shape_hw_a[ok]]
@@ -264,8 +274,7 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
     shape = off_shape[offering]
     h = shape_hw_a[shape]
     tps = res.tokens_per_second[h, nodes - 1]
-    c = constants()
-    lo, hi = c.band
+    lo, hi = job.constants().band
     sps = tps / job.seq_len
     writers = (res.best["tp"] * res.best["pp"] * res.best["cp"] * res.best["dp_shard"])[h, nodes - 1]
     ck = checkpoint_model(job, nodes, writers)
@@ -276,7 +285,9 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
         workload=workload, profile=_profile(job, st), catalog=cat, shapes=shapes, offering=offering, shape=shape,
         nodes=nodes, spot=is_spot, price_per_hour=np.concatenate(cols["price"]), samples_per_second=sps,
         low=sps * math.exp(lo), high=sps * math.exp(hi), hazard_per_node_hour=hz_off[offering], excluded=excluded,
-        basis=f"LLM step model {_calibration()}", checkpoint_bytes=float(ck["checkpoint_bytes"]),
+        basis=f"LLM step model {_calibration()}; " + (job.anchor_basis or "stack-generic (no profile of your stack: "
+                                                                          "--profile FILE anchors it)"),
+        checkpoint_bytes=float(ck["checkpoint_bytes"]),
         _cache={"groups": _price_groups(shape, nodes, is_spot, hz_off, offering, len(shapes), N)},
         write_s=ck["write_s"], restart_s=ck["restart_s"], hw_index=shape_hw_a, search=res, job=job, stats=st,
         ckpt={"checkpoint_bytes": ck["checkpoint_bytes"], "restore_bytes": ck["restore_bytes"]})
@@ -530,7 +541,7 @@ def layout_spec(space: LLMSpace, i: int, a, alternative_ids: list[int]) -> dict:
     h = int(space.hw_index[int(space.shape[i])])
     lay = space.layout_of(i)
     kw = dict(global_batch=job.batch, exact=job.global_batch is not None, precision=job.precision,
-              finetune=job.finetune, lora_rank=job.lora_rank)
+              finetune=job.finetune, lora_rank=job.lora_rank, c=job.constants())
     pinned = parse_constraints(job.layout, job.shape, job.seq_len)
     ranking = lsp.rank_layouts(st, job.shape, hw, nodes, top=TOP_LAYOUTS, constraints=pinned, **kw)
     runnable_pins = {**pinned, "vp": 1, **({"pp": 1} if job.shape.tied_embeddings else {})}

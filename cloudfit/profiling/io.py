@@ -16,9 +16,12 @@ from typing import Any, Mapping
 
 from cloudfit import resources
 from cloudfit.errors import ProfileError, UnknownAcceleratorError
-from cloudfit.types import OP_CLASSES, PRECISIONS, Measurement, ModelStats, OpClassStats, Profile, StepTime
+from cloudfit.types import (OP_CLASSES, PRECISIONS, LLMMeasurement, LLMProfile, Measurement, ModelStats,
+                            OpClassStats, Profile, StepTime)
 
-SCHEMA_VERSION = 1
+#: 2 adds ``kind`` (``cnn`` | ``llm``) and LLM profiles; version 1 files (all CNN-era) still load.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 CPU = "cpu"
 SOURCES = ("measured", "reported", "probe")
 
@@ -32,10 +35,13 @@ def _sig(x: float, digits: int = 6) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def profile_to_dict(p: Profile) -> dict[str, Any]:
+def profile_to_dict(p: Profile | LLMProfile) -> dict[str, Any]:
+    if isinstance(p, LLMProfile):
+        return llm_profile_to_dict(p)
     s = p.stats
     return {
-        "schema_version": p.schema_version,
+        "schema_version": SCHEMA_VERSION,
+        "kind": "cnn",
         "model": p.model,
         "stats": {
             "parameters": int(s.parameters),
@@ -121,13 +127,29 @@ class _Check:
         return v
 
 
-def profile_from_dict(d: Any, source: str = "profile") -> Profile:
-    """Validate and convert; every problem is one ProfileError line naming ``source`` and the field."""
+def profile_kind(d: Any, source: str = "profile") -> str:
+    """``cnn`` or ``llm``: the kind a profile document declares (version 1 documents are all ``cnn``)."""
     c = _Check(source)
     d = c.obj(d, "")
     version = c.field(d, "schema_version", "")
-    if version != SCHEMA_VERSION or isinstance(version, bool):
-        raise c.fail("", f"unsupported schema_version {version!r} (this cloudfit reads {SCHEMA_VERSION})")
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
+        readable = " and ".join(map(str, READABLE_VERSIONS))
+        raise c.fail("", f"unsupported schema_version {version!r} (this cloudfit reads {readable})")
+    kind = d.get("kind", "cnn") if version >= 2 else "cnn"
+    if kind not in ("cnn", "llm"):
+        raise c.fail("", f"kind must be cnn or llm, got {kind!r}")
+    return kind
+
+
+def profile_from_dict(d: Any, source: str = "profile", *, llm_ok: bool = False) -> Profile | LLMProfile:
+    """Validate and convert; every problem is one ProfileError line naming ``source`` and the field.
+    An LLM profile is returned only with ``llm_ok`` (the CNN paths refuse it in one line)."""
+    c = _Check(source)
+    if profile_kind(d, source) == "llm":
+        if not llm_ok:
+            raise c.fail("", f"is a large-model (LLM) profile of {d.get('model')!r}: use it with `cloudfit predict "
+                             "--profile` / `recommend --profile --tokens`")
+        return llm_profile_from_dict(d, c)
     model = c.text(d, "model", "", required=True)
     stats = _stats_from_dict(c, c.obj(c.field(d, "stats", ""), "stats"))
     ms = c.field(d, "measurements", "")
@@ -135,7 +157,7 @@ def profile_from_dict(d: Any, source: str = "profile") -> Profile:
         raise c.fail("measurements", "expected a list")
     measurements = tuple(_measurement_from_dict(c, c.obj(m, f"measurements[{i}]"), f"measurements[{i}]")
                          for i, m in enumerate(ms))
-    return Profile(model=model, stats=stats, measurements=measurements, schema_version=SCHEMA_VERSION)
+    return Profile(model=model, stats=stats, measurements=measurements, schema_version=SCHEMA_VERSION)  # type: ignore
 
 
 def _stats_from_dict(c: _Check, s: Mapping[str, Any]) -> ModelStats:
@@ -212,8 +234,9 @@ def _measurement_from_dict(c: _Check, m: Mapping[str, Any], w: str) -> Measureme
 # Files
 
 
-def load_profile(path: str | os.PathLike) -> Profile:
-    """Read and validate a profile file; ProfileError (one line naming the file) if anything is wrong."""
+def load_profile(path: str | os.PathLike, *, llm_ok: bool = False) -> Profile | LLMProfile:
+    """Read and validate a profile file; ProfileError (one line naming the file) if anything is wrong.
+    ``llm_ok``: an LLM profile is returned too (else refused)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -227,10 +250,10 @@ def load_profile(path: str | os.PathLike) -> Profile:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ProfileError(f"{p}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
-    return profile_from_dict(data, source=str(p))
+    return profile_from_dict(data, source=str(p), llm_ok=llm_ok)
 
 
-def save_profile(profile: Profile, path: str | os.PathLike) -> None:
+def save_profile(profile: Profile | LLMProfile, path: str | os.PathLike) -> None:
     """Write atomically (temporary file in the same folder, fsync'd, renamed over ``path``):
     an interrupted write leaves the old file (or none), never half a profile."""
     from cloudfit.atomic import write_json_atomic
@@ -315,3 +338,163 @@ def merge_measurements(old: Profile, new: Profile) -> Profile:
     fresh = {key(m) for m in new.measurements}
     kept = tuple(m for m in old.measurements if key(m) not in fresh)
     return dataclasses.replace(new, measurements=kept + tuple(new.measurements))
+
+
+# --------------------------------------------------------------------------------------------
+# Large-model (LLM) profiles: ``kind: llm`` (schema_version 2)
+
+LLM_PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+LLM_FRAMEWORKS = ("fsdp", "megatron", "megatron-deepspeed")
+_LAYER_FIELDS = ("forward_backward_s", "embedding_head_s", "optimizer_s", "step_s")
+
+
+def llm_profile_to_dict(p: LLMProfile) -> dict[str, Any]:
+    return {"schema_version": SCHEMA_VERSION, "kind": "llm", "model": p.model, "origin": p.origin,
+            "shape": dict(p.shape), "stats": dict(p.stats),
+            "measurements": [_llm_measurement_to_dict(m) for m in p.measurements]}
+
+
+def _llm_measurement_to_dict(m: LLMMeasurement) -> dict[str, Any]:
+    d = dataclasses.asdict(m)
+    d["tokens_per_second"] = _sig(m.tokens_per_second)
+    if m.memory_gib is not None:
+        d["memory_gib"] = _sig(m.memory_gib)
+    d["layers"] = None if m.layers is None else json.loads(json.dumps(m.layers))
+    return d
+
+
+def llm_stats(shape, seq_len: int | None = None) -> dict[str, Any]:
+    """The device-independent stats an LLM profile stores (per token, at ``seq_len``: default 8,192 tokens, or
+    the model's longest sequence when shorter)."""
+    from cloudfit.llm.stats import token_stats
+
+    st = token_stats(shape, seq_len or min(8192, shape.max_seq_len))
+    d = st.to_dict()
+    d.update(layer_parameters=st.layer_parameters, embedding_parameters=st.embedding_parameters,
+             head_parameters=st.head_parameters, layer_matmul_flops_per_token=st.layer_matmul_flops,
+             layer_attention_flops_per_token=st.layer_attention_flops, head_flops_per_token=st.head_flops)
+    return d
+
+
+def new_llm_profile(shape, origin: str) -> LLMProfile:
+    """An LLM profile of ``shape`` (an ``LLMShape``) with its stats and no measurements."""
+    return LLMProfile(model=shape.name, shape=shape.to_dict(), origin=origin, stats=llm_stats(shape))
+
+
+def llm_shape(p: LLMProfile):
+    """The profile's model as an ``LLMShape``."""
+    from cloudfit.llm.zoo import LLMShape
+
+    return LLMShape(**p.shape)
+
+
+def llm_profile_from_dict(d: Mapping[str, Any], c: _Check) -> LLMProfile:
+    from cloudfit.errors import UsageError
+    from cloudfit.llm.zoo import LLMShape
+
+    model = c.text(d, "model", "", required=True)
+    origin = c.text(d, "origin", "", required=True)
+    if origin not in ("zoo", "config"):
+        raise c.fail("origin", f"must be zoo or config, got {origin!r}")
+    raw = c.obj(c.field(d, "shape", ""), "shape")
+    try:
+        shape = LLMShape(**{k: raw[k] for k in LLMShape.__dataclass_fields__ if k in raw})
+    except (TypeError, UsageError) as e:
+        raise c.fail("shape", str(e)) from None
+    stats = c.obj(c.field(d, "stats", ""), "stats")
+    seq = c.integer(stats, "seq_len", "stats")
+    want = llm_stats(shape, seq)
+    for k in ("parameters", "flops_per_token"):
+        got = c.number(stats, k, "stats")
+        if abs(got - want[k]) > 1e-6 * want[k]:
+            raise c.fail("stats", f"{k} {got:g} does not match the shape's {want[k]:g}")
+    ms = c.field(d, "measurements", "")
+    if not isinstance(ms, list):
+        raise c.fail("measurements", "expected a list")
+    out = []
+    for i, m in enumerate(ms):
+        w = f"measurements[{i}]"
+        raw_m = _llm_measurement_from_dict(c, c.obj(m, w), w)
+        try:
+            out.append(validate_llm_measurement(raw_m, shape))
+        except ProfileError as e:
+            raise c.fail(w, str(e)) from None
+    return LLMProfile(model=model, shape=shape.to_dict(), origin=origin, stats=dict(stats), measurements=tuple(out))
+
+
+def _llm_measurement_from_dict(c: _Check, m: Mapping[str, Any], w: str) -> LLMMeasurement:
+    layers = m.get("layers")
+    if layers is not None:
+        layers = dict(c.obj(layers, f"{w}.layers"))
+        c.integer(layers, "layers_run", f"{w}.layers")
+        c.integer(layers, "steps", f"{w}.layers")
+        for k in _LAYER_FIELDS:
+            c.number(layers, k, f"{w}.layers", positive=k in ("forward_backward_s", "step_s"))
+        for k in ("memory_per_layer_gib", "fixed_memory_gib"):
+            c.number(layers, k, f"{w}.layers", positive=False, optional=True)
+        c.obj(c.field(layers, "shape", f"{w}.layers"), f"{w}.layers.shape")
+        coll = layers.get("collectives_gbs")
+        if coll is not None:
+            for k in c.obj(coll, f"{w}.layers.collectives_gbs"):
+                c.number(coll, k, f"{w}.layers.collectives_gbs")
+    return LLMMeasurement(
+        accelerator=c.text(m, "accelerator", w, required=True), gpus_per_node=c.integer(m, "gpus_per_node", w),
+        nodes=c.integer(m, "nodes", w), precision=c.text(m, "precision", w, required=True),
+        seq_len=c.integer(m, "seq_len", w), batch_size=c.integer(m, "batch_size", w),
+        layout=c.text(m, "layout", w), framework=c.text(m, "framework", w, required=True),
+        tokens_per_second=c.number(m, "tokens_per_second", w),
+        memory_gib=c.number(m, "memory_gib", w, optional=True), source=c.text(m, "source", w) or "reported",
+        note=c.text(m, "note", w), layers=layers, device_name=c.text(m, "device_name", w),
+        torch_version=c.text(m, "torch_version", w), host=c.text(m, "host", w),
+        measured_at=c.text(m, "measured_at", w))
+
+
+def validate_llm_measurement(m: LLMMeasurement, shape) -> LLMMeasurement:
+    """Canonicalise and check an LLM measurement against its model: a layout whose degrees multiply to the
+    GPUs, a rate below the GPUs' peak FLOPs, memory within their capacity; ProfileError (one line) otherwise."""
+    from cloudfit.errors import UsageError
+    from cloudfit.llm import hardware as lhw
+    from cloudfit.llm.layout import parse
+    from cloudfit.llm.stats import token_stats
+    from cloudfit.llm.zoo import LLMShape
+
+    for name in ("gpus_per_node", "nodes", "seq_len", "batch_size"):
+        v = getattr(m, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ProfileError(f"{name.replace('_', ' ')} must be a positive integer, got {v!r}")
+    if m.precision not in LLM_PRECISIONS:
+        raise ProfileError(f"precision must be one of {', '.join(LLM_PRECISIONS)}, got {m.precision!r}")
+    if m.framework not in LLM_FRAMEWORKS:
+        raise ProfileError(f"framework must be one of {', '.join(LLM_FRAMEWORKS)}, got {m.framework!r}")
+    if m.source not in SOURCES:
+        raise ProfileError(f"source must be one of {', '.join(SOURCES)}, got {m.source!r}")
+    if not (isinstance(m.tokens_per_second, (int, float)) and math.isfinite(m.tokens_per_second)
+            and m.tokens_per_second > 0):
+        raise ProfileError(f"tokens per second must be a positive number, got {m.tokens_per_second!r}")
+    run_shape = shape
+    if m.layers is not None:
+        try:
+            run_shape = LLMShape(**{k: v for k, v in m.layers["shape"].items() if k in LLMShape.__dataclass_fields__})
+        except (TypeError, UsageError) as e:
+            raise ProfileError(f"layers.shape: {e}") from None
+    try:
+        lay = parse(m.layout or "", gpus=m.gpus, sequences_per_replica=m.batch_size)
+        lay.check(gpus=m.gpus, heads=run_shape.heads, kv_heads=run_shape.kv_heads, layers=run_shape.layers)
+        st = token_stats(run_shape, m.seq_len)
+    except UsageError as e:
+        raise ProfileError(f"layout {m.layout!r}: {e}") from None
+    if m.accelerator.strip().lower() == CPU:
+        return dataclasses.replace(m, accelerator=CPU, layout=lay.describe(), tokens_per_second=float(m.tokens_per_second))
+    try:
+        acc = lhw.get(m.accelerator)
+        peak = lhw.peak_tflops(acc.name, "bf16" if m.precision in ("fp16", "fp32") else m.precision)
+    except UsageError as e:
+        raise ProfileError(str(e)) from None
+    achieved = m.tokens_per_second * st.flops_per_token / (m.gpus * 1e12)
+    if achieved > peak:
+        raise ProfileError(f"{m.tokens_per_second:,.0f} tokens/s is {achieved:,.0f} TFLOP/s per GPU, above the "
+                           f"{acc.name}'s {peak:,.0f} TFLOP/s {m.precision} peak: check the rate, GPU count and model")
+    if m.memory_gib is not None and not (0 < m.memory_gib <= acc.memory_gib):
+        raise ProfileError(f"peak memory {m.memory_gib:g} GiB per GPU is not within the {acc.name}'s "
+                           f"{acc.memory_gib:g} GiB")
+    return dataclasses.replace(m, accelerator=acc.name, layout=lay.describe(), tokens_per_second=float(m.tokens_per_second))

@@ -129,10 +129,10 @@ def test_corrupt_and_unknown_version_profiles(cli, tmp_path):
     assert r.exit_code == 2 and _err(r) == f"cloudfit: error: {bad}: not valid JSON (Expecting property name enclosed in double quotes at line 1 column 36)"
     v2 = tmp_path / "v2.json"
     d = io.profile_to_dict(io.load_profile(REPO / "profiles" / "mlp.json"))
-    d["schema_version"] = 2
+    d["schema_version"] = 3
     v2.write_text(json.dumps(d))
     r = cli("profile", "show", str(v2))
-    assert r.exit_code == 2 and _err(r) == f"cloudfit: error: {v2}: unsupported schema_version 2 (this cloudfit reads 1)"
+    assert r.exit_code == 2 and _err(r) == f"cloudfit: error: {v2}: unsupported schema_version 3 (this cloudfit reads 1 and 2)"
     r = cli("profile", "run", "mlp", "--stats-only", "--out", str(bad))
     assert r.exit_code == 2 and "exists and is not a profile this version can read" in _err(r)
 

@@ -35,7 +35,7 @@ def saved(tmp_path):
 
 def test_round_trip(saved):
     d = json.loads(saved.read_text())
-    assert d["schema_version"] == 1 and d["model"] == "toy"
+    assert d["schema_version"] == 2 and d["kind"] == "cnn" and d["model"] == "toy"
     assert d["measurements"][0]["step_time_s"] == {"median": 0.0259, "p90": 0.031}
     p = io.load_profile(saved)
     assert p == io.profile_from_dict(d) and p.measurements[0].samples_per_second == 1234.5
@@ -49,7 +49,7 @@ def _broken(saved, mutate) -> dict:
 
 
 @pytest.mark.parametrize("mutate, message", [
-    (lambda d: d.update(schema_version=2), "unsupported schema_version 2 (this cloudfit reads 1)"),
+    (lambda d: d.update(schema_version=3), "unsupported schema_version 3 (this cloudfit reads 1 and 2)"),
     (lambda d: d.pop("schema_version"), "missing field 'schema_version'"),
     (lambda d: d.pop("stats"), "missing field 'stats'"),
     (lambda d: d["stats"].pop("parameters"), "stats: missing field 'parameters'"),
