@@ -211,6 +211,42 @@ def _cp_time(c, *, cp, ac, kv_bytes, bw_cp, t_attn_layer, allgather):
     return np.where(_f(allgather) > 0, gather, ring)
 
 
+class _Links:
+    """Bus bandwidth (GB/s) of a collective over ``group`` ranks spaced ``stride`` apart (rank order tp, cp, dp, pp):
+    NVLink inside the domain, else the per-GPU network share × (group ranks per node)^nic_parallel, scaled so that
+    the ring formula over the n ranks moves 2(m−1)/m of the buffer across the m nodes spanned."""
+
+    def __init__(self, c, *, gpn, dom, intra, inter):
+        self.c, self.gpn, self.dom, self.intra, self.inter = c, gpn, dom, intra, inter
+
+    def __call__(self, group, stride):
+        n = np.maximum(group, 1.0)
+        per_node = np.clip(self.gpn / np.maximum(stride, 1.0), 1.0, n)
+        m = np.maximum(n / per_node, 1.0)  # nodes the group spans
+        hier = np.where(m > 1.0, ((n - 1.0) / n) / np.maximum((m - 1.0) / m, 1e-9), 1.0)
+        net = self.inter * per_node ** self.c.nic_parallel * hier
+        return np.where(group * stride <= self.dom, self.intra, np.minimum(self.intra, net))
+
+
+def _sharding(across, *, zero, dpr, dps, cp, tp, pp, stage_layers, t_mb, w_bytes, g_bytes, fsdp_overlap, dp_overlap):
+    """Exposed seconds of ZeRO / FSDP traffic: (per micro-batch, per step) and the per-step data-parallel time
+    (which includes the per-step FSDP part). The shard group is dp_shard × cp."""
+    shard = np.where(zero > 0, dps * cp, 1.0)
+    bw_shard = across(dps * cp, tp)
+    ag_pass = _pass(shard, w_bytes, bw_shard)
+    rs_pass = _pass(shard, g_bytes, bw_shard)
+    gather = np.where(zero >= 3, 2.0 * ag_pass + rs_pass, np.where(zero == 2, ag_pass + rs_pass, 0.0))
+    once = (zero >= 3) & (pp > 1)  # a pipeline stage keeps its gathered weights across its micro-batches
+    per_mb = np.where(once, 0.0, gather)
+    per_step = np.where(once, ag_pass + rs_pass, 0.0)
+    t_fsdp_mb = np.maximum(per_mb - fsdp_overlap * t_mb, 0.0) + per_mb / np.maximum(stage_layers, 1.0)
+    t_fsdp_step = np.maximum(per_step - fsdp_overlap * t_mb, 0.0) + per_step / np.maximum(stage_layers, 1.0)
+    dp_step = np.where(zero <= 1, _ring(dpr * dps * cp, g_bytes, across(dpr * dps * cp, tp)), 0.0) + _ring(
+        np.where(zero >= 2, dpr, 1.0), g_bytes / shard, across(dpr, tp * cp * dps))
+    t_dp = np.maximum(dp_step - dp_overlap * (2.0 / 3.0) * t_mb, 0.0) + t_fsdp_step
+    return t_fsdp_mb, t_fsdp_step, t_dp
+
+
 def step_time(*, layers, hidden, kv_dim, seq_len, vocab, act_none, layer_params, heads=None, flash=True, stage_extra_params, params,
               layer_matmul_flops, layer_attention_flops, head_flops,
               tp, pp, cp, vp, dp_replicate, dp_shard, zero, micro_batch, grad_accum, ac_code,
@@ -269,25 +305,11 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, act_none, layer_params,
     t_attn_layer = tokens_mb * 3.0 * att / (tp * attn_rate)
     t_launch = c.tau_s * stage_layers
     # --- bandwidths ---------------------------------------------------------------------------
-    inter = _f(node_gbps) / 8.0 / gpn * c.net_eff  # GB/s: one GPU's share of its node's network
-    intra = _f(intra_gbs) * c.nvlink_eff
-    dom = _f(nvlink_domain)
-
-    def across(group, stride):
-        """Bus bandwidth of a collective over ``group`` ranks spaced ``stride`` apart (rank order tp, cp, dp, pp):
-        NVLink inside the domain, else the per-GPU network share × (group ranks per node)^nic_parallel, scaled
-        so that the ring formula over the n ranks moves 2(m−1)/m of the buffer across the m nodes spanned."""
-        n = np.maximum(group, 1.0)
-        per_node = np.clip(gpn / np.maximum(stride, 1.0), 1.0, n)
-        m = np.maximum(n / per_node, 1.0)  # nodes the group spans
-        hier = np.where(m > 1.0, ((n - 1.0) / n) / np.maximum((m - 1.0) / m, 1e-9), 1.0)
-        return np.where(group * stride <= dom, intra, np.minimum(intra, inter * per_node ** c.nic_parallel * hier))
-
+    across = _Links(c, gpn=gpn, dom=_f(nvlink_domain), intra=_f(intra_gbs) * c.nvlink_eff,
+                    inter=_f(node_gbps) / 8.0 / gpn * c.net_eff)
     bw_tp = across(tp, 1.0)
     bw_cp = across(cp, tp)
-    bw_dp = across(dpr * dps * cp, tp)
-    bw_shard = across(dps * cp, tp)
-    bw_pp = np.where(tp * cp * dpr * dps >= gpn, inter, intra)
+    bw_pp = np.where(tp * cp * dpr * dps >= gpn, across.inter, across.intra)
     # --- tensor parallel ----------------------------------------------------------------------
     act_bytes = tokens_mb * h * 2.0
     n_coll = 4.0 + np.where(ac == 2, 2.0, 0.0)
@@ -300,20 +322,10 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, act_none, layer_params,
     stage_params = stage_layers * _f(layer_params) + np.where(pp > 1, _f(stage_extra_params),
                                                               _f(params) - L * _f(layer_params))
     grad_params = np.where(lora, 0.02 * stage_params, stage_params) / tp
-    w_bytes = stage_params / tp * 2.0
-    g_bytes = grad_params * _f(grad_bytes)
-    shard = np.where(zero > 0, dps * cp, 1.0)
-    ag_pass = _pass(shard, w_bytes, bw_shard)
-    rs_pass = _pass(shard, g_bytes, bw_shard)
-    gather = np.where(zero >= 3, 2.0 * ag_pass + rs_pass, np.where(zero == 2, ag_pass + rs_pass, 0.0))
-    once = (zero >= 3) & (pp > 1)  # a pipeline stage keeps its gathered weights across its micro-batches
-    per_mb = np.where(once, 0.0, gather)
-    per_step = np.where(once, ag_pass + rs_pass, 0.0)
-    t_fsdp_mb = np.maximum(per_mb - _f(fsdp_overlap) * t_mb, 0.0) + per_mb / np.maximum(stage_layers, 1.0)
-    t_fsdp_step = np.maximum(per_step - _f(fsdp_overlap) * t_mb, 0.0) + per_step / np.maximum(stage_layers, 1.0)
-    dp_step = np.where(zero <= 1, _ring(dpr * dps * cp, g_bytes, bw_dp), 0.0) + _ring(
-        np.where(zero >= 2, dpr, 1.0), g_bytes / shard, across(dpr, tp * cp * dps))
-    t_dp = np.maximum(dp_step - _f(dp_overlap) * (2.0 / 3.0) * t_mb, 0.0) + t_fsdp_step
+    t_fsdp_mb, t_fsdp_step, t_dp = _sharding(
+        across, zero=zero, dpr=dpr, dps=dps, cp=cp, tp=tp, pp=pp, stage_layers=stage_layers, t_mb=t_mb,
+        w_bytes=stage_params / tp * 2.0, g_bytes=grad_params * _f(grad_bytes), fsdp_overlap=_f(fsdp_overlap),
+        dp_overlap=_f(dp_overlap))
     # --- pipeline -------------------------------------------------------------------------------
     p2p_bytes = tokens_mb * h * 2.0 / tp
     t_p2p_mb = np.where(pp > 1, 2.0 * vp * p2p_bytes / (bw_pp * 1e9), 0.0) * c.p2p_exposed
