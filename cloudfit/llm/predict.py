@@ -25,7 +25,7 @@ from cloudfit.llm import hardware as lhw
 from cloudfit.llm import memory as mem
 from cloudfit.llm.layout import AC_CODE, Layout, LayoutError, parse
 from cloudfit.llm.stats import TokenStats, token_stats
-from cloudfit.llm.step import Constants, stack_args, step_time
+from cloudfit.llm.step import PIPELINE_ZERO, Constants, stack_args, step_time
 from cloudfit.llm.zoo import LLMShape, resolve
 
 CALIBRATION_PATH = Path(__file__).with_name("calibration.json")
@@ -210,10 +210,12 @@ def _divisors(n: int) -> list[int]:
 def candidate_layouts(shape: LLMShape, gpus: int, *, gpus_per_node: int = 8, global_batch: int,
                       seq_len: int, nvlink_domain: int | None = None,
                       ac_modes: Iterable[str] = ("none", "selective", "full"),
-                      max_micro_batch: int = 8) -> list[Layout]:
+                      max_micro_batch: int = 8, pipeline_zero: int | None = None) -> list[Layout]:
     """Layouts that can run ``shape`` on ``gpus`` GPUs with a global batch of ``global_batch`` sequences:
     tp inside the NVLink domain dividing the heads, pp ≤ layers, cp dividing the sequence, FSDP (zero 3)
-    without a pipeline and the distributed optimizer (zero 1) with one, micro-batches dividing the batch."""
+    without a pipeline and ``pipeline_zero`` with one (default: the trainer's, ``step.PIPELINE_ZERO``),
+    micro-batches dividing the batch."""
+    pz = PIPELINE_ZERO[DEFAULT_FRAMEWORK] if pipeline_zero is None else pipeline_zero
     dom = nvlink_domain or gpus_per_node
     out: list[Layout] = []
     for tp in (d for d in _divisors(gpus) if d <= dom and shape.heads % d == 0):
@@ -228,7 +230,7 @@ def candidate_layouts(shape: LLMShape, gpus: int, *, gpus_per_node: int = 8, glo
                     if pp > 1 and ga < pp:
                         continue
                     for ac in ac_modes:
-                        zero, rep, shard = (3, 1, dp) if pp == 1 else (1, 1, dp)
+                        zero, rep, shard = (3, 1, dp) if pp == 1 else (pz, 1, dp)
                         if dp == 1:
                             zero, shard = (0, 1)
                         vp_opts = [1] + ([2] if pp > 1 and shape.layers % (pp * 2) == 0 else [])
@@ -246,7 +248,8 @@ def best_layout(shape: LLMShape, accelerator: str, gpus: int, *, seq_len: int, g
     by ``framework`` (default: cloudfit's own FSDP2 trainer, whatever the layout)."""
     dom = lhw.nvlink_domain(accelerator, gpus_per_node)
     cands = candidate_layouts(shape, gpus, gpus_per_node=gpus_per_node, global_batch=global_batch,
-                              seq_len=seq_len, nvlink_domain=dom)
+                              seq_len=seq_len, nvlink_domain=dom,
+                              pipeline_zero=PIPELINE_ZERO[_framework(None, framework)])
     if not cands:
         raise LayoutError(f"no layout of {shape.name} fits the shape of {gpus} GPUs with a global batch of "
                           f"{global_batch} sequences")

@@ -24,7 +24,7 @@ from cloudfit.llm import hardware as lhw
 from cloudfit.llm import memory as mem
 from cloudfit.llm.layout import AC_CODE, Layout
 from cloudfit.llm.stats import TokenStats
-from cloudfit.llm.step import TRAINER
+from cloudfit.llm.step import PIPELINE_ZERO, TRAINER
 from cloudfit.llm.zoo import LLMShape
 
 AC_NAMES = tuple(AC_CODE)  # index = code
@@ -93,11 +93,13 @@ class Grid:
 
 
 def layout_grids(gpus, nvlink_domain, *, heads: int, kv_heads: int, layers: int, seq_len: int, global_batch: int,
-                 exact: bool = False, ac_modes: tuple[str, ...] = AC_NAMES) -> tuple[Grid, np.ndarray]:
+                 exact: bool = False, ac_modes: tuple[str, ...] = AC_NAMES,
+                 pipeline_zero: int | None = None) -> tuple[Grid, np.ndarray]:
     """Every layout the model can take on each cluster ``k`` of ``gpus[k]`` GPUs with NVLink domains of
     ``nvlink_domain[k]`` GPUs — the rules of ``predict.candidate_layouts``, in its order: tp inside the
     NVLink domain dividing the heads (and splitting the KV heads), pp ≤ layers (≤ 64), cp ≤ 16 dividing
-    half the sequence, FSDP (zero 3) without a pipeline and the distributed optimizer (zero 1) with one,
+    half the sequence, FSDP (zero 3) without a pipeline and ``pipeline_zero`` with one (default: the stage the
+    trainer runs, ``step.PIPELINE_ZERO``: FSDP; Megatron's distributed optimizer is 1),
     micro-batches ≤ 8 dividing the batch per rank, ga ≥ pp with a pipeline, vp ∈ {1, 2}.
 
     Returns (layouts as columns, cluster index ``k`` of each row); rows of one cluster are contiguous.
@@ -131,7 +133,8 @@ def layout_grids(gpus, nvlink_domain, *, heads: int, kv_heads: int, layers: int,
     full = m_ok[:, :, None, None] & v_ok[:, None, None, :] & np.ones(A.size, dtype=bool)[None, None, :, None]
     j, mi, ai, vi = np.nonzero(full)
     dpj, ppj = dp[j], pp[j]
-    zero = np.where(dpj == 1, 0, np.where(ppj == 1, 3, 1))
+    pz = PIPELINE_ZERO[TRAINER] if pipeline_zero is None else pipeline_zero
+    zero = np.where(dpj == 1, 0, np.where(ppj == 1, 3, pz))
     shard = np.where(dpj == 1, 1, dpj)
     grid = Grid(tp=tp[j], pp=ppj, cp=cp[j], vp=V[vi], dp_replicate=np.ones_like(dpj), dp_shard=shard, zero=zero,
                 micro_batch=M[mi], grad_accum=ga[j, mi], ac=A[ai])
@@ -139,10 +142,11 @@ def layout_grids(gpus, nvlink_domain, *, heads: int, kv_heads: int, layers: int,
 
 
 def layout_grid(gpus: int, *, nvlink_domain: int, heads: int, kv_heads: int, layers: int, seq_len: int,
-                global_batch: int, exact: bool = False, ac_modes: tuple[str, ...] = AC_NAMES) -> Grid:
+                global_batch: int, exact: bool = False, ac_modes: tuple[str, ...] = AC_NAMES,
+                pipeline_zero: int | None = None) -> Grid:
     """``layout_grids`` for one cluster of ``gpus`` GPUs."""
     return layout_grids([gpus], [nvlink_domain], heads=heads, kv_heads=kv_heads, layers=layers, seq_len=seq_len,
-                        global_batch=global_batch, exact=exact, ac_modes=ac_modes)[0]
+                        global_batch=global_batch, exact=exact, ac_modes=ac_modes, pipeline_zero=pipeline_zero)[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -248,7 +252,8 @@ def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *
             pair_key[h * N + n - 1] = key_of.setdefault(kk, len(key_of))
     keys = np.array(list(key_of), dtype=np.int64).reshape(-1, 2)
     grid, kidx = layout_grids(keys[:, 0], keys[:, 1], heads=shape.heads, kv_heads=shape.kv_heads,
-                              layers=shape.layers, seq_len=st.seq_len, global_batch=global_batch, exact=exact)
+                              layers=shape.layers, seq_len=st.seq_len, global_batch=global_batch, exact=exact,
+                              pipeline_zero=PIPELINE_ZERO[framework or TRAINER])
     m = constrain(grid, constraints) if constraints else None
     if not (constraints and "ac" in constraints) and _none_is_dominated(st, hws, grid, precision, finetune, c,
                                                                          framework):
@@ -385,7 +390,8 @@ def rank_layouts(st: TokenStats, shape: LLMShape, hw: HardwareShape, nodes: int,
     """The ``top`` fastest layouts that fit on ``nodes`` × ``hw`` (predicted tokens/s, MFU, memory), best first."""
     gpus = nodes * hw.gpus_per_node
     g = layout_grid(gpus, nvlink_domain=hw.nvlink_domain, heads=shape.heads, kv_heads=shape.kv_heads,
-                    layers=shape.layers, seq_len=st.seq_len, global_batch=global_batch, exact=exact)
+                    layers=shape.layers, seq_len=st.seq_len, global_batch=global_batch, exact=exact,
+                    pipeline_zero=PIPELINE_ZERO[framework or TRAINER])
     memg = memory_gib(st, g, precision=precision, finetune=finetune, lora_rank=lora_rank, framework=framework)
     ok = (memg <= hw.capacity_gib) & constrain(g, constraints)
     if _none_is_dominated(st, [hw], g, precision, finetune, c, framework):

@@ -160,6 +160,9 @@ def _pass(n, bytes_, bw_gbs):
 #: (``cloudfit.llm_model``). The others run ring attention (K/V chunks passed round the CP ring, overlapped
 #: with the attention of the chunk at hand, causal work balanced by the head-tail split).
 CP_ALLGATHER = ("cloudfit",)
+#: ZeRO stage a stack runs data parallelism with under a pipeline: Megatron's distributed optimizer (1); PyTorch
+#: stacks shard with FSDP there too (cloudfit's trainer: ``fully_shard`` on every stage, kept gathered).
+PIPELINE_ZERO = {"megatron": 1, "megatron-deepspeed": 1, "fsdp": 3, "cloudfit": 3}
 
 
 def stack_args(c: Constants, frameworks, *, fp8=None) -> dict:

@@ -136,3 +136,20 @@ def test_shipped_fp8_ratio_follows_llm_foundry():
             errs.append(abs(pred / meas - 1))
             assert errs[-1] <= (0.10 if key[0] == "mpt-1b" else 0.13), (key, meas, pred)
     assert len(errs) >= 5 and float(np.mean(errs)) < 0.08
+
+
+def test_pipeline_candidates_shard_as_the_stack_does():
+    """cloudfit's trainer runs FSDP on every pipeline stage (no ZeRO-1 option): its pipelined candidates are
+    zero 3 and their memory holds the gathered stage; Megatron's are its distributed optimizer (zero 1)."""
+    from cloudfit.llm import space
+
+    shape = zoo.get("llama3-70b")
+    own = P.candidate_layouts(shape, 64, global_batch=128, seq_len=4096)
+    meg = P.candidate_layouts(shape, 64, global_batch=128, seq_len=4096, pipeline_zero=1)
+    assert {l.zero for l in own if l.pp > 1 and l.dp > 1} == {3}
+    assert {l.zero for l in meg if l.pp > 1 and l.dp > 1} == {1}
+    g = space.layout_grid(64, nvlink_domain=8, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers,
+                          seq_len=4096, global_batch=128)
+    assert set(g.zero[(g.pp > 1) & (g.dp > 1)].tolist()) == {3}
+    p = P.predict(shape, "H100", nodes=8, seq_len=4096, batch_size=2, layout="auto", framework="megatron")
+    assert p.layout.pp == 1 or p.layout.zero == 1 or p.layout.dp == 1
