@@ -1,12 +1,15 @@
 """Fit the step model's constants to the public LLM runs (deterministic least squares in log space).
 
 ``fit(table) -> Constants``: per accelerator × precision efficiency, per-framework efficiency and overlap
-constants, the GEMM-size saturations (t0, alpha, w0, beta_w), attention efficiency, recompute cost, NIC parallelism, per-layer launch time, per-step overhead, achieved network
-fraction, CP overlap and pipeline send exposure; each pulled weakly toward its physical prior (so a constant the
-training rows cannot see stays at its prior). Rows are weighted so that every source counts equally, and every precision inside a source.
-Then the efficiency prior for accelerators the fit has not seen: a per-precision intercept over the fitted
-per-accelerator efficiencies, with a fixed slope of 0.5 in log(memory bandwidth ÷ peak) (``BW_SLOPE``).
-``write(constants, band)`` stores ``cloudfit/llm/calibration.json`` (``scripts/fit_llm.py`` does both).
+constants, per-framework FP8 cast traffic (where the framework has FP8 rows), the GEMM-size saturations (t0,
+alpha, w0, beta_w), attention efficiency and its key-block saturation (k0), recompute cost, NIC parallelism,
+per-layer launch time, per-step overhead, achieved network fraction, CP overlap and pipeline send exposure; each
+pulled weakly toward its physical prior (so a constant the training rows cannot see stays at its prior). Rows are
+weighted so that every source counts equally, and inside a source every precision. Then the efficiency prior for
+accelerators the fit has not seen: a per-precision intercept over the fitted per-accelerator efficiencies, with a
+fixed slope of 0.5 in log(memory bandwidth ÷ peak) (``BW_SLOPE``); cloudfit's own trainer takes PyTorch FSDP's
+constants (``step.BORROWS``). ``write(constants, band)`` stores ``cloudfit/llm/calibration.json``
+(``scripts/fit_llm.py`` does both).
 """
 
 from __future__ import annotations
