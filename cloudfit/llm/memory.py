@@ -16,9 +16,10 @@ weights), adapters of rank r on every linear of every layer (q, k, v, o, and the
 
 Activations per micro-batch (see ``cloudfit.llm.stats`` for bytes per token per layer) are divided by
 tp (sequence parallelism) and cp; a pipeline's first stage holds ``min(ga, pp)`` micro-batches in flight
-under 1F1B (× (1 + (pp−1)/(pp·vp)) interleaved; all ``ga`` under GPipe). Context parallelism by all-gather
-(cloudfit's own trainer, ``cloudfit.llm.step.CP_ALLGATHER``) also keeps, per layer, the gathered keys and values of the
-other cp − 1 chunks (repeated to every query head: 4·hidden bytes per token) for the backward.
+under 1F1B (× (1 + (pp−1)/(pp·vp)) interleaved; all ``ga`` under GPipe). cloudfit's own trainer repeats K and V
+to every query head before SDPA (grouped-query attention), which saves them for its backward: 4·(hidden − kv_dim)
+more bytes per token and layer; with its all-gather context parallelism (``cloudfit.llm.step.CP_ALLGATHER``) also
+the other cp − 1 chunks' (4·hidden bytes per local token each).
 The last stage holds the logits of one micro-batch ÷ tp: Megatron's fused vocab-parallel loss 4 B per
 vocabulary entry (bf16 logits and their gradient; llm-foundry's FSDP runs fit only with the same); cloudfit's
 own trainer's loss on ``logits.float()`` 10 B (bf16 logits, their fp32 copy and the fp32 log-softmax it saves).
@@ -129,8 +130,8 @@ def _parts(st: TokenStats, *, tp, pp, cp, vp, zero, dp_shard, micro_batch, grad_
     tokens_mb = mb * st.seq_len / cp
     none, sel, full = st.act_bytes
     kept = np.where(ac == 2, full, np.where(ac == 1, sel, none))
-    if framework in _CP_GATHER:  # the other chunks' K/V, repeated to every query head, saved per layer
-        kept = kept + np.where((cp > 1) & (ac < 2), (cp - 1.0) * 4.0 * st.hidden, 0.0)
+    if framework in _CP_GATHER:  # SDPA saves K and V repeated to every query head (GQA), the other CP chunks' too
+        kept = kept + np.where(ac < 2, 4.0 * (st.hidden - st.kv_dim) + (cp - 1.0) * 4.0 * st.hidden, 0.0)
     act = tokens_mb * (stage_layers * kept * flight + np.where(ac == 2, none, 0.0)) / tp
     act = act * (0.75 if precision == "fp8" else 1.0)
     logits = tokens_mb * st.vocab * LOGIT_BYTES.get(framework, 4.0) / tp

@@ -95,6 +95,10 @@ def test_memory_follows_the_stacks_implementation():
     own, meg = (memory.estimate(st, lay, capacity_gib=80, framework=f) for f in ("cloudfit", "megatron"))
     assert own.activations_gib > meg.activations_gib  # the gathered K/V of the other chunk, kept for backward
     assert own.logits_gib == pytest.approx(meg.logits_gib * 10 / 4)  # fp32 loss vs a fused vocab-parallel one
+    flat = Layout(dp_shard=8, ac="selective")  # no CP: the K/V SDPA saves repeated to 32 heads from 8 (GQA)
+    gqa = memory.estimate(st, flat, capacity_gib=80).activations_gib - memory.estimate(
+        st, flat, capacity_gib=80, framework="fsdp").activations_gib
+    assert gqa * GIB == pytest.approx(65536 * 32 * 4 * (4096 - 1024))
     e8 = memory.estimate(st, Layout(dp_shard=8, ac="full"), capacity_gib=80, precision="fp8", framework="megatron")
     e8_own = memory.estimate(st, Layout(dp_shard=8, ac="full"), capacity_gib=80, precision="fp8")
     assert e8.weights_gib == pytest.approx(e8_own.weights_gib / 2)  # fp8 primary weights only under Megatron
