@@ -25,7 +25,7 @@ from cloudfit.llm import hardware as lhw
 from cloudfit.llm import memory as mem
 from cloudfit.llm.layout import AC_CODE, Layout, LayoutError, parse
 from cloudfit.llm.stats import TokenStats, token_stats
-from cloudfit.llm.step import PIPELINE_ZERO, Constants, stack_args, step_time
+from cloudfit.llm.step import PIPELINE_ZERO, TRAINER, Constants, stack_args, step_time
 from cloudfit.llm.zoo import LLMShape, resolve
 
 CALIBRATION_PATH = Path(__file__).with_name("calibration.json")
@@ -118,7 +118,7 @@ FRAMEWORKS = ("cloudfit", "fsdp", "megatron", "megatron-deepspeed")
 
 
 #: The stack a job runs on when none is named: cloudfit's own FSDP2 trainer (what ``launch`` runs).
-DEFAULT_FRAMEWORK = "cloudfit"
+DEFAULT_FRAMEWORK = TRAINER
 
 
 def _framework(lay: Layout, framework: str | None) -> str:
@@ -297,7 +297,8 @@ def predict(model: str | LLMShape | None, accelerator: str, *, config: str | Pat
                           gpus_per_node=gpus_per_node, precision=precision, finetune=finetune, lora_rank=lora_rank,
                           machine_type=machine_type, network_gbps=network_gbps, framework=framework, c=c)
     else:
-        lay = parse(layout, gpus=gpus, sequences_per_replica=batch_size)
+        lay = parse(layout, gpus=gpus, sequences_per_replica=batch_size,
+                    pipeline_zero=PIPELINE_ZERO[_framework(None, framework)])
     lay.check(gpus=gpus, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
     if lay.cp > 1 and seq_len % lay.cp:
         raise LayoutError(f"cp={lay.cp} does not divide the sequence length {seq_len}")

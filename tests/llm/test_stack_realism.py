@@ -157,3 +157,8 @@ def test_pipeline_candidates_shard_as_the_stack_does():
     assert set(g.zero[(g.pp > 1) & (g.dp > 1)].tolist()) == {3}
     p = P.predict(shape, "H100", nodes=8, seq_len=4096, batch_size=2, layout="auto", framework="megatron")
     assert p.layout.pp == 1 or p.layout.zero == 1 or p.layout.dp == 1
+    own_text = P.predict(shape, "H100", nodes=8, seq_len=4096, batch_size=8, layout="tp=8,pp=2,ac=full")
+    meg_text = P.predict(shape, "H100", nodes=8, seq_len=4096, batch_size=8, layout="tp=8,pp=2,ac=full",
+                         framework="megatron")
+    assert (own_text.layout.zero, meg_text.layout.zero) == (3, 1)
+    assert own_text.memory.buffers_gib > meg_text.memory.buffers_gib  # the gathered stage
