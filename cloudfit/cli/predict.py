@@ -29,9 +29,9 @@ def predict(
     lora_rank: int = typer.Option(16, "--lora-rank", help="LLM: LoRA adapter rank (with --finetune lora)."),
     tokens: Optional[float] = typer.Option(None, "--tokens", help="LLM: tokens to train (adds samples and hours)."),
     framework: Optional[str] = typer.Option(
-        None, "--framework", help="LLM: the training stack — fsdp (PyTorch FSDP/DDP: torchtitan, llm-foundry), megatron "
-                                  "(Megatron-LM/NeMo) or megatron-deepspeed (default: fsdp without TP/PP/CP, megatron "
-                                  "with them)."),
+        None, "--framework", help="LLM: the training stack — cloudfit (cloudfit's own FSDP2 trainer, what launch "
+                                  "runs), fsdp (PyTorch FSDP/DDP: llm-foundry), megatron (Megatron-LM/NeMo) or "
+                                  "megatron-deepspeed (default: cloudfit, whatever the layout)."),
 ) -> None:
     """Predict samples/s (with a 10–90% band) of a profiled model on COUNT × ACCELERATOR × NODES."""
     from cloudfit.errors import UsageError

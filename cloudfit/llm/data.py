@@ -14,7 +14,7 @@ import numpy as np
 from cloudfit.llm import hardware as lhw
 from cloudfit.llm.layout import AC_CODE, Layout
 from cloudfit.llm.stats import token_stats
-from cloudfit.llm.step import Constants, step_time
+from cloudfit.llm.step import Constants, stack_args, step_time
 from cloudfit.llm.zoo import LLMShape
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +57,7 @@ def row_layout(r: dict) -> Layout:
 
         st = token_stats(row_shape(r), int(r["seq_len"]))
         e = mem.estimate(st, lay, capacity_gib=float(lhw.get(r["accelerator"]).memory_gib),
-                         precision=r["precision"], finetune=r["finetune"])
+                         precision=r["precision"], finetune=r["finetune"], framework=r["framework"])
         if not e.fits:
             lay = replace(lay, ac="full")
     return lay
@@ -143,17 +143,15 @@ def table(rows: list[dict] | None = None) -> Table:
 
 
 def predict_table(t: Table, c: Constants) -> dict:
-    """Step-model prediction of every row of ``t`` with constants ``c`` (vectorised)."""
+    """Step-model prediction of every row of ``t`` with constants ``c`` (vectorised): each row priced with the
+    constants of the stack that ran it (its ``framework`` column)."""
     fw = t.framework
     eff = np.array([c.efficiency(k.split("/")[0], k.split("/")[1], b, f)
                     for k, b, f in zip(t.keys, t.bw_per_tflop, fw)])
+    bw16 = t.hw_args["memory_gbs"] / t.attn_peak
+    eff16 = np.array([c.efficiency(k.split("/")[0], "bf16", b, f) for k, b, f in zip(t.keys, bw16, fw)])
+    fp8 = np.array([k.endswith("/fp8") for k in t.keys], dtype=float)
     out = step_time(**t.model_args, **t.layout_args, **t.hw_args, peak_tflops=t.peak, attn_peak_tflops=t.attn_peak,
-                    efficiency=eff,
-                    tp_exposed=np.array([c.tp_exposed[f] for f in fw]),
-                    dp_overlap=np.array([c.dp_overlap[f] for f in fw]),
-                    fsdp_overlap=np.array([c.fsdp_overlap[f] for f in fw]),
-                    attn_eff=np.array([c.attn_eff[f] for f in fw]),
-                    flash=np.array([0.0 if f in c.no_flash else 1.0 for f in fw]),
-                    grad_bytes=np.array([c.grad_bytes[f] for f in fw]), c=c, lora=t.lora)
+                    efficiency=eff, attn_efficiency=eff16, **stack_args(c, fw, fp8=fp8), c=c, lora=t.lora)
     out["tokens_per_second"] = t.tokens_per_step / out["step_s"]
     return out

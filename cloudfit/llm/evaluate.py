@@ -81,7 +81,8 @@ def memory_check(t: data.Table) -> dict:
         lay = data.row_layout(r)
         acc = lhw.get(r["accelerator"])
         e = mem.estimate(st, lay, capacity_gib=float(acc.memory_gib),
-                         precision="bf16" if r["precision"] == "fp16" else r["precision"], finetune=r["finetune"])
+                         precision="bf16" if r["precision"] == "fp16" else r["precision"], finetune=r["finetune"],
+                         framework=r["framework"])
         worst = max(worst, e.total_gib / e.capacity_gib)
         if not e.fits:
             fails.append(f"{r['source']} {r['model']} {r['accelerator']} {lay.describe()}: {e.total_gib:.1f} GiB")

@@ -1,12 +1,15 @@
 """Fit the step model's constants to the public LLM runs (deterministic least squares in log space).
 
 ``fit(table) -> Constants``: per accelerator × precision efficiency, per-framework efficiency and overlap
-constants, the GEMM-size saturations (t0, alpha, w0, beta_w), attention efficiency, recompute cost, NIC parallelism, per-layer launch time, per-step overhead, achieved network
-fraction, CP overlap and pipeline send exposure; each pulled weakly toward its physical prior (so a constant the
-training rows cannot see stays at its prior). Rows are weighted so that every source counts equally.
-Then the efficiency prior for accelerators the fit has not seen: a per-precision intercept over the fitted
-per-accelerator efficiencies, with a fixed slope of 0.5 in log(memory bandwidth ÷ peak) (``BW_SLOPE``).
-``write(constants, band)`` stores ``cloudfit/llm/calibration.json`` (``scripts/fit_llm.py`` does both).
+constants, per-framework FP8 cast traffic (where the framework has FP8 rows), the GEMM-size saturations (t0,
+alpha, w0, beta_w), attention efficiency and its key-block saturation (k0), recompute cost, NIC parallelism,
+per-layer launch time, per-step overhead, achieved network fraction, CP overlap and pipeline send exposure; each
+pulled weakly toward its physical prior (so a constant the training rows cannot see stays at its prior). Rows are
+weighted so that every source counts equally, and inside a source every precision. Then the efficiency prior for
+accelerators the fit has not seen: a per-precision intercept over the fitted per-accelerator efficiencies, with a
+fixed slope of 0.5 in log(memory bandwidth ÷ peak) (``BW_SLOPE``); cloudfit's own trainer takes PyTorch FSDP's
+constants (``step.BORROWS``). ``write(constants, band)`` stores ``cloudfit/llm/calibration.json``
+(``scripts/fit_llm.py`` does both).
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ def _spec(t: Table):
         spec.append((("dp_overlap", f), "sig", _logit(PRIOR.dp_overlap[f])))
         spec.append((("fsdp_overlap", f), "sig", _logit(PRIOR.fsdp_overlap[f])))
         spec.append((("attn_eff", f), "exp", math.log(PRIOR.attn_eff[f])))
+        if any(fw == f and k.endswith("/fp8") for fw, k in zip(t.framework, t.keys)):
+            spec.append((("fp8_cast", f), "exp", math.log(PRIOR.fp8_cast[f])))  # the stack's FP8 cast traffic
     for name, kind, val in (("t0", "exp", math.log(PRIOR.t0)), ("alpha", "exp", math.log(PRIOR.alpha)),
                             ("w0", "exp", math.log(PRIOR.w0)), ("beta_w", "exp", math.log(PRIOR.beta_w)),
                             ("recompute", "sig", _logit(0.95)), ("mem_traffic", "exp", math.log(PRIOR.mem_traffic)), ("nic_parallel", "sig", _logit(PRIOR.nic_parallel)),
@@ -58,7 +63,7 @@ def _spec(t: Table):
                             ("tau_s", "exp", math.log(PRIOR.tau_s)),
                             ("step_overhead_s", "exp", math.log(PRIOR.step_overhead_s)),
                             ("net_eff", "sig", _logit(PRIOR.net_eff)), ("cp_overlap", "sig", _logit(PRIOR.cp_overlap)),
-                            ("p2p_exposed", "exp", 0.0)):
+                            ("p2p_exposed", "exp", 0.0), ("k0", "exp", math.log(PRIOR.k0))):
         spec.append(((name,), kind, val))
     return spec
 
@@ -80,12 +85,18 @@ SOURCE_WEIGHT: dict[str, float] = {}
 
 
 def _weights(t: Table) -> np.ndarray:
-    """Row weights: every source counts as much as the others (1 / its row count), × ``SOURCE_WEIGHT``."""
+    """Row weights: every source counts as much as the others, × ``SOURCE_WEIGHT``; inside a source every
+    precision counts equally (llm-foundry's 7 FP8 rows are what says what FP8 gains on its stack: among 209
+    bf16 rows at 1 / 216 each they would not move the FP8 constants)."""
     src = t.column("source")
+    prec = np.array([k.split("/")[1] for k in t.keys])
     w = np.ones(len(src))
     for s in set(src):
         m = src == s
-        w[m] = SOURCE_WEIGHT.get(str(s), 1.0) / m.sum()
+        groups = sorted(set(prec[m]))
+        for g in groups:
+            mg = m & (prec == g)
+            w[mg] = SOURCE_WEIGHT.get(str(s), 1.0) / len(groups) / mg.sum()
     return w
 
 
@@ -107,7 +118,7 @@ def fit(t: Table, *, base: Constants | None = None) -> Constants:
 
     sol = least_squares(resid, x0, method="trf", x_scale=1.0, diff_step=1e-4, max_nfev=400, xtol=1e-8, ftol=1e-10)
     c = _constants(sol.x, spec, base)
-    return _fit_eff_prior(c, t)
+    return _fit_eff_prior(c, t).borrowed()  # cloudfit's trainer: PyTorch FSDP's constants
 
 
 #: Efficiency of an accelerator the fit has not seen scales as (memory GB/s per peak TFLOP)^0.5 relative to the

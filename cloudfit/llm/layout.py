@@ -13,8 +13,9 @@ Text form (``--layout``): comma-separated ``key=value``; keys you leave out take
 ``auto`` asks the predictor for the fastest layout that fits (see ``cloudfit.llm.predict.best_layout``).
 
 World size = dp × fsdp × tp × pp × cp. Missing data-parallel degrees are inferred from the GPU count:
-with neither ``dp`` nor ``fsdp``, all remaining GPUs shard (FSDP); ``zero=0|1|2`` without ``fsdp`` makes
-them replicas (``dp``), with states sharded over them as the stage says.
+with neither ``dp`` nor ``fsdp``, all remaining GPUs shard (FSDP; with a pipeline, the stack's ZeRO stage:
+``parse(pipeline_zero=...)``); ``zero=0|1|2`` without ``fsdp`` makes them replicas (``dp``), with states sharded
+over them as the stage says.
 """
 
 from __future__ import annotations
@@ -152,12 +153,14 @@ def pairs(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def parse(text: str, *, gpus: int, sequences_per_replica: int | None = None) -> Layout:
+def parse(text: str, *, gpus: int, sequences_per_replica: int | None = None, pipeline_zero: int = 1) -> Layout:
     """Parse ``fsdp=128,tp=1,ac=selective`` for a cluster of ``gpus`` GPUs.
 
     ``sequences_per_replica`` (the batch of sequences per data-parallel rank and step, ``--batch-size``)
     fills in ``mb``/``ga``: with neither, mb = that batch and ga = 1; with one, the other is the quotient.
-    ``auto`` is not parsed here (the predictor resolves it).
+    ``auto`` is not parsed here (the predictor resolves it). ``pipeline_zero``: the ZeRO stage a pipeline gets
+    when the text names neither ``zero`` nor ``fsdp`` (1: Megatron's distributed optimizer; 3: a PyTorch stack
+    that shards every stage with FSDP, as cloudfit's trainer does).
     """
     if gpus < 1:
         raise LayoutError(f"the cluster must have at least 1 GPU, got {gpus}")
@@ -188,8 +191,8 @@ def parse(text: str, *, gpus: int, sequences_per_replica: int | None = None) -> 
         shard = 1
         if zero > 0:
             rep, shard = 1, ints["dp"]
-    else:  # FSDP by default; a pipeline defaults to Megatron's distributed optimizer (ZeRO-1)
-        zero = (3 if pp == 1 else 1) if zero is None else zero
+    else:  # FSDP by default; a pipeline defaults to the stack's stage (Megatron's distributed optimizer: ZeRO-1)
+        zero = (3 if pp == 1 else pipeline_zero) if zero is None else zero
         rep, shard = (1, dp_total) if zero > 0 else (dp_total, 1)
     if zero == 0 and shard > 1:
         raise LayoutError("layout: fsdp > 1 with zero=0 shards nothing; use dp= for plain replicas")

@@ -2,11 +2,13 @@
 
 Mixed-precision AdamW, bytes per parameter (DESIGN.md "Large models"): bf16 weights 2, gradients 2
 (bf16 reduce; FSDP2 and Megatron-FSDP default) or 4 (``grad_bytes=4``: Megatron's fp32 main-gradient
-buffer), fp32 master weights 4, two fp32 moments 8. ZeRO stage s divides, over the shard group:
-optimizer states (s ≥ 1), gradients (s ≥ 2), weights (s = 3). TP divides a layer's weights; PP keeps
-ceil(layers / pp) layers per stage plus the embedding (first stage) or the LM head (last stage), whichever
-is larger. FP8 training keeps fp8 primary weights (1 byte: Transformer Engine / Megatron's fp8 parameter
-gather; the bf16 copy is not kept) and saves the inputs of its linear layers in fp8 (activations × 0.75).
+buffer), fp32 master weights 4, two fp32 moments 8. ZeRO stage s divides, over the shard group (the
+data-parallel shards × cp: context-parallel peers hold the same weights, and both FSDP2 and Megatron's
+distributed optimizer shard over them): optimizer states (s ≥ 1), gradients (s ≥ 2), weights (s = 3). TP
+divides a layer's weights; PP keeps ceil(layers / pp) layers per stage plus the embedding (first stage) or
+the LM head (last stage), whichever is larger. FP8 training under Megatron keeps fp8 primary weights (1 byte:
+its fp8 parameter gather; the bf16 copy is not kept); every FP8 stack saves the inputs of its linear layers in
+fp8 (activations × 0.75).
 
 Fine-tuning: ``full`` = pre-training states; ``lora`` = frozen bf16 base (2 B/param, sharded like the
 weights), adapters of rank r on every linear of every layer (q, k, v, o, and the MLP matrices) holding
@@ -14,10 +16,18 @@ weights), adapters of rank r on every linear of every layer (q, k, v, o, and the
 
 Activations per micro-batch (see ``cloudfit.llm.stats`` for bytes per token per layer) are divided by
 tp (sequence parallelism) and cp; a pipeline's first stage holds ``min(ga, pp)`` micro-batches in flight
-under 1F1B (× (1 + (pp−1)/(pp·vp)) interleaved; all ``ga`` under GPipe). The last stage holds the logits of
-one micro-batch (bf16 logits and their gradient, 4 B per vocabulary entry, ÷ tp; fused loss kernels keep
-no fp32 copy). FSDP (zero 3) keeps two
-layers unsharded (the current one and the prefetched one: weights and their gradients, bf16).
+under 1F1B (× (1 + (pp−1)/(pp·vp)) interleaved; all ``ga`` under GPipe). cloudfit's own trainer repeats K and V
+to every query head before SDPA (grouped-query attention), which saves them for its backward: 4·(hidden − kv_dim)
+more bytes per token and layer; with its all-gather context parallelism (``cloudfit.llm.step.CP_ALLGATHER``) also
+the other cp − 1 chunks' (4·hidden bytes per local token each).
+The last stage holds the logits of one micro-batch ÷ tp: Megatron's fused vocab-parallel loss 4 B per
+vocabulary entry (bf16 logits and their gradient; llm-foundry's FSDP runs fit only with the same); cloudfit's
+own trainer's loss on ``logits.float()`` 10 B (bf16 logits, their fp32 copy and the fp32 log-softmax it saves).
+FSDP (zero 3) without a pipeline keeps two layers unsharded (the current one and the prefetched one: weights
+and their gradients, bf16). With a pipeline a stage runs several micro-batches through its layers, and FSDP
+keeps the whole stage gathered until its last micro-batch (no reshard after forward or backward, gradient
+reduce-scatter only after the last one): the stage's bf16 weights and its unsharded gradients, accumulated in
+the fp32 reduce dtype (4 B), stay resident on top of the sharded states.
 Framework overhead: CUDA context, NCCL buffers and allocator fragmentation, 2.5 GiB + 5% of the rest
 (a measured-style allowance: PyTorch reserves typically 3–8% above allocated at peak).
 """
@@ -28,7 +38,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from cloudfit.errors import UsageError
-from cloudfit.llm.layout import Layout
+from cloudfit.llm.layout import AC_CODE, Layout
 from cloudfit.llm.stats import TokenStats
 
 GIB = 1024.0 ** 3
@@ -89,54 +99,15 @@ def in_flight(lay: Layout) -> float:
     return m
 
 
-def estimate(st: TokenStats, lay: Layout, *, capacity_gib: float, precision: str = "bf16",
-             finetune: str = "full", lora_rank: int = 16, grad_bytes: int = 2,
-             accelerator: str = "GPU") -> MemoryEstimate:
-    """Peak GiB per GPU of ``lay`` for the model of ``st`` (see the module docstring for the rules)."""
-    if finetune not in ("full", "lora"):
-        raise UsageError(f"--finetune must be full or lora, got {finetune!r}")
-    p_stage = stage_parameters(st, lay) / lay.tp
-    shard = lay.shard
-    w_div = shard if lay.zero >= 3 else 1
-    g_div = shard if lay.zero >= 2 else 1
-    o_div = shard if lay.zero >= 1 else 1
-    w_bytes = 1.0 if precision == "fp8" else 2.0
-    act_scale = 0.75 if precision == "fp8" else 1.0
-    if finetune == "lora":
-        adapters = lora_parameters(st, lora_rank) / lay.tp / lay.pp
-        weights = p_stage * w_bytes / w_div + adapters * 2.0
-        grads = adapters * grad_bytes / g_div
-        opt = adapters * 12.0 / o_div
-    else:
-        weights = p_stage * w_bytes / w_div
-        grads = p_stage * grad_bytes / g_div
-        opt = p_stage * 12.0 / o_div
-    tokens_mb = lay.micro_batch * st.seq_len / lay.cp
-    per_tok_layer = st.act_bytes
-    stage_layers = math.ceil(st.layers / lay.pp)
-    if lay.ac == "full":
-        act = tokens_mb * (stage_layers * per_tok_layer[2] * in_flight(lay) + per_tok_layer[0]) / lay.tp
-    else:
-        idx = 0 if lay.ac == "none" else 1
-        act = tokens_mb * stage_layers * per_tok_layer[idx] * in_flight(lay) / lay.tp
-    act *= act_scale
-    logits = tokens_mb * st.vocab * 4.0 / lay.tp
-    buffers = 2.0 * st.layer_parameters / lay.tp * 2.0 * 2.0 if (lay.zero >= 3 and shard > 1) else 0.0
-    raw = weights + grads + opt + act + logits + buffers
-    overhead = OVERHEAD_GIB * GIB + OVERHEAD_FRACTION * raw
-    total = (raw + overhead) / GIB
-    fits = total <= capacity_gib
-    reason = "" if fits else f"does not fit: needs {total:,.1f} GiB of {capacity_gib:,.0f} GiB per {accelerator}"
-    return MemoryEstimate(weights / GIB, grads / GIB, opt / GIB, act / GIB, logits / GIB, buffers / GIB,
-                          overhead / GIB, total, capacity_gib, fits, reason)
+#: Bytes per logit entry at the loss: Megatron's fused vocab-parallel cross-entropy vs a PyTorch loss on fp32.
+LOGIT_BYTES = {"megatron": 4.0, "megatron-deepspeed": 4.0, "fsdp": 4.0, "cloudfit": 10.0}
+#: Stacks that keep the all-gathered K/V of context parallelism for the backward.
+_CP_GATHER = ("cloudfit",)
 
 
-def total_gib_many(st: TokenStats, *, tp, pp, cp, vp, zero, dp_shard, micro_batch, grad_accum, ac_code, gpipe=0.0,
-                   precision: str = "bf16", finetune: str = "full", lora_rank: int = 16,
-                   grad_bytes: int = 2):
-    """``estimate(...).total_gib`` for many layouts at once (numpy arrays broadcast; same rules, no records).
-
-    ``ac_code``: 0 none, 1 selective, 2 full; ``gpipe``: 1 where the schedule is GPipe."""
+def _parts(st: TokenStats, *, tp, pp, cp, vp, zero, dp_shard, micro_batch, grad_accum, ac_code, gpipe,
+           precision: str, finetune: str, lora_rank: int, grad_bytes: float, framework: str) -> dict:
+    """Bytes per GPU of every memory part (numpy arrays broadcast; the rule of the module docstring)."""
     import numpy as np
 
     f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
@@ -145,24 +116,58 @@ def total_gib_many(st: TokenStats, *, tp, pp, cp, vp, zero, dp_shard, micro_batc
     stage_layers = np.ceil(st.layers / pp)
     p_stage = np.where(pp == 1, float(st.parameters),
                        stage_layers * st.layer_parameters + max(st.embedding_parameters, st.head_parameters)) / tp
-    shard = np.where(zero > 0, dps, 1.0)
-    w_div = np.where(zero >= 3, shard, 1.0)
-    g_div = np.where(zero >= 2, shard, 1.0)
-    o_div = np.where(zero >= 1, shard, 1.0)
-    w_bytes = 1.0 if precision == "fp8" else 2.0
+    shard = np.where(zero > 0, dps * cp, 1.0)
+    w_div, g_div, o_div = (np.where(zero >= k, shard, 1.0) for k in (3, 2, 1))
+    w_bytes = 1.0 if (precision == "fp8" and framework.startswith("megatron")) else 2.0
     if finetune == "lora":
         adapters = lora_parameters(st, lora_rank) / tp / pp
-        states = p_stage * w_bytes / w_div + adapters * 2.0 + adapters * grad_bytes / g_div + adapters * 12.0 / o_div
+        weights = p_stage * w_bytes / w_div + adapters * 2.0
+        grads, opt = adapters * grad_bytes / g_div, adapters * 12.0 / o_div
     else:
-        states = p_stage * w_bytes / w_div + p_stage * grad_bytes / g_div + p_stage * 12.0 / o_div
+        weights, grads, opt = p_stage * w_bytes / w_div, p_stage * grad_bytes / g_div, p_stage * 12.0 / o_div
     flight = np.where(pp == 1, 1.0, np.where(gp > 0, ga, np.minimum(ga, pp) *
                                              np.where(vp > 1, 1.0 + (pp - 1) / (pp * vp), 1.0)))
     tokens_mb = mb * st.seq_len / cp
     none, sel, full = st.act_bytes
     kept = np.where(ac == 2, full, np.where(ac == 1, sel, none))
+    if framework in _CP_GATHER:  # SDPA saves K and V repeated to every query head (GQA), the other CP chunks' too
+        kept = kept + np.where(ac < 2, 4.0 * (st.hidden - st.kv_dim) + (cp - 1.0) * 4.0 * st.hidden, 0.0)
     act = tokens_mb * (stage_layers * kept * flight + np.where(ac == 2, none, 0.0)) / tp
     act = act * (0.75 if precision == "fp8" else 1.0)
-    logits = tokens_mb * st.vocab * 4.0 / tp
-    buffers = np.where((zero >= 3) & (shard > 1), 2.0 * st.layer_parameters / tp * 2.0 * 2.0, 0.0)
-    raw = states + act + logits + buffers
-    return (raw + OVERHEAD_GIB * GIB + OVERHEAD_FRACTION * raw) / GIB
+    logits = tokens_mb * st.vocab * LOGIT_BYTES.get(framework, 4.0) / tp
+    sharded3 = (zero >= 3) & (shard > 1)
+    stage_unsharded = p_stage * (2.0 + 4.0) if finetune == "full" else p_stage * 2.0 + adapters * 4.0
+    buffers = np.where(sharded3, np.where(pp > 1, stage_unsharded, 2.0 * st.layer_parameters / tp * 2.0 * 2.0), 0.0)
+    raw = weights + grads + opt + act + logits + buffers
+    return {"weights": weights, "gradients": grads, "optimizer": opt, "activations": act, "logits": logits,
+            "buffers": buffers, "overhead": OVERHEAD_GIB * GIB + OVERHEAD_FRACTION * raw, "raw": raw}
+
+
+def estimate(st: TokenStats, lay: Layout, *, capacity_gib: float, precision: str = "bf16",
+             finetune: str = "full", lora_rank: int = 16, grad_bytes: int = 2,
+             accelerator: str = "GPU", framework: str = "cloudfit") -> MemoryEstimate:
+    """Peak GiB per GPU of ``lay`` for the model of ``st`` run by ``framework`` (see the module docstring)."""
+    if finetune not in ("full", "lora"):
+        raise UsageError(f"--finetune must be full or lora, got {finetune!r}")
+    p = _parts(st, tp=lay.tp, pp=lay.pp, cp=lay.cp, vp=lay.vp, zero=lay.zero, dp_shard=lay.dp_shard,
+               micro_batch=lay.micro_batch, grad_accum=lay.grad_accum, ac_code=AC_CODE[lay.ac],
+               gpipe=float(lay.schedule == "gpipe"), precision=precision, finetune=finetune, lora_rank=lora_rank,
+               grad_bytes=grad_bytes, framework=framework)
+    g = {k: float(v) / GIB for k, v in p.items()}
+    total = g["raw"] + g["overhead"]
+    fits = total <= capacity_gib
+    reason = "" if fits else f"does not fit: needs {total:,.1f} GiB of {capacity_gib:,.0f} GiB per {accelerator}"
+    return MemoryEstimate(g["weights"], g["gradients"], g["optimizer"], g["activations"], g["logits"], g["buffers"],
+                          g["overhead"], total, capacity_gib, fits, reason)
+
+
+def total_gib_many(st: TokenStats, *, tp, pp, cp, vp, zero, dp_shard, micro_batch, grad_accum, ac_code, gpipe=0.0,
+                   precision: str = "bf16", finetune: str = "full", lora_rank: int = 16,
+                   grad_bytes: int = 2, framework: str = "cloudfit"):
+    """``estimate(...).total_gib`` for many layouts at once (numpy arrays broadcast; same rules, no records).
+
+    ``ac_code``: 0 none, 1 selective, 2 full; ``gpipe``: 1 where the schedule is GPipe."""
+    p = _parts(st, tp=tp, pp=pp, cp=cp, vp=vp, zero=zero, dp_shard=dp_shard, micro_batch=micro_batch,
+               grad_accum=grad_accum, ac_code=ac_code, gpipe=gpipe, precision=precision, finetune=finetune,
+               lora_rank=lora_rank, grad_bytes=grad_bytes, framework=framework)
+    return (p["raw"] + p["overhead"]) / GIB

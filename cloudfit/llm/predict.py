@@ -25,7 +25,7 @@ from cloudfit.llm import hardware as lhw
 from cloudfit.llm import memory as mem
 from cloudfit.llm.layout import AC_CODE, Layout, LayoutError, parse
 from cloudfit.llm.stats import TokenStats, token_stats
-from cloudfit.llm.step import Constants, step_time
+from cloudfit.llm.step import PIPELINE_ZERO, TRAINER, Constants, stack_args, step_time
 from cloudfit.llm.zoo import LLMShape, resolve
 
 CALIBRATION_PATH = Path(__file__).with_name("calibration.json")
@@ -40,7 +40,7 @@ def _load_constants(path: str) -> Constants:
     doc = json.loads(p.read_text(encoding="utf-8"))
     if doc.get("schema_version") != 1:
         raise UsageError(f"{p}: unknown LLM calibration schema {doc.get('schema_version')!r}")
-    return Constants.from_dict(doc["constants"])
+    return Constants.from_dict(doc["constants"]).borrowed()
 
 
 def constants(path: str | Path | None = None) -> Constants:
@@ -112,16 +112,23 @@ def tokens_to_samples(tokens: float, seq_len: int) -> float:
     return tokens / seq_len
 
 
-#: Training frameworks the step model has constants for (``--framework``); the default follows the layout.
-FRAMEWORKS = ("fsdp", "megatron", "megatron-deepspeed")
+#: Training stacks the step model has constants for (``--framework``); the default is cloudfit's own trainer
+#: (``cloudfit.llm.step.TRAINER``), whatever the layout.
+FRAMEWORKS = ("cloudfit", "fsdp", "megatron", "megatron-deepspeed")
+
+
+#: The stack a job runs on when none is named: cloudfit's own FSDP2 trainer (what ``launch`` runs).
+DEFAULT_FRAMEWORK = TRAINER
 
 
 def _framework(lay: Layout, framework: str | None) -> str:
+    """The stack that runs the job: the named one, else cloudfit's own trainer — never chosen by the layout
+    (a layout is priced with the constants of the stack that will run it)."""
     if framework:
         if framework not in FRAMEWORKS:
             raise UsageError(f"--framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
         return framework
-    return "fsdp" if (lay.tp == 1 and lay.pp == 1 and lay.cp == 1) else "megatron"
+    return DEFAULT_FRAMEWORK
 
 
 def _check_precision(accelerator: str, precision: str) -> None:
@@ -135,10 +142,13 @@ def _hw(accelerator: str, precision: str, gpus_per_node: int, machine_type: str 
     acc = lhw.get(accelerator)
     peak = lhw.peak_tflops(acc.name, precision)
     eff = {fw: c.efficiency(acc.name, precision, acc.memory_bandwidth_gbps / peak, fw) for fw in c.fw_eff}
+    peak16 = lhw.peak_tflops(acc.name, "bf16")
+    eff16 = {fw: c.efficiency(acc.name, "bf16", acc.memory_bandwidth_gbps / peak16, fw) for fw in c.fw_eff}
     if network_gbps is not None and not (network_gbps > 0 and math.isfinite(network_gbps)):
         raise UsageError(f"--network-gbps must be positive, got {network_gbps!r}")
     gbps = float(network_gbps) if network_gbps is not None else lhw.node_gbps(acc.name, machine_type)
-    return {"peak_tflops": peak, "attn_peak_tflops": lhw.peak_tflops(acc.name, "bf16"), "efficiency": eff, "memory_gbs": acc.memory_bandwidth_gbps,
+    return {"peak_tflops": peak, "attn_peak_tflops": peak16, "efficiency": eff, "efficiency16": eff16,
+            "memory_gbs": acc.memory_bandwidth_gbps,
             "intra_gbs": lhw.intra_gbps(acc.name), "node_gbps": gbps, "gpus_per_node": gpus_per_node,
             "nvlink_domain": lhw.nvlink_domain(acc.name, gpus_per_node), "capacity_gib": float(acc.memory_gib),
             "name": acc.name}
@@ -152,17 +162,12 @@ def _model_args(st: TokenStats) -> dict:
             "head_flops": st.head_flops}
 
 
-def _layout_arrays(layouts: Sequence[Layout], fw: Sequence[str], c: Constants) -> dict:
+def _layout_arrays(layouts: Sequence[Layout], fw: Sequence[str], c: Constants, precision: str = "bf16") -> dict:
     g = lambda f: np.array([getattr(l, f) for l in layouts], dtype=float)  # noqa: E731
     return {"tp": g("tp"), "pp": g("pp"), "cp": g("cp"), "vp": g("vp"), "dp_replicate": g("dp_replicate"),
             "dp_shard": g("dp_shard"), "zero": g("zero"), "micro_batch": g("micro_batch"),
             "grad_accum": g("grad_accum"), "ac_code": np.array([AC_CODE[l.ac] for l in layouts], dtype=float),
-            "tp_exposed": np.array([c.tp_exposed[f] for f in fw]),
-            "dp_overlap": np.array([c.dp_overlap[f] for f in fw]),
-            "fsdp_overlap": np.array([c.fsdp_overlap[f] for f in fw]),
-            "attn_eff": np.array([c.attn_eff[f] for f in fw]),
-            "flash": np.array([0.0 if f in c.no_flash else 1.0 for f in fw]),
-            "grad_bytes": np.array([c.grad_bytes[f] for f in fw])}
+            **stack_args(c, fw, fp8=float(precision == "fp8"))}
 
 
 def predict_layouts(shape: LLMShape, accelerator: str, layouts: Sequence[Layout], *, seq_len: int,
@@ -178,9 +183,10 @@ def predict_layouts(shape: LLMShape, accelerator: str, layouts: Sequence[Layout]
     st = token_stats(shape, seq_len)
     hwd = _hw(accelerator, precision, gpus_per_node, machine_type, network_gbps, c)
     fw = [_framework(l, framework) for l in layouts]
-    arr = _layout_arrays(layouts, fw, c)
+    arr = _layout_arrays(layouts, fw, c, precision)
     hw_keys = ("peak_tflops", "attn_peak_tflops", "memory_gbs", "intra_gbs", "node_gbps", "gpus_per_node", "nvlink_domain")
     out = step_time(**_model_args(st), **arr, efficiency=np.array([hwd["efficiency"][f] for f in fw]),
+                    attn_efficiency=np.array([hwd["efficiency16"][f] for f in fw]),
                     **{k: hwd[k] for k in hw_keys}, c=c, lora=finetune == "lora")
     tokens = arr["micro_batch"] * arr["grad_accum"] * np.array([l.dp for l in layouts], dtype=float) * seq_len
     gpus = np.array([l.gpus for l in layouts], dtype=float)
@@ -190,7 +196,7 @@ def predict_layouts(shape: LLMShape, accelerator: str, layouts: Sequence[Layout]
         st, tp=arr["tp"], pp=arr["pp"], cp=arr["cp"], vp=arr["vp"], zero=arr["zero"], dp_shard=arr["dp_shard"],
         micro_batch=arr["micro_batch"], grad_accum=arr["grad_accum"], ac_code=arr["ac_code"],
         gpipe=np.array([l.schedule == "gpipe" for l in layouts], dtype=float), precision=precision,
-        finetune=finetune, lora_rank=lora_rank)
+        finetune=finetune, lora_rank=lora_rank, framework=fw[0] if fw else DEFAULT_FRAMEWORK)
     out["capacity_gib"] = hwd["capacity_gib"]
     out["fits"] = out["memory_gib"] <= hwd["capacity_gib"]
     out["framework"] = fw
@@ -204,10 +210,12 @@ def _divisors(n: int) -> list[int]:
 def candidate_layouts(shape: LLMShape, gpus: int, *, gpus_per_node: int = 8, global_batch: int,
                       seq_len: int, nvlink_domain: int | None = None,
                       ac_modes: Iterable[str] = ("none", "selective", "full"),
-                      max_micro_batch: int = 8) -> list[Layout]:
+                      max_micro_batch: int = 8, pipeline_zero: int | None = None) -> list[Layout]:
     """Layouts that can run ``shape`` on ``gpus`` GPUs with a global batch of ``global_batch`` sequences:
     tp inside the NVLink domain dividing the heads, pp ≤ layers, cp dividing the sequence, FSDP (zero 3)
-    without a pipeline and the distributed optimizer (zero 1) with one, micro-batches dividing the batch."""
+    without a pipeline and ``pipeline_zero`` with one (default: the trainer's, ``step.PIPELINE_ZERO``),
+    micro-batches dividing the batch."""
+    pz = PIPELINE_ZERO[DEFAULT_FRAMEWORK] if pipeline_zero is None else pipeline_zero
     dom = nvlink_domain or gpus_per_node
     out: list[Layout] = []
     for tp in (d for d in _divisors(gpus) if d <= dom and shape.heads % d == 0):
@@ -222,7 +230,7 @@ def candidate_layouts(shape: LLMShape, gpus: int, *, gpus_per_node: int = 8, glo
                     if pp > 1 and ga < pp:
                         continue
                     for ac in ac_modes:
-                        zero, rep, shard = (3, 1, dp) if pp == 1 else (1, 1, dp)
+                        zero, rep, shard = (3, 1, dp) if pp == 1 else (pz, 1, dp)
                         if dp == 1:
                             zero, shard = (0, 1)
                         vp_opts = [1] + ([2] if pp > 1 and shape.layers % (pp * 2) == 0 else [])
@@ -237,10 +245,11 @@ def best_layout(shape: LLMShape, accelerator: str, gpus: int, *, seq_len: int, g
                 machine_type: str | None = None, network_gbps: float | None = None, framework: str | None = None,
                 c: Constants | None = None) -> Layout:
     """The fastest layout that fits (``InfeasibleError``-style ``UsageError`` when none fits), each layout run
-    by ``framework`` (default: FSDP without model parallelism, Megatron with it)."""
+    by ``framework`` (default: cloudfit's own FSDP2 trainer, whatever the layout)."""
     dom = lhw.nvlink_domain(accelerator, gpus_per_node)
     cands = candidate_layouts(shape, gpus, gpus_per_node=gpus_per_node, global_batch=global_batch,
-                              seq_len=seq_len, nvlink_domain=dom)
+                              seq_len=seq_len, nvlink_domain=dom,
+                              pipeline_zero=PIPELINE_ZERO[_framework(None, framework)])
     if not cands:
         raise LayoutError(f"no layout of {shape.name} fits the shape of {gpus} GPUs with a global batch of "
                           f"{global_batch} sequences")
@@ -288,7 +297,8 @@ def predict(model: str | LLMShape | None, accelerator: str, *, config: str | Pat
                           gpus_per_node=gpus_per_node, precision=precision, finetune=finetune, lora_rank=lora_rank,
                           machine_type=machine_type, network_gbps=network_gbps, framework=framework, c=c)
     else:
-        lay = parse(layout, gpus=gpus, sequences_per_replica=batch_size)
+        lay = parse(layout, gpus=gpus, sequences_per_replica=batch_size,
+                    pipeline_zero=PIPELINE_ZERO[_framework(None, framework)])
     lay.check(gpus=gpus, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
     if lay.cp > 1 and seq_len % lay.cp:
         raise LayoutError(f"cp={lay.cp} does not divide the sequence length {seq_len}")
@@ -313,6 +323,6 @@ def predict(model: str | LLMShape | None, accelerator: str, *, config: str | Pat
         samples_per_second=tps / seq_len, step_time_s=step, mfu=float(r["mfu"][0]),
         flops_per_token=st.flops_per_token,
         memory=mem.estimate(st, lay, capacity_gib=float(acc.memory_gib), precision=precision, finetune=finetune,
-                            lora_rank=lora_rank, accelerator=acc.name),
+                            lora_rank=lora_rank, accelerator=acc.name, framework=r["framework"][0]),
         breakdown=breakdown,
         low=tps * math.exp(lo), high=tps * math.exp(hi), node_gbps=gbps, framework=r["framework"][0])

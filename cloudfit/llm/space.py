@@ -24,6 +24,7 @@ from cloudfit.llm import hardware as lhw
 from cloudfit.llm import memory as mem
 from cloudfit.llm.layout import AC_CODE, Layout
 from cloudfit.llm.stats import TokenStats
+from cloudfit.llm.step import PIPELINE_ZERO, TRAINER
 from cloudfit.llm.zoo import LLMShape
 
 AC_NAMES = tuple(AC_CODE)  # index = code
@@ -92,11 +93,13 @@ class Grid:
 
 
 def layout_grids(gpus, nvlink_domain, *, heads: int, kv_heads: int, layers: int, seq_len: int, global_batch: int,
-                 exact: bool = False, ac_modes: tuple[str, ...] = AC_NAMES) -> tuple[Grid, np.ndarray]:
+                 exact: bool = False, ac_modes: tuple[str, ...] = AC_NAMES,
+                 pipeline_zero: int | None = None) -> tuple[Grid, np.ndarray]:
     """Every layout the model can take on each cluster ``k`` of ``gpus[k]`` GPUs with NVLink domains of
     ``nvlink_domain[k]`` GPUs — the rules of ``predict.candidate_layouts``, in its order: tp inside the
     NVLink domain dividing the heads (and splitting the KV heads), pp ≤ layers (≤ 64), cp ≤ 16 dividing
-    half the sequence, FSDP (zero 3) without a pipeline and the distributed optimizer (zero 1) with one,
+    half the sequence, FSDP (zero 3) without a pipeline and ``pipeline_zero`` with one (default: the stage the
+    trainer runs, ``step.PIPELINE_ZERO``: FSDP; Megatron's distributed optimizer is 1),
     micro-batches ≤ 8 dividing the batch per rank, ga ≥ pp with a pipeline, vp ∈ {1, 2}.
 
     Returns (layouts as columns, cluster index ``k`` of each row); rows of one cluster are contiguous.
@@ -130,7 +133,8 @@ def layout_grids(gpus, nvlink_domain, *, heads: int, kv_heads: int, layers: int,
     full = m_ok[:, :, None, None] & v_ok[:, None, None, :] & np.ones(A.size, dtype=bool)[None, None, :, None]
     j, mi, ai, vi = np.nonzero(full)
     dpj, ppj = dp[j], pp[j]
-    zero = np.where(dpj == 1, 0, np.where(ppj == 1, 3, 1))
+    pz = PIPELINE_ZERO[TRAINER] if pipeline_zero is None else pipeline_zero
+    zero = np.where(dpj == 1, 0, np.where(ppj == 1, 3, pz))
     shard = np.where(dpj == 1, 1, dpj)
     grid = Grid(tp=tp[j], pp=ppj, cp=cp[j], vp=V[vi], dp_replicate=np.ones_like(dpj), dp_shard=shard, zero=zero,
                 micro_batch=M[mi], grad_accum=ga[j, mi], ac=A[ai])
@@ -138,10 +142,11 @@ def layout_grids(gpus, nvlink_domain, *, heads: int, kv_heads: int, layers: int,
 
 
 def layout_grid(gpus: int, *, nvlink_domain: int, heads: int, kv_heads: int, layers: int, seq_len: int,
-                global_batch: int, exact: bool = False, ac_modes: tuple[str, ...] = AC_NAMES) -> Grid:
+                global_batch: int, exact: bool = False, ac_modes: tuple[str, ...] = AC_NAMES,
+                pipeline_zero: int | None = None) -> Grid:
     """``layout_grids`` for one cluster of ``gpus`` GPUs."""
     return layout_grids([gpus], [nvlink_domain], heads=heads, kv_heads=kv_heads, layers=layers, seq_len=seq_len,
-                        global_batch=global_batch, exact=exact, ac_modes=ac_modes)[0]
+                        global_batch=global_batch, exact=exact, ac_modes=ac_modes, pipeline_zero=pipeline_zero)[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -149,12 +154,13 @@ def layout_grid(gpus: int, *, nvlink_domain: int, heads: int, kv_heads: int, lay
 
 
 def memory_gib(st: TokenStats, g: Grid, *, precision: str = "bf16", finetune: str = "full", lora_rank: int = 16,
-               grad_bytes: int = 2) -> np.ndarray:
+               grad_bytes: int = 2, framework: str | None = None) -> np.ndarray:
     """Peak GiB per GPU of every layout of ``g``: ``cloudfit.llm.memory.total_gib_many`` (the rule of
     ``memory.estimate``, kept in one place)."""
     return mem.total_gib_many(st, tp=g.tp, pp=g.pp, cp=g.cp, vp=g.vp, zero=g.zero, dp_shard=g.dp_shard,
                               micro_batch=g.micro_batch, grad_accum=g.grad_accum, ac_code=g.ac,
-                              precision=precision, finetune=finetune, lora_rank=lora_rank, grad_bytes=grad_bytes)
+                              precision=precision, finetune=finetune, lora_rank=lora_rank, grad_bytes=grad_bytes,
+                              framework=framework or TRAINER)
 
 
 # --------------------------------------------------------------------------------------------
@@ -185,31 +191,10 @@ def node_network_gbps(machine_type: str, accelerator: str, gpus_per_node: int, v
 
 
 def evaluate(st: TokenStats, hw: HardwareShape, g: Grid, *, precision: str = "bf16", finetune: str = "full",
-             c=None) -> dict:
+             c=None, framework: str | None = None) -> dict:
     """Tokens/s, step seconds, MFU and the breakdown of every layout in ``g`` on ``hw`` (numpy arrays)."""
-    from cloudfit.llm import predict as pr
-    from cloudfit.llm.step import step_time
-
-    c = c or pr.constants()
-    peak = lhw.peak_tflops(hw.accelerator, precision)
-    acc = lhw.get(hw.accelerator)
-    fsdp = (g.tp == 1) & (g.pp == 1) & (g.cp == 1)
-
-    def per_fw(d: dict) -> np.ndarray:
-        return np.where(fsdp, float(d["fsdp"]), float(d["megatron"]))
-
-    eff = {fw: c.efficiency(acc.name, precision, acc.memory_bandwidth_gbps / peak, fw) for fw in ("fsdp", "megatron")}
-    out = step_time(**pr._model_args(st), tp=g.tp, pp=g.pp, cp=g.cp, vp=g.vp, dp_replicate=g.dp_replicate,
-                    dp_shard=g.dp_shard, zero=g.zero, micro_batch=g.micro_batch, grad_accum=g.grad_accum,
-                    ac_code=g.ac, peak_tflops=peak, efficiency=per_fw(eff), memory_gbs=acc.memory_bandwidth_gbps,
-                    intra_gbs=lhw.intra_gbps(acc.name), node_gbps=hw.node_gbps, gpus_per_node=hw.gpus_per_node,
-                    nvlink_domain=hw.nvlink_domain, tp_exposed=per_fw(c.tp_exposed), dp_overlap=per_fw(c.dp_overlap),
-                    fsdp_overlap=per_fw(c.fsdp_overlap), attn_eff=per_fw(c.attn_eff), c=c, lora=finetune == "lora")
-    gpus = (g.tp * g.pp * g.cp * g.dp).astype(float)
-    tokens = (g.micro_batch * g.grad_accum * g.dp).astype(float) * st.seq_len
-    out["tokens_per_second"] = tokens / out["step_s"]
-    out["mfu"] = out["tokens_per_second"] * st.flops_per_token / (gpus * peak * 1e12)
-    return out
+    return evaluate_rows(st, [hw], np.zeros(len(g), dtype=np.int64), g, precision=precision, finetune=finetune,
+                         c=c, framework=framework)
 
 
 @dataclass
@@ -254,7 +239,7 @@ def constrain(g: Grid, constraints: dict | None) -> np.ndarray:
 
 def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *, global_batch: int,
                    exact: bool = False, precision: str = "bf16", finetune: str = "full", lora_rank: int = 16,
-                   constraints: dict | None = None, c=None) -> CatalogSearch:
+                   constraints: dict | None = None, c=None, framework: str | None = None) -> CatalogSearch:
     """Fastest layout that fits for every hardware shape in ``hws`` × nodes 1..max_nodes, in one pass:
     layouts are enumerated once per distinct (GPU count, NVLink domain), memory once per layout, and the
     step model once over every (shape, nodes, layout) row that fits."""
@@ -267,13 +252,15 @@ def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *
             pair_key[h * N + n - 1] = key_of.setdefault(kk, len(key_of))
     keys = np.array(list(key_of), dtype=np.int64).reshape(-1, 2)
     grid, kidx = layout_grids(keys[:, 0], keys[:, 1], heads=shape.heads, kv_heads=shape.kv_heads,
-                              layers=shape.layers, seq_len=st.seq_len, global_batch=global_batch, exact=exact)
+                              layers=shape.layers, seq_len=st.seq_len, global_batch=global_batch, exact=exact,
+                              pipeline_zero=PIPELINE_ZERO[framework or TRAINER])
     m = constrain(grid, constraints) if constraints else None
-    if not (constraints and "ac" in constraints) and _none_is_dominated(st, hws, grid, precision, finetune, c):
+    if not (constraints and "ac" in constraints) and _none_is_dominated(st, hws, grid, precision, finetune, c,
+                                                                         framework):
         m = (grid.ac != AC_CODE["none"]) if m is None else m & (grid.ac != AC_CODE["none"])
     if m is not None:
         grid, kidx = grid.take(m), kidx[m]
-    memg = memory_gib(st, grid, precision=precision, finetune=finetune, lora_rank=lora_rank)
+    memg = memory_gib(st, grid, precision=precision, finetune=finetune, lora_rank=lora_rank, framework=framework)
     K = len(key_of)
     counts = np.bincount(kidx, minlength=K)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
@@ -291,7 +278,7 @@ def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *
     # faster, probed), the full row cannot win and is not timed.
     full = fits & (grid.ac[row] == AC_CODE["full"])
     if full.any() and not (constraints and "ac" in constraints) and _never_faster(
-            st, hws, grid, "full", "selective", precision, finetune, c):
+            st, hws, grid, "full", "selective", precision, finetune, c, framework):
         key = _twin_key(grid, np.zeros(len(grid), dtype=np.int64))[row] + pair_of_row * _TWIN_SPAN
         sel_fit = fits & (grid.ac[row] == AC_CODE["selective"])
         fi = np.flatnonzero(full)
@@ -312,7 +299,7 @@ def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *
     brk = {k: np.zeros(H * N) for k in _BREAKDOWN}
     if sel.size:
         r = evaluate_rows(st, [hws[i] for i in range(H)], r_h, grid.take(r_row), precision=precision,
-                          finetune=finetune, c=c)
+                          finetune=finetune, c=c, framework=framework)
         t = r["tokens_per_second"]
         order = np.lexsort((np.arange(t.size), -t, r_pair))
         first = order[np.concatenate(([True], r_pair[order][1:] != r_pair[order][:-1]))]
@@ -328,17 +315,18 @@ def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *
                          {k: v.reshape(shape2) for k, v in brk.items()}, int(sel.size))
 
 
-def _none_is_dominated(st, hws, grid: Grid, precision: str, finetune: str, c) -> bool:
+def _none_is_dominated(st, hws, grid: Grid, precision: str, finetune: str, c, framework=None) -> bool:
     """Whether ``ac=none`` can never win: the step model prices it no faster than ``ac=selective`` (probed on
     every hardware shape with a sharded and a pipelined layout of the grid), and selective never needs more
     memory (``act_bytes`` per token: none ≥ selective). Then every ``none`` row is dominated by its
     ``selective`` twin and is dropped before the step model runs."""
     if st.act_bytes[0] < st.act_bytes[1]:
         return False
-    return _never_faster(st, hws, grid, "none", "selective", precision, finetune, c)
+    return _never_faster(st, hws, grid, "none", "selective", precision, finetune, c, framework)
 
 
-def _never_faster(st, hws, grid: Grid, slow: str, fast: str, precision: str, finetune: str, c) -> bool:
+def _never_faster(st, hws, grid: Grid, slow: str, fast: str, precision: str, finetune: str, c,
+                  framework=None) -> bool:
     """Whether layouts with ``ac=slow`` step no faster than their ``ac=fast`` twins (probed as above)."""
     if not hws or len(grid) == 0:
         return False
@@ -347,7 +335,8 @@ def _never_faster(st, hws, grid: Grid, slow: str, fast: str, precision: str, fin
     g = grid.take(np.tile(np.array(probe * 2), H))  # per shape: the probes with ``slow``, then with ``fast``
     g = Grid(**{**{k: getattr(g, k) for k in Grid.__dataclass_fields__},
                 "ac": np.tile(np.array([AC_CODE[slow]] * m + [AC_CODE[fast]] * m), H)})
-    r = evaluate_rows(st, hws, np.repeat(np.arange(H), 2 * m), g, precision=precision, finetune=finetune, c=c)
+    r = evaluate_rows(st, hws, np.repeat(np.arange(H), 2 * m), g, precision=precision, finetune=finetune, c=c,
+                      framework=framework)
     t = np.asarray(r["step_s"]).reshape(H, 2, m)
     return bool((t[:, 0] >= t[:, 1]).all())
 
@@ -364,32 +353,30 @@ def _twin_key(g: Grid, owner: np.ndarray) -> np.ndarray:
 
 
 def evaluate_rows(st: TokenStats, hws: list, h: np.ndarray, g: Grid, *, precision: str = "bf16",
-                  finetune: str = "full", c=None) -> dict:
-    """``evaluate`` for rows on different hardware shapes: row i runs layout ``g[i]`` on ``hws[h[i]]``."""
+                  finetune: str = "full", c=None, framework: str | None = None) -> dict:
+    """``evaluate`` for rows on different hardware shapes: row i runs layout ``g[i]`` on ``hws[h[i]]``. Every
+    row is priced with the constants of ``framework`` (default: cloudfit's own trainer, the stack ``launch``
+    runs), whatever its layout."""
     from cloudfit.llm import predict as pr
-    from cloudfit.llm.step import step_time
+    from cloudfit.llm.step import stack_args, step_time
 
     c = c or pr.constants()
-    fsdp = (g.tp == 1) & (g.pp == 1) & (g.cp == 1)
+    fw = pr._framework(None, framework)
     accs = [lhw.get(hw.accelerator) for hw in hws]
     peak_h = np.array([lhw.peak_tflops(hw.accelerator, precision) for hw in hws])
-    eff = {fw: np.array([c.efficiency(a.name, precision, a.memory_bandwidth_gbps / pk, fw)
-                         for a, pk in zip(accs, peak_h)]) for fw in ("fsdp", "megatron")}
+    peak16_h = np.array([lhw.peak_tflops(hw.accelerator, "bf16") for hw in hws])
+    eff = np.array([c.efficiency(a.name, precision, a.memory_bandwidth_gbps / pk, fw) for a, pk in zip(accs, peak_h)])
+    eff16 = np.array([c.efficiency(a.name, "bf16", a.memory_bandwidth_gbps / pk, fw) for a, pk in zip(accs, peak16_h)])
     col = lambda vals: np.asarray(vals, dtype=float)[h]  # noqa: E731
-
-    def per_fw(d: dict) -> np.ndarray:
-        return np.where(fsdp, float(d["fsdp"]), float(d["megatron"]))
-
+    stack = {k: v[0] for k, v in stack_args(c, [fw], fp8=float(precision == "fp8")).items()}
     peak = peak_h[h]
     out = step_time(**pr._model_args(st), tp=g.tp, pp=g.pp, cp=g.cp, vp=g.vp, dp_replicate=g.dp_replicate,
                     dp_shard=g.dp_shard, zero=g.zero, micro_batch=g.micro_batch, grad_accum=g.grad_accum,
-                    ac_code=g.ac, peak_tflops=peak, efficiency=np.where(fsdp, eff["fsdp"][h], eff["megatron"][h]),
-                    memory_gbs=col([a.memory_bandwidth_gbps for a in accs]),
+                    ac_code=g.ac, peak_tflops=peak, efficiency=eff[h], attn_peak_tflops=peak16_h[h],
+                    attn_efficiency=eff16[h], memory_gbs=col([a.memory_bandwidth_gbps for a in accs]),
                     intra_gbs=col([lhw.intra_gbps(a.name) for a in accs]), node_gbps=col([hw.node_gbps for hw in hws]),
                     gpus_per_node=col([hw.gpus_per_node for hw in hws]),
-                    nvlink_domain=col([hw.nvlink_domain for hw in hws]), tp_exposed=per_fw(c.tp_exposed),
-                    dp_overlap=per_fw(c.dp_overlap), fsdp_overlap=per_fw(c.fsdp_overlap), attn_eff=per_fw(c.attn_eff),
-                    c=c, lora=finetune == "lora")
+                    nvlink_domain=col([hw.nvlink_domain for hw in hws]), **stack, c=c, lora=finetune == "lora")
     gpus = (g.tp * g.pp * g.cp * g.dp).astype(float)
     tokens = (g.micro_batch * g.grad_accum * g.dp).astype(float) * st.seq_len
     out["tokens_per_second"] = tokens / out["step_s"]
@@ -399,20 +386,21 @@ def evaluate_rows(st: TokenStats, hws: list, h: np.ndarray, g: Grid, *, precisio
 
 def rank_layouts(st: TokenStats, shape: LLMShape, hw: HardwareShape, nodes: int, *, global_batch: int,
                  exact: bool = False, precision: str = "bf16", finetune: str = "full", lora_rank: int = 16,
-                 top: int = 5, constraints: dict | None = None, c=None) -> list[dict]:
+                 top: int = 5, constraints: dict | None = None, c=None, framework: str | None = None) -> list[dict]:
     """The ``top`` fastest layouts that fit on ``nodes`` × ``hw`` (predicted tokens/s, MFU, memory), best first."""
     gpus = nodes * hw.gpus_per_node
     g = layout_grid(gpus, nvlink_domain=hw.nvlink_domain, heads=shape.heads, kv_heads=shape.kv_heads,
-                    layers=shape.layers, seq_len=st.seq_len, global_batch=global_batch, exact=exact)
-    memg = memory_gib(st, g, precision=precision, finetune=finetune, lora_rank=lora_rank)
+                    layers=shape.layers, seq_len=st.seq_len, global_batch=global_batch, exact=exact,
+                    pipeline_zero=PIPELINE_ZERO[framework or TRAINER])
+    memg = memory_gib(st, g, precision=precision, finetune=finetune, lora_rank=lora_rank, framework=framework)
     ok = (memg <= hw.capacity_gib) & constrain(g, constraints)
-    if _none_is_dominated(st, [hw], g, precision, finetune, c):
+    if _none_is_dominated(st, [hw], g, precision, finetune, c, framework):
         ok &= g.ac != AC_CODE["none"]
     keep = np.flatnonzero(ok)
     if not keep.size:
         return []
     sub = g.take(keep)
-    r = evaluate(st, hw, sub, precision=precision, finetune=finetune, c=c)
+    r = evaluate(st, hw, sub, precision=precision, finetune=finetune, c=c, framework=framework)
     order = np.lexsort((memg[keep], -r["tokens_per_second"]))[:top]
     out = []
     for i in order:

@@ -6,24 +6,33 @@ wraps it for one layout.
 
 Per step (one optimizer step of the global batch), for the slowest pipeline stage:
 - compute: hardware FLOPs of one micro-batch on the stage ÷ (dense peak × efficiency). Efficiency =
-  ``eff(accelerator, precision)`` × a saturation in the GEMM size per GPU, x = tokens per micro-batch ÷ cp
-  and in the width hidden ÷ tp: 1 / (1 + (t0 / tokens)^alpha) / (1 + (w0 / width)^beta_w); attention runs at
-  ``attn_eff`` of the GEMM rate. Hardware FLOPs add recomputation (full: ``recompute`` × one forward).
+  ``eff(accelerator, precision)`` × a saturation in the GEMM work per GPU, x = tokens per micro-batch ÷ (cp · tp)
+  and in the width hidden ÷ tp: 1 / (1 + (t0 / x)^alpha) / (1 + (w0 / width)^beta_w); attention runs at
+  ``attn_eff`` of the 16-bit GEMM rate, × 1 / (1 + k0 / key block) (blocks S/2 long on average without CP,
+  S/(2·cp) under ring CP). Hardware FLOPs add recomputation (full: ``recompute`` × one forward).
   Unfused attention (``flash`` false: vTrain's Megatron-DeepSpeed) computes the whole seq × seq score matrix
   and masks it afterwards, so its attention core costs twice the causal-half FLOPs, and it writes and reads
   that matrix in HBM: QK^T writes and AV reads 2 bytes per score (4·heads·seq bytes per token forward, twice
   that backward, once more when recomputed), on top of the softmax/dropout traffic (5·heads·seq stored bytes
   × ``mem_traffic``).
+- FP8 (by stack): only the Linear GEMMs run at the FP8 peak; attention and the LM head stay 16-bit (at the
+  accelerator's 16-bit efficiency); the casts (amax, bf16 → fp8, transposed copies) move ``fp8_cast`` bytes per
+  Linear input and output-gradient element (fused in Megatron's Transformer Engine, separate kernels in a
+  Linear-only FP8 stack) and ``fp8_weight`` bytes per weight element and micro-batch, at memory bandwidth.
 - TP: 4 collectives per layer and micro-batch (2 forward, 2 backward; + 2 when the forward is recomputed),
   each moving 2(tp−1)/tp × micro-batch activations over NVLink inside the NVLink domain, else over the
   node network; ``tp_exposed`` of it is not hidden (fitted per framework).
-- CP: a K/V ring per layer (forward K and V, backward K, V, dK, dV: 3 × (cp−1) chunks), hidden behind the
-  attention compute up to ``cp_overlap``.
-- FSDP / ZeRO: ZeRO-3 all-gathers weights forward and backward and reduce-scatters gradients every
-  micro-batch (3 passes of (s−1)/s × the stage's bf16 weights ÷ tp); ZeRO-2 all-gathers and reduce-scatters
-  every micro-batch (2 passes); ZeRO-0/1 all-reduce (or reduce-scatter + all-gather) once per step.
-  Per-micro-batch traffic hides behind that micro-batch's compute up to ``fsdp_overlap``; per-step traffic
-  behind the last micro-batch's backward up to ``dp_overlap``. HSDP adds a replica all-reduce per step.
+- CP (by stack): ring attention passes K/V round the ring (forward K and V, backward K, V, dK, dV: 3 × (cp−1)
+  chunks per layer), hidden behind the attention compute up to ``cp_overlap`` — exposed when attention is short;
+  cloudfit's own trainer all-gathers K/V before the attention and reduce-scatters their gradients after it
+  (exposed) and computes its masked query chunk × whole sequence in full (twice the causal-half FLOPs).
+- FSDP / ZeRO over the shard group dp_shard × cp: ZeRO-3 all-gathers weights forward and backward and
+  reduce-scatters gradients every micro-batch (3 passes of (s−1)/s × the stage's bf16 weights ÷ tp) — but a
+  pipeline stage keeps its weights gathered across its micro-batches (one gather, one reduce-scatter per step);
+  ZeRO-2 all-gathers and reduce-scatters every micro-batch (2 passes); ZeRO-0/1 all-reduce (or reduce-scatter +
+  all-gather) once per step over dp × cp. Per-micro-batch traffic hides behind that micro-batch's compute up to
+  ``fsdp_overlap``; per-step traffic behind the last micro-batch's backward up to ``dp_overlap``. HSDP adds a
+  replica all-reduce per step.
 - PP: bubble (pp − 1) / vp × (micro-batch stage time) — i.e. (p−1)/(m+p−1) of the step for 1F1B — plus
   point-to-point activation sends between stages (forward and backward, × vp when interleaved).
 - optimizer: AdamW reads and writes ~32 bytes per local parameter at memory bandwidth; plus a fixed
@@ -47,8 +56,13 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-#: Frameworks the public runs used; each gets its own overlap constants.
-FRAMEWORKS = ("megatron", "megatron-deepspeed", "fsdp")
+#: Frameworks the public runs used (each gets its own fitted constants), and cloudfit's own FSDP2 trainer
+#: (``cloudfit.train_llm``, what ``launch`` runs): PyTorch FSDP like llm-foundry's stack, whose fitted
+#: constants it borrows (``BORROWS``) until its own profile runs anchor it; its implementation facts are its
+#: own (all-gather context parallelism, ``CP_ALLGATHER``; an fp32 loss, ``cloudfit.llm.memory.LOGIT_BYTES``).
+FRAMEWORKS = ("megatron", "megatron-deepspeed", "fsdp", "cloudfit")
+TRAINER = "cloudfit"
+BORROWS = {"cloudfit": "fsdp"}
 
 
 @dataclass(frozen=True)
@@ -63,29 +77,51 @@ class Constants:
     alpha: float = 1.0
     w0: float = 256.0  # hidden ÷ tp at half efficiency
     beta_w: float = 1.0
-    attn_eff: dict = field(default_factory=lambda: {"megatron": 0.7, "megatron-deepspeed": 0.7, "fsdp": 0.7})
+    attn_eff: dict = field(default_factory=lambda: {"megatron": 0.7, "megatron-deepspeed": 0.7, "fsdp": 0.7, "cloudfit": 0.7})
     recompute: float = 1.0  # share of one forward pass a full recompute costs in time
     mem_traffic: float = 3.0  # memory-bound bytes moved (fwd + bwd) per byte of stored activations (norms, …)
     #: frameworks whose attention is not a flash kernel: softmax over heads × seq scores per token is
     #: memory-bound (Korthikanti's 5·a·s bytes per token and layer); vTrain's Megatron-DeepSpeed GPT
     no_flash: tuple = ("megatron-deepspeed",)
     #: bytes per gradient element the data-parallel reduction moves (2 = bf16/fp16; up to 4 = fp32 main grads)
-    grad_bytes: dict = field(default_factory=lambda: {"megatron": 2.0, "megatron-deepspeed": 2.0, "fsdp": 2.0})
+    grad_bytes: dict = field(default_factory=lambda: {"megatron": 2.0, "megatron-deepspeed": 2.0, "fsdp": 2.0, "cloudfit": 2.0})
     nic_parallel: float = 0.5  # cross-node bandwidth × (group ranks per node)^nic_parallel
     tau_s: float = 2.0e-3  # host (Python + launch) seconds per layer per micro-batch; hidden behind GPU work
     step_overhead_s: float = 0.05
     net_eff: float = 0.7  # achieved ÷ nominal inter-node bandwidth
     nvlink_eff: float = 0.9  # achieved ÷ NCCL's NVLink bus bandwidth (fitted in (0, 1])
-    tp_exposed: dict = field(default_factory=lambda: {"megatron": 0.5, "megatron-deepspeed": 1.0, "fsdp": 1.0})
-    dp_overlap: dict = field(default_factory=lambda: {"megatron": 0.9, "megatron-deepspeed": 0.0, "fsdp": 0.9})
-    fsdp_overlap: dict = field(default_factory=lambda: {"megatron": 0.9, "megatron-deepspeed": 0.9, "fsdp": 0.9})
-    fw_eff: dict = field(default_factory=lambda: {"megatron": 1.0, "megatron-deepspeed": 1.0, "fsdp": 1.0})
+    tp_exposed: dict = field(default_factory=lambda: {"megatron": 0.5, "megatron-deepspeed": 1.0, "fsdp": 1.0, "cloudfit": 1.0})
+    dp_overlap: dict = field(default_factory=lambda: {"megatron": 0.9, "megatron-deepspeed": 0.0, "fsdp": 0.9, "cloudfit": 0.9})
+    fsdp_overlap: dict = field(default_factory=lambda: {"megatron": 0.9, "megatron-deepspeed": 0.9, "fsdp": 0.9, "cloudfit": 0.9})
+    fw_eff: dict = field(default_factory=lambda: {"megatron": 1.0, "megatron-deepspeed": 1.0, "fsdp": 1.0, "cloudfit": 1.0})
     cp_overlap: float = 0.8
     p2p_exposed: float = 1.0
+    #: key-block length (tokens) at which a flash attention kernel runs at half its rate: the blocks are S/2
+    #: long on average without CP (causal), S/(2·cp) under ring CP (2·cp load-balanced chunks per sequence)
+    k0: float = 64.0
+    #: FP8 casts: bytes of memory traffic per element of every Linear input (forward) and output gradient
+    #: (backward) — amax reductions, the bf16 → fp8 casts and the transposed copies the weight-gradient GEMM
+    #: needs. Transformer Engine inside Megatron fuses the casts into the norms and activations (prior 3: one
+    #: bf16 read, fp8 + transposed fp8 written); a Linear-only FP8 stack (PyTorch FSDP with te.Linear or
+    #: torchao's tensorwise Float8Linear) runs amax and casts as separate kernels (prior 8: amax read 2,
+    #: cast 3, transposed cast 3). Fitted where the data has FP8 rows.
+    fp8_cast: dict = field(default_factory=lambda: {"megatron": 3.0, "megatron-deepspeed": 3.0, "fsdp": 8.0, "cloudfit": 8.0})
+    #: bytes per weight element and micro-batch the FP8 weight casts move (Megatron keeps fp8 weights across
+    #: micro-batches: 0; a Linear-only stack re-casts the gathered bf16 weight every micro-batch: 8)
+    fp8_weight: dict = field(default_factory=lambda: {"megatron": 0.0, "megatron-deepspeed": 0.0, "fsdp": 8.0, "cloudfit": 8.0})
     band: tuple = (-0.15, 0.12)  # 10% / 90% quantiles of log(measured ÷ predicted) (grouped CV)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def borrowed(self) -> "Constants":
+        """These constants with every per-framework table's entry for a framework in ``BORROWS`` set to the
+        entry of the framework it borrows from (a calibration fitted before the trainer had a name works too)."""
+        d = self.to_dict()
+        for k, v in d.items():
+            if isinstance(v, dict) and all(f in v for f in BORROWS.values()) and set(v) <= set(FRAMEWORKS):
+                d[k] = {**v, **{f: v[src] for f, src in BORROWS.items()}}
+        return Constants.from_dict(d)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Constants":
@@ -119,12 +155,117 @@ def _pass(n, bytes_, bw_gbs):
     return 0.5 * _ring(n, bytes_, bw_gbs)
 
 
+#: Frameworks whose context parallelism all-gathers every chunk's keys and values before attention (and
+#: reduce-scatters their gradients after it) with a boolean causal mask: cloudfit's own FSDP2 trainer
+#: (``cloudfit.llm_model``). The others run ring attention (K/V chunks passed round the CP ring, overlapped
+#: with the attention of the chunk at hand, causal work balanced by the head-tail split).
+CP_ALLGATHER = ("cloudfit",)
+#: ZeRO stage a stack runs data parallelism with under a pipeline: Megatron's distributed optimizer (1); PyTorch
+#: stacks shard with FSDP there too (cloudfit's trainer: ``fully_shard`` on every stage, kept gathered).
+PIPELINE_ZERO = {"megatron": 1, "megatron-deepspeed": 1, "fsdp": 3, "cloudfit": 3}
+
+
+def stack_args(c: Constants, frameworks, *, fp8=None) -> dict:
+    """Per-row arrays of the stack-dependent constants for ``step_time`` (one framework name per row): the
+    constants of the stack that runs the job, never chosen by the layout. ``fp8``: 1 where the run is FP8."""
+    fw = list(frameworks)
+    arr = lambda d: np.array([float(d[f]) for f in fw])  # noqa: E731
+    fp8 = np.zeros(len(fw)) if fp8 is None else np.broadcast_to(_f(fp8), (len(fw),)).copy()
+    return {"tp_exposed": arr(c.tp_exposed), "dp_overlap": arr(c.dp_overlap), "fsdp_overlap": arr(c.fsdp_overlap),
+            "attn_eff": arr(c.attn_eff), "grad_bytes": arr(c.grad_bytes),
+            "flash": np.array([0.0 if f in c.no_flash else 1.0 for f in fw]),
+            "fp8": fp8, "fp8_cast_bytes": fp8 * arr(c.fp8_cast), "fp8_weight_bytes": fp8 * arr(c.fp8_weight),
+            "cp_allgather": np.array([1.0 if f in CP_ALLGATHER else 0.0 for f in fw])}
+
+
+def linear_io(hidden, kv_dim, layer_matmul_flops):
+    """Elements per token and layer of every Linear input (forward) and output gradient (backward) — what FP8
+    casts: inputs of q/k/v (one cast), o, the MLP's first matmul(s) (one cast) and its last; gradients of the
+    q/k/v outputs (h + 2·kv), o (h), the MLP's first matmul(s) (2·ffn gated, ffn plain) and last (h). The MLP
+    width × matrices comes from the matmul FLOPs: (mm/2 − 2h² − 2h·kv) ÷ h."""
+    h, kv = _f(hidden), _f(kv_dim)
+    mlp = np.maximum(_f(layer_matmul_flops) / 2.0 - 2.0 * h * h - 2.0 * h * kv, 0.0) / h
+    return 6.0 * h + 2.0 * kv + mlp
+
+
+def _rates(c, *, tokens_gpu, h, tp, peak_tflops, efficiency, attn_peak_tflops, attn_efficiency, attn_eff, memory_gbs,
+           key_block):
+    """(Linear GEMM, attention / 16-bit GEMM, memory) rates in FLOP/s and B/s. The saturation is in the GEMM
+    work per GPU: tokens per GPU (a TP GEMM has tp× the rows of its shard but 1/tp of the columns) and the
+    width hidden ÷ tp — so at equal tokens per GPU, TP never makes a GEMM more efficient. Attention also
+    saturates in its key-block length (``k0``)."""
+    a_peak = _f(peak_tflops if attn_peak_tflops is None else attn_peak_tflops)
+    a_eff = _f(efficiency if attn_efficiency is None else attn_efficiency)
+    sat = (1.0 / (1.0 + (c.t0 / np.maximum(tokens_gpu, 1.0)) ** c.alpha)
+           / (1.0 + (c.w0 / np.maximum(h / tp, 1.0)) ** c.beta_w))
+    gemm = _f(peak_tflops) * 1e12 * _f(efficiency) * sat
+    attn = a_peak * 1e12 * a_eff * _f(attn_eff) * sat / (1.0 + c.k0 / np.maximum(_f(key_block), 1.0))
+    return gemm, a_peak * 1e12 * a_eff * sat, attn, _f(memory_gbs) * 1e9
+
+
+def _cp_time(c, *, cp, ac, kv_bytes, bw_cp, t_attn_layer, allgather):
+    """Exposed seconds per layer and micro-batch of context parallelism. Ring: 3·(cp−1) K/V-sized chunks per
+    layer (forward K, V; backward K, V, dK, dV), hidden behind the attention compute up to ``cp_overlap``.
+    All-gather: the gather of K and V before the attention (again when the forward is recomputed) and the
+    reduce-scatter of their gradients after it, each (cp−1) chunks, waited on at once: exposed."""
+    chunk = np.maximum(cp - 1.0, 0.0) * kv_bytes / (bw_cp * 1e9) * np.where(cp > 1, 1.0, 0.0)
+    ring = np.maximum(3.0 * chunk - c.cp_overlap * t_attn_layer, 0.0)
+    gather = (2.0 + np.where(ac == 2, 1.0, 0.0)) * chunk
+    return np.where(_f(allgather) > 0, gather, ring)
+
+
+class _Links:
+    """Bus bandwidth (GB/s) of a collective over ``group`` ranks spaced ``stride`` apart (rank order tp, cp, dp, pp):
+    NVLink inside the domain, else the per-GPU network share × (group ranks per node)^nic_parallel, scaled so that
+    the ring formula over the n ranks moves 2(m−1)/m of the buffer across the m nodes spanned."""
+
+    def __init__(self, c, *, gpn, dom, intra, inter):
+        self.c, self.gpn, self.dom, self.intra, self.inter = c, gpn, dom, intra, inter
+
+    def __call__(self, group, stride):
+        n = np.maximum(group, 1.0)
+        per_node = np.clip(self.gpn / np.maximum(stride, 1.0), 1.0, n)
+        m = np.maximum(n / per_node, 1.0)  # nodes the group spans
+        hier = np.where(m > 1.0, ((n - 1.0) / n) / np.maximum((m - 1.0) / m, 1e-9), 1.0)
+        net = self.inter * per_node ** self.c.nic_parallel * hier
+        return np.where(group * stride <= self.dom, self.intra, np.minimum(self.intra, net))
+
+
+def _sharding(across, *, zero, dpr, dps, cp, tp, pp, stage_layers, t_mb, w_bytes, g_bytes, fsdp_overlap, dp_overlap):
+    """Exposed seconds of ZeRO / FSDP traffic: (per micro-batch, per step) and the per-step data-parallel time
+    (which includes the per-step FSDP part). The shard group is dp_shard × cp."""
+    shard = np.where(zero > 0, dps * cp, 1.0)
+    bw_shard = across(dps * cp, tp)
+    ag_pass = _pass(shard, w_bytes, bw_shard)
+    rs_pass = _pass(shard, g_bytes, bw_shard)
+    gather = np.where(zero >= 3, 2.0 * ag_pass + rs_pass, np.where(zero == 2, ag_pass + rs_pass, 0.0))
+    once = (zero >= 3) & (pp > 1)  # a pipeline stage keeps its gathered weights across its micro-batches
+    per_mb = np.where(once, 0.0, gather)
+    per_step = np.where(once, ag_pass + rs_pass, 0.0)
+    t_fsdp_mb = np.maximum(per_mb - fsdp_overlap * t_mb, 0.0) + per_mb / np.maximum(stage_layers, 1.0)
+    t_fsdp_step = np.maximum(per_step - fsdp_overlap * t_mb, 0.0) + per_step / np.maximum(stage_layers, 1.0)
+    dp_step = np.where(zero <= 1, _ring(dpr * dps * cp, g_bytes, across(dpr * dps * cp, tp)), 0.0) + _ring(
+        np.where(zero >= 2, dpr, 1.0), g_bytes / shard, across(dpr, tp * cp * dps))
+    t_dp = np.maximum(dp_step - dp_overlap * (2.0 / 3.0) * t_mb, 0.0) + t_fsdp_step
+    return t_fsdp_mb, t_fsdp_step, t_dp
+
+
 def step_time(*, layers, hidden, kv_dim, seq_len, vocab, act_none, layer_params, heads=None, flash=True, stage_extra_params, params,
               layer_matmul_flops, layer_attention_flops, head_flops,
               tp, pp, cp, vp, dp_replicate, dp_shard, zero, micro_batch, grad_accum, ac_code,
               peak_tflops, efficiency, memory_gbs, attn_peak_tflops=None, intra_gbs, node_gbps, gpus_per_node, nvlink_domain,
-              tp_exposed, dp_overlap, fsdp_overlap, attn_eff, c: Constants, lora=False, grad_bytes=2.0) -> dict:
+              tp_exposed, dp_overlap, fsdp_overlap, attn_eff, c: Constants, lora=False, grad_bytes=2.0,
+              attn_efficiency=None, fp8=0.0, fp8_cast_bytes=0.0, fp8_weight_bytes=0.0, cp_allgather=0.0) -> dict:
     """Vectorised step time of a layout (arrays broadcast). Returns a dict of arrays, seconds per step.
+
+    ``efficiency`` is the Linear GEMMs' (at ``peak_tflops``, the run's precision); attention and, in FP8 runs
+    (``fp8`` 1), the LM head run in 16-bit at ``attn_peak_tflops`` × ``attn_efficiency`` (default: the same).
+    FP8 runs also move ``fp8_cast_bytes`` per Linear input / output-gradient element (``linear_io``) and
+    ``fp8_weight_bytes`` per weight element and micro-batch at memory bandwidth. ``cp_allgather`` 1: context
+    parallelism all-gathers K/V (``_cp_time``) and computes the masked seq × seq attention in full.
+    A pipeline with ZeRO-3 (FSDP) gathers a stage's weights once per step and reduce-scatters after the last
+    micro-batch (the stage keeps them unsharded across its micro-batches); without a pipeline, every micro-batch.
+    The ZeRO shard group and the gradient reduction span dp × cp (CP peers hold the same weights).
 
     Keys: ``step_s``, ``compute_s``, ``tp_s``, ``cp_s``, ``fsdp_s``, ``dp_s``, ``pp_p2p_s``, ``bubble_s``,
     ``other_s`` (optimizer + overheads); exposed (not hidden) parts only.
@@ -140,72 +281,54 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, act_none, layer_params,
     # --- compute ----------------------------------------------------------------------------
     mm, att, head = _f(layer_matmul_flops), _f(layer_attention_flops), _f(head_flops)
     unfused = _f(flash) <= 0
+    gathered = (_f(cp_allgather) > 0) & (cp > 1)
     n_heads = _f(heads if heads is not None else 0.0)
-    att = att * np.where(unfused, 2.0, 1.0)  # unfused attention computes the masked half of seq × seq too
+    # unfused attention, and a masked (not causal) kernel over gathered K/V, compute the masked half too
+    att = att * np.where(unfused | gathered, 2.0, 1.0)
     bwd_factor = np.where(lora, 2.0, 3.0)  # LoRA: no weight gradients of the frozen base
     # Three rates: weight GEMMs at the run's precision; attention (flash kernels stay in bf16) at attn_eff of the
     # bf16 GEMM rate; memory-bound element-wise work (norms, activations, residuals, casts) at memory bandwidth,
     # mem_traffic bytes per byte of stored activations. Full recompute re-runs ``c.recompute`` of a forward.
-    a_eff = _f(attn_eff)
     rec = np.where(ac == 2, c.recompute, 0.0)
-    sat = (1.0 / (1.0 + (c.t0 / np.maximum(tokens_mb, 1.0)) ** c.alpha)
-           / (1.0 + (c.w0 / np.maximum(h / tp, 1.0)) ** c.beta_w))
-    gemm_rate = _f(peak_tflops) * 1e12 * _f(efficiency) * sat
-    attn_peak = _f(peak_tflops if attn_peak_tflops is None else attn_peak_tflops)
-    attn_rate = attn_peak * 1e12 * _f(efficiency) * a_eff * sat
-    mem_rate = _f(memory_gbs) * 1e9
+    gemm_rate, gemm16_rate, attn_rate, mem_rate = _rates(
+        c, tokens_gpu=tokens_mb / tp, h=h, tp=tp, peak_tflops=peak_tflops, efficiency=efficiency,
+        attn_peak_tflops=attn_peak_tflops, attn_efficiency=attn_efficiency, attn_eff=attn_eff, memory_gbs=memory_gbs,
+        key_block=np.where(gathered, S, S / (2.0 * cp)))
+    is8 = _f(fp8) > 0
     scores = np.where(unfused, 5.0 * n_heads * S, 0.0)
     # the score matrix itself, written by QK^T and read by AV (fp16, 2 bytes a score): 4·a·s bytes per token
     # forward, 8·a·s backward, 4·a·s again per recomputed forward; exact traffic, no mem_traffic multiplier
     score_io = np.where(unfused, (12.0 + 4.0 * rec) * n_heads * S, 0.0)
+    cast_io = _f(fp8_cast_bytes) * linear_io(h, kv_dim, mm) * (1.0 + rec / 3.0)
     t_layer_tok = ((bwd_factor + rec) * mm / gemm_rate + (3.0 + rec) * att / attn_rate
-                   + ((1.0 + rec / 3.0) * c.mem_traffic * (_f(act_none) + scores) + score_io) / mem_rate)
-    head_tok = bwd_factor * head / gemm_rate  # the LM head sits on the last stage (the slowest one)
-    t_mb = tokens_mb * (stage_layers * t_layer_tok + head_tok) / tp
+                   + ((1.0 + rec / 3.0) * c.mem_traffic * (_f(act_none) + scores) + score_io + cast_io) / mem_rate)
+    head_tok = bwd_factor * head / np.where(is8, gemm16_rate, gemm_rate)  # LM head: last stage, 16-bit in FP8 runs
+    t_wcast = _f(fp8_weight_bytes) * stage_layers * _f(layer_params) / tp / mem_rate
+    t_mb = tokens_mb * (stage_layers * t_layer_tok + head_tok) / tp + t_wcast
     t_attn_layer = tokens_mb * 3.0 * att / (tp * attn_rate)
     t_launch = c.tau_s * stage_layers
     # --- bandwidths ---------------------------------------------------------------------------
-    inter = _f(node_gbps) / 8.0 / gpn * c.net_eff  # GB/s: one GPU's share of its node's network
-    intra = _f(intra_gbs) * c.nvlink_eff
-    dom = _f(nvlink_domain)
-
-    def across(group, stride):
-        """Bus bandwidth of a collective over ``group`` ranks spaced ``stride`` apart (rank order tp, cp, dp, pp):
-        NVLink inside the domain, else the per-GPU network share × (group ranks per node)^nic_parallel, scaled
-        so that the ring formula over the n ranks moves 2(m−1)/m of the buffer across the m nodes spanned."""
-        n = np.maximum(group, 1.0)
-        per_node = np.clip(gpn / np.maximum(stride, 1.0), 1.0, n)
-        m = np.maximum(n / per_node, 1.0)  # nodes the group spans
-        hier = np.where(m > 1.0, ((n - 1.0) / n) / np.maximum((m - 1.0) / m, 1e-9), 1.0)
-        return np.where(group * stride <= dom, intra, np.minimum(intra, inter * per_node ** c.nic_parallel * hier))
-
+    across = _Links(c, gpn=gpn, dom=_f(nvlink_domain), intra=_f(intra_gbs) * c.nvlink_eff,
+                    inter=_f(node_gbps) / 8.0 / gpn * c.net_eff)
     bw_tp = across(tp, 1.0)
     bw_cp = across(cp, tp)
-    bw_dp = across(dpr * dps, tp * cp)
-    bw_shard = across(dps, tp * cp)
-    bw_pp = np.where(tp * cp * dpr * dps >= gpn, inter, intra)
+    bw_pp = np.where(tp * cp * dpr * dps >= gpn, across.inter, across.intra)
     # --- tensor parallel ----------------------------------------------------------------------
     act_bytes = tokens_mb * h * 2.0
     n_coll = 4.0 + np.where(ac == 2, 2.0, 0.0)
     t_tp_mb = stage_layers * n_coll * _ring(tp, act_bytes, bw_tp) * _f(tp_exposed)
     # --- context parallel -----------------------------------------------------------------------
     kv_bytes = tokens_mb * 2.0 * _f(kv_dim) * 2.0 / tp
-    t_cp_layer = 3.0 * np.maximum(cp - 1.0, 0.0) * kv_bytes / (bw_cp * 1e9) * np.where(cp > 1, 1.0, 0.0)
-    t_cp_mb = stage_layers * np.maximum(t_cp_layer - c.cp_overlap * t_attn_layer, 0.0)
+    t_cp_mb = stage_layers * _cp_time(c, cp=cp, ac=ac, kv_bytes=kv_bytes, bw_cp=bw_cp, t_attn_layer=t_attn_layer,
+                                      allgather=cp_allgather)
     # --- data parallel / sharding ---------------------------------------------------------------
     stage_params = stage_layers * _f(layer_params) + np.where(pp > 1, _f(stage_extra_params),
                                                               _f(params) - L * _f(layer_params))
     grad_params = np.where(lora, 0.02 * stage_params, stage_params) / tp
-    w_bytes = stage_params / tp * 2.0
-    g_bytes = grad_params * _f(grad_bytes)
-    shard = np.where(zero > 0, dps, 1.0)
-    ag_pass = _pass(shard, w_bytes, bw_shard)
-    rs_pass = _pass(shard, g_bytes, bw_shard)
-    per_mb = np.where(zero >= 3, 2.0 * ag_pass + rs_pass, np.where(zero == 2, ag_pass + rs_pass, 0.0))
-    t_fsdp_mb = np.maximum(per_mb - _f(fsdp_overlap) * t_mb, 0.0) + per_mb / np.maximum(stage_layers, 1.0)
-    dp_step = np.where(zero <= 1, _ring(dpr * dps, g_bytes, bw_dp), 0.0) + _ring(
-        np.where(zero >= 2, dpr, 1.0), g_bytes / shard, across(dpr, tp * cp * dps))
-    t_dp = np.maximum(dp_step - _f(dp_overlap) * (2.0 / 3.0) * t_mb, 0.0)
+    t_fsdp_mb, t_fsdp_step, t_dp = _sharding(
+        across, zero=zero, dpr=dpr, dps=dps, cp=cp, tp=tp, pp=pp, stage_layers=stage_layers, t_mb=t_mb,
+        w_bytes=stage_params / tp * 2.0, g_bytes=grad_params * _f(grad_bytes), fsdp_overlap=_f(fsdp_overlap),
+        dp_overlap=_f(dp_overlap))
     # --- pipeline -------------------------------------------------------------------------------
     p2p_bytes = tokens_mb * h * 2.0 / tp
     t_p2p_mb = np.where(pp > 1, 2.0 * vp * p2p_bytes / (bw_pp * 1e9), 0.0) * c.p2p_exposed
@@ -214,10 +337,10 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, act_none, layer_params,
     t_stage_mb = t_gpu_mb + t_host_mb
     bubble = (pp - 1.0) / vp * t_stage_mb
     # --- optimizer + fixed ----------------------------------------------------------------------
-    opt_params = grad_params / np.where(zero >= 1, dps, 1.0)
+    opt_params = grad_params / np.where(zero >= 1, dps * cp, 1.0)
     t_opt = opt_params * 32.0 / (_f(memory_gbs) * 1e9)
     other = t_opt + c.step_overhead_s + ga * t_host_mb
     step = ga * (t_mb + t_tp_mb + t_cp_mb + t_fsdp_mb + t_p2p_mb) + bubble + t_dp + other
     return {"step_s": step, "compute_s": ga * t_mb, "tp_s": ga * t_tp_mb, "cp_s": ga * t_cp_mb,
-            "fsdp_s": ga * t_fsdp_mb, "dp_s": t_dp, "pp_p2p_s": ga * t_p2p_mb, "bubble_s": bubble,
-            "other_s": other}
+            "fsdp_s": ga * t_fsdp_mb + t_fsdp_step, "dp_s": t_dp - t_fsdp_step, "pp_p2p_s": ga * t_p2p_mb,
+            "bubble_s": bubble, "other_s": other}

@@ -336,8 +336,11 @@ def test_recomputed_layouts_keep_the_global_batch_and_are_checked_against_memory
     assert d["micro_batch"] * d["grad_accum"] * d["dp_shard"] >= job.global_batch
     ok, why = job.fits(three)
     assert ok and "GiB per GPU" in why
-    one = ClusterConfig(c.offering, 1, c.spot)  # llama3-8b states over 8 GPUs only: past 80 GiB
-    ok, why = job.fits(one)
+    one = ClusterConfig(c.offering, 1, c.spot)
+    from dataclasses import replace
+
+    big = replace(job, degrees={**job.degrees, "micro_batch": 4, "ac": "none"})  # 4 × 8K tokens, no recompute
+    ok, why = big.fits(one)  # on one node: past 80 GiB
     assert not ok and "of 80 GiB" in why
 
 

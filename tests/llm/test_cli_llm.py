@@ -12,14 +12,14 @@ import pytest
 from tests.conftest import REPO
 
 ARGS = ["predict", "--model", "llama3-8b", "--accelerator", "H100", "--count", "8", "--nodes", "16",
-        "--precision", "bf16", "--seq-len", "8192", "--batch-size", "2", "--layout", "fsdp=128,ac=selective"]
+        "--precision", "bf16", "--seq-len", "8192", "--batch-size", "1", "--layout", "fsdp=128,ac=selective"]
 
 
 def test_predict_llm_json(cli):
     r = cli(*ARGS, "--json")
     assert r.exit_code == 0, r.stderr
     d = json.loads(r.stdout)
-    assert d["layout"]["text"].startswith("fsdp=128,zero=3,tp=1,pp=1,cp=1,mb=2,ga=1,ac=selective")
+    assert d["layout"]["text"].startswith("fsdp=128,zero=3,tp=1,pp=1,cp=1,mb=1,ga=1,ac=selective")
     assert d["fits"] and d["tokens_per_second"] > 0 and set(d["breakdown"]) >= {"compute_s", "bubble_s"}
 
 
@@ -95,17 +95,18 @@ def test_predict_from_a_users_config_json(cli, tmp_path):
 
 
 def test_framework_names_the_training_stack(cli):
-    """--framework picks the stack's fitted constants; the default follows the layout (FSDP without model
-    parallelism). Sailor's Megatron-DeepSpeed runs on GH200 (bench/sailor_gh200.py) are predicted within 10% only
+    """--framework picks the stack's fitted constants; the default is cloudfit's own trainer (PyTorch FSDP's
+    constants, whatever the layout). Sailor's Megatron-DeepSpeed runs on GH200 (bench/sailor_gh200.py) are predicted within 10% only
     with their own stack: FSDP's constants make the pure data-parallel run nearly twice as fast."""
     args = ["predict", "--model", "mpt-350m", "--accelerator", "GH200", "--count", "4", "--nodes", "4",
             "--seq-len", "2048", "--batch-size", "64", "--layout", "dp=16,mb=8,ga=8,ac=none",
             "--network-gbps", "800", "--json"]
-    runs = {fw: cli(*args, *(["--framework", fw] if fw else [])) for fw in (None, "fsdp", "megatron-deepspeed")}
+    runs = {fw: cli(*args, *(["--framework", fw] if fw else [])) for fw in (None, "cloudfit", "fsdp",
+                                                                          "megatron-deepspeed")}
     assert all(r.exit_code == 0 for r in runs.values()), [r.stderr for r in runs.values()]
     d = {fw: json.loads(r.stdout) for fw, r in runs.items()}
-    assert d[None]["framework"] == d["fsdp"]["framework"] == "fsdp"
-    assert d[None]["step_time_s"] == d["fsdp"]["step_time_s"]
+    assert d[None]["framework"] == d["cloudfit"]["framework"] == "cloudfit" and d["fsdp"]["framework"] == "fsdp"
+    assert d[None]["step_time_s"] == d["cloudfit"]["step_time_s"] == d["fsdp"]["step_time_s"]  # no CP: same
     assert d["megatron-deepspeed"]["framework"] == "megatron-deepspeed"
     assert d["megatron-deepspeed"]["step_time_s"] > 1.3 * d["fsdp"]["step_time_s"]
 
