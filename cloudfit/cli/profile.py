@@ -183,7 +183,7 @@ def add(
     tokens_per_second: Optional[float] = typer.Option(None, "--tokens-per-second",
                                                       help="LLM: tokens/s of the whole cluster."),
     memory_gib: Optional[float] = typer.Option(None, "--memory-gib", help="LLM: peak memory per GPU (GiB)."),
-    framework: str = typer.Option("fsdp", "--framework", help="LLM: fsdp, megatron or megatron-deepspeed."),
+    framework: str = typer.Option("fsdp", "--framework", help="LLM: the training stack measured: cloudfit (its own FSDP2 trainer), fsdp, megatron or megatron-deepspeed."),
 ) -> None:
     """Append a measurement taken elsewhere (validated) to a profile."""
     import datetime as dt

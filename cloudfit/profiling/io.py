@@ -344,7 +344,7 @@ def merge_measurements(old: Profile, new: Profile) -> Profile:
 # Large-model (LLM) profiles: ``kind: llm`` (schema_version 2)
 
 LLM_PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
-LLM_FRAMEWORKS = ("fsdp", "megatron", "megatron-deepspeed")
+LLM_FRAMEWORKS = ("cloudfit", "fsdp", "megatron", "megatron-deepspeed")  # = cloudfit.llm.predict.FRAMEWORKS (test)
 _LAYER_FIELDS = ("forward_backward_s", "embedding_head_s", "optimizer_s", "step_s")
 
 

@@ -308,7 +308,7 @@ def _measurement(shape, res, *, layers, seq_len, micro_batch, steps, warmup, ac,
     raw, acc = names
     return LLMMeasurement(
         accelerator=acc, gpus_per_node=1, nodes=1, precision="bf16" if bf16 else "fp32", seq_len=seq_len,
-        batch_size=micro_batch, layout=f"mb={micro_batch},ac={ac}", framework="fsdp",
+        batch_size=micro_batch, layout=f"mb={micro_batch},ac={ac}", framework="cloudfit",
         tokens_per_second=micro_batch * seq_len / step, memory_gib=deep["peak_gib"], source="measured",
         note=f"cloudfit profile run: {layers} of {shape.layers} layers" + (" at a shrunk width (CPU)" if not cuda else ""),
         layers=layer_info, device_name=raw, torch_version=torch_version, host=host, measured_at=now)

@@ -257,3 +257,10 @@ def test_profile_run_times_fsdp_collectives_over_local_ranks_and_they_set_the_li
     fast_link = dataclasses.replace(a, nvlink_eff=None)
     assert (A.predict_anchored(shape, tp, [a]).prediction.tokens_per_second
             < 0.9 * A.predict_anchored(shape, tp, [fast_link]).prediction.tokens_per_second)
+
+
+def test_profile_frameworks_are_the_predictors():  # a profile may name every stack the step model prices
+    from cloudfit.llm.predict import FRAMEWORKS
+    from cloudfit.profiling.io import LLM_FRAMEWORKS
+
+    assert set(LLM_FRAMEWORKS) == set(FRAMEWORKS)
