@@ -154,7 +154,7 @@ class RunSpec:
     timeout_s: float | None = None
     labels: Mapping[str, str] = field(default_factory=dict)  # extra labels, e.g. {"cloudfit-purpose": "probe"}
     record: Mapping[str, Any] = field(default_factory=dict)  # extra facts for the state store (e.g. trusted prices)
-    deadline: Any = None  # cloudfit.executors.deadline.DeadlineSpec: keep the deadline at run time (gcp)
+    deadline: Any = None  # cloudfit.executors.deadline.DeadlineSpec: keep the deadline at run time
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -346,7 +346,7 @@ def supervise(running: Running, guard, *, timing: Timing, timeout_s: float | Non
                         reason = BUDGET
                         last = _graceful_stop(running, timing, clock, sleep, last)
                         break
-                    watch.lost()
+                    watch.restarted()
                     last.lost = ()
             if last.lost:
                 emit(Event("lost", f"lost {', '.join(last.lost)}: recreating"))

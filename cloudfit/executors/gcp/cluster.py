@@ -162,12 +162,12 @@ class GcpExecutor:
         }, launcher_pid=os.getpid(), launcher_started=_proc_start())
         cluster = _GcpCluster(self, spec, guard, emit, launch_id=launch_id, install=install)
         started = self.clock()
+        from cloudfit.executors.deadline import DeadlineLog, DeadlineWatch
+
         watch = None
         if spec.deadline is not None:
-            from cloudfit.executors.deadline import DeadlineWatch
-
             watch = DeadlineWatch(spec.deadline, spec.job.steps, margin_s=self.timing.interval_s, t0=started)
-            cluster.watch = watch
+        cluster.watch, cluster.log = watch, DeadlineLog(self.store, spec.name, watch, self.clock)
         reason, last = "failed", Poll()
         try:
             cluster.launch(0)
@@ -325,7 +325,7 @@ class _GcpCluster:
     configs: list = field(default_factory=list)  # the plan's configs, plus any the deadline rule moved to
     watch: Any = None  # cloudfit.executors.deadline.DeadlineWatch (None: no deadline to keep)
     switches: list[str] = field(default_factory=list)
-    _deadline_written: float = -float("inf")
+    log: Any = None  # cloudfit.executors.deadline.DeadlineLog (with watch)
 
     def __post_init__(self) -> None:
         self.configs = list(self.spec.configs)
@@ -337,26 +337,11 @@ class _GcpCluster:
     # ---------------------------------------------------------------- the deadline rule
 
     def deadline_seen(self, d) -> None:
-        """Write the prediction where `cloudfit status` reads it (at most every 2 s of wall time)."""
-        now = time.monotonic()
-        if now - self._deadline_written < 2.0 and d.action == "stay":
-            return
-        self._deadline_written = now
-        since = self.ex.clock() - self.watch.t0
-        self.ex.store.update_cluster(self.spec.name, info={"deadline": {
-            **{k: v for k, v in d.data.items()}, "predicted_finish_at": time.time() - since + d.predicted_finish_s
-            if d.predicted_finish_s is not None else None,
-            "deadline_at": time.time() - since + self.watch.spec.deadline_s, "slack_s": d.slack_s,
-            "config": self.config.label()}})
+        """Write the prediction where `cloudfit status` reads it."""
+        self.log.seen(d, self.config)
 
     def _record_switch(self, kind: str, to: ClusterConfig, why: str) -> None:
-        line = f"{kind}: {self.config.label()} → {to.label()}: {why}"
-        self.switches.append(line)
-        rec = self.ex.store.find_cluster(self.spec.name)
-        prior = list(rec.info.get("switches", [])) if rec is not None else []
-        prior.append({"at": time.time(), "kind": kind, "from": self.config.label(), "to": to.label(), "reason": why})
-        self.ex.store.update_cluster(self.spec.name, info={"switches": prior})
-        self.ex.store.event(self.spec.name, "switch", line)
+        self.switches.append(self.log.switch(kind, self.config, to, why))
 
     def _checkpoint_and_stop(self) -> bool:
         """Ask the job to checkpoint and exit (up to the grace time); True if it completed meanwhile."""
@@ -388,12 +373,10 @@ class _GcpCluster:
                                                            "zone": self.config.offering.zone})
 
     def switch(self, d) -> None:
-        """Can't Be Late: move a spot cluster that fell behind to on-demand (for good)."""
+        """Move a spot cluster that fell behind to the alternative the rule chose (for good)."""
         from cloudfit.executors.deadline import on_demand_config
 
-        to = self.watch.spec.on_demand if self.watch.spec.on_demand is not None else on_demand_config(self.configs, self.config)
-        if to.nodes != self.config.nodes or to.offering.machine_type != self.config.offering.machine_type:
-            to = on_demand_config(self.configs, self.config)
+        to = d.to if d.to is not None else on_demand_config(self.configs, self.config)
         if self._checkpoint_and_stop():  # finished while stopping: nothing to move
             return
         self._record_switch("on-demand", to, d.reason)
