@@ -335,7 +335,8 @@ def supervise(running: Running, guard, *, timing: Timing, timeout_s: float | Non
             if watch is not None and last.state == "running":
                 if last.lost:
                     watch.lost()
-                d = watch.observe(tick, last.progress, running.config, up=not last.lost)
+                d = watch.observe(tick, last.progress, running.config, up=not last.lost,
+                                  budget_left_usd=guard.remaining(tick))
                 running.deadline_seen(d)
                 if d.action == "on-demand":
                     emit(Event("switch", f"switching to on-demand: {d.reason}", dict(d.data)))

@@ -51,7 +51,7 @@ class DeadlineSpec:
     checkpoint_interval_s: float = 0.0  # the planned interval (half of it is lost per preemption)
     alternatives: tuple[tuple[ClusterConfig, float], ...] = ()  # (on-demand config, its planned s/step)
     warmup_steps: int = 3
-    window_steps: int = 20
+    window_steps: int = 50
     confirm: int = 2  # consecutive checks that must miss before a switch
 
     def __post_init__(self) -> None:
@@ -187,7 +187,10 @@ class DeadlineWatch:
 
     # ------------------------------------------------------------------ the rule
 
-    def observe(self, now: float, progress: Mapping[str, Any], config: ClusterConfig, *, up: bool = True) -> Decision:
+    def observe(self, now: float, progress: Mapping[str, Any], config: ClusterConfig, *, up: bool = True,
+                budget_left_usd: float | None = None) -> Decision:
+        """One check. ``budget_left_usd``: what the guard has left — an alternative it cannot pay to the
+        end does not keep the deadline (the budget wins, and switching would only stop the job earlier)."""
         step = int(progress.get("step") or 0)
         if self.lost_since_check and not up:  # rolled back to the newest checkpoint
             step = min(step, int(progress.get("checkpoint_step") or 0))
@@ -197,7 +200,7 @@ class DeadlineWatch:
         total = int(progress.get("total_steps") or self.total)
         self._track(now, step, config, up)
         self.last_step = step
-        d = self._decide(now, step, safe, total, config, up)
+        d = self._decide(now, step, safe, total, config, up, budget_left_usd)
         self.last = d
         return d
 
@@ -224,20 +227,22 @@ class DeadlineWatch:
                 out.append(c)
         return out
 
-    def _best_alternative(self, now, safe, total, current) -> tuple[ClusterConfig, float]:
-        """The alternative that finishes in time at the lowest cost (else the one that finishes first)."""
+    def _best_alternative(self, now, safe, total, current, budget_left) -> tuple[ClusterConfig, float, bool]:
+        """(config, seconds it needs, the budget pays it): the cheapest alternative that finishes in time
+        within the budget, else the one that finishes first."""
         left = self.spec.deadline_s - (now - self.t0)
         best = None
         for c in self.alternatives(current):
             rate, _ = self.rate(c)
             need = rule_needs_s(max(0, total - safe), rate, self.restart_s(), self.margin_s)
-            cost = c.price_per_hour * need
-            key = (need > left, cost if need <= left else need)
+            cost = c.price_per_hour * need / 3600.0
+            pays = budget_left is None or cost <= budget_left
+            key = (need > left or not pays, cost if need <= left and pays else need)
             if best is None or key < best[0]:
-                best = (key, c, need)
-        return best[1], best[2]
+                best = (key, c, need, pays)
+        return best[1], best[2], best[3]
 
-    def _decide(self, now, step, safe, total, config, up) -> Decision:
+    def _decide(self, now, step, safe, total, config, up, budget_left=None) -> Decision:
         elapsed = now - self.t0
         left = self.spec.deadline_s - elapsed
         rate, measured = self.rate(config)
@@ -250,7 +255,7 @@ class DeadlineWatch:
         if not config.spot or step >= total:
             self.misses = 0
             return Decision("stay", "", elapsed + stay_s, left - stay_s, data)
-        alt, alt_s = self._best_alternative(now, safe, total, config)
+        alt, alt_s, pays = self._best_alternative(now, safe, total, config, budget_left)
         data.update({"alternative": alt.label(), "alternative_needs_s": alt_s, "on_demand_needs_s": alt_s,
                      "alternative_finish_s": elapsed + alt_s})
         slack = left - alt_s
@@ -259,9 +264,11 @@ class DeadlineWatch:
             self.misses = 0
             return Decision("stay", "", elapsed + stay_s, slack, data)
         self.misses += 1
-        if alt_s > left:
+        if alt_s > left or not pays:
             why = (f"behind the deadline, but no alternative keeps it: staying costs {stay_s:,.0f} s and "
-                   f"{alt.label()} would need {alt_s:,.0f} s of the {left:,.0f} s left: staying on spot")
+                   f"{alt.label()} would need {alt_s:,.0f} s of the {left:,.0f} s left"
+                   + ("" if pays else f" and ${alt.price_per_hour * alt_s / 3600:,.0f} of the ${budget_left:,.0f} "
+                      "budget left") + ": staying on spot")
             return Decision("stay", why, elapsed + stay_s, slack, data)
         last_chance = slack < self.margin_s * 2  # one more check and the alternative misses too
         noisy = up and not self.lost_since_check  # a speed reading (noise) needs confirming; a lost node does not
