@@ -90,7 +90,7 @@ def launch(
     epochs: Optional[float] = typer.Option(None, "--epochs", help="With --model: epochs (with --dataset-size)."),
     dataset_size: Optional[int] = typer.Option(None, "--dataset-size", help="With --model: samples per epoch."),
     as_json: bool = typer.Option(False, "--json", help="Print the preview (--dry-run) or the run's result as JSON to stdout."),
-    deadline: Optional[str] = typer.Option(None, "--deadline", help="gcp, large-model plans: keep this deadline from now (e.g. 36h, 5d) instead of the plan's; the launcher moves a spot cluster that falls behind to on-demand."),
+    deadline: Optional[str] = typer.Option(None, "--deadline", help="Keep this deadline from now (e.g. 36h, 5d) instead of the plan's; the launcher moves a spot cluster that falls behind (measured) to on-demand when that keeps it."),
     ranks: Optional[int] = typer.Option(None, "--ranks", help="local: rehearse on at most this many ranks (default: min(4, CPU cores)); with the same --checkpoint-dir a large-model job resumes re-sharded on another number."),
 ) -> None:
     """Launch a plan: train on a local rehearsal cluster or on Compute Engine, within a budget.
@@ -119,9 +119,13 @@ def launch(
         plan, price_notes = reprice(plan, trust_prices=trust_plan_prices, source=str(plan_path))
     if budget_usd is None:
         # the plan's P90 hours at the catalog's price (not the file's cost figure, which may lie)
-        c = plan.chosen
-        budget_usd = plan.workload.budget_usd or round(c.hours_p90 * c.config.price_per_hour * BUDGET_MARGIN, 2)
+        from cloudfit.executors.budget import default_budget
+
+        budget_usd = default_budget(plan, BUDGET_MARGIN)
     record = {"trust_plan_prices": True, "price_notes": price_notes[:10]} if trust_plan_prices else {}
+    from cloudfit.executors.base import plan_identity
+
+    record["plan_id"] = plan_identity(plan)  # the budget and the checkpoint key are the plan's, across relaunches
     store = None if dry_run else _open_store()
     if ranks is not None and (ranks < 1 or backend != "local"):
         raise UsageError("--ranks must be at least 1" if ranks < 1 else "--ranks is for --backend local")
@@ -129,12 +133,9 @@ def launch(
                                         checkpoint_every, steps, None if timeout is None else parse_hours(timeout, "timeout") * 3600,
                                         image, check_interval, record=record, store=store, ranks=ranks)
     if deadline is not None:
-        import dataclasses
+        from cloudfit.executors.deadline import with_deadline
 
-        hours = parse_hours(deadline, "deadline")
-        if spec.deadline is None:
-            raise UsageError("--deadline is kept at run time for large-model plans (with a layout) only")
-        spec = dataclasses.replace(spec, deadline=dataclasses.replace(spec.deadline, deadline_s=hours * 3600.0))
+        spec = with_deadline(spec, plan, parse_hours(deadline, "deadline"))
     preview = executor.preview(spec)  # budget too small → UsageError here, before anything exists
     if price_notes:
         import dataclasses
@@ -244,8 +245,11 @@ def _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoi
                   checkpoint_every=checkpoint_every, precision=w.precision, command=command,
                   checkpoint_interval_s=interval_s, hazard_per_hour=hazard)
     name = check_name(name) if name else default_name(w.model)
+    from cloudfit.executors.deadline import deadline_spec
+
     return RunSpec(name=name, configs=configs, job=job, budget_usd=budget_usd, timeout_s=timeout_s,
-                   record=record or {}), executor
+                   record=record or {}, deadline=deadline_spec(plan, configs, steps, hazard_per_hour=hazard,
+                                                               checkpoint_interval_s=interval_s)), executor
 
 
 def _llm_spec_and_executor(plan, backend, budget_usd, name, project, endpoint, checkpoint_dir, checkpoint_every,
@@ -291,12 +295,13 @@ def _layout_notes(spec) -> tuple[str, ...]:
         head = f"rehearsing the plan's layout {r['planned']} as {r['rehearsed']}"
         return (head,) + tuple(f"rehearsal: {n}" for n in r.get("notes", []))
     lay = spec.record.get("layout")
+    d = spec.deadline
+    dl = (f"deadline kept at run time: {d.deadline_s / 3600:,.1f} h, switching to on-demand "
+          f"{d.on_demand.label()} if the spot cluster falls behind" if d is not None and d.on_demand is not None else "")
     if lay:
-        d = spec.deadline
-        dl = (f"; deadline kept at run time: {d.deadline_s / 3600:,.1f} h, switching to on-demand "
-              f"{d.on_demand.label()} if the spot cluster falls behind" if d is not None and d.on_demand is not None else "")
-        return (f"cloudfit.train_llm runs layout {lay['runs']} (plan: {lay['planned']}){dl}",) + tuple(lay.get("notes", []))
-    return ()
+        return (f"cloudfit.train_llm runs layout {lay['runs']} (plan: {lay['planned']})" + (f"; {dl}" if dl else ""),
+                ) + tuple(lay.get("notes", []))
+    return (dl,) if dl else ()
 
 
 class _EventPrinter:
@@ -434,8 +439,11 @@ def status(
         con.print(f"Predicted finish {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(dl['predicted_finish_at']))} "
                   f"(deadline {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(dl['deadline_at']))}, "
                   + (f"{-late:,.0f} s early" if late <= 0 else f"{late:,.0f} s late") + f") at "
-                  f"{dl.get('steps_per_second', 0):.3g} steps/s on {dl.get('config')}; on-demand safety net needs "
-                  f"{dl.get('on_demand_needs_s', 0):,.0f} s of the {dl.get('deadline_in_s', 0):,.0f} s left")
+                  f"{dl.get('steps_per_second', 0):.3g} steps/s on {dl.get('config')}"
+                  + (f"; {dl['alternative']} would need {dl.get('alternative_needs_s', 0):,.0f} s of the "
+                     f"{dl.get('deadline_in_s', 0):,.0f} s left" if dl.get("alternative") else ""), soft_wrap=True)
+        if dl.get("reason"):
+            con.print(f"Deadline rule: {dl['reason']}", soft_wrap=True)
     for sw in row["switches"]:
         con.print(f"Switched {time.strftime('%H:%M:%S', time.localtime(sw['at']))} to {sw['to']} ({sw['kind']}): {sw['reason']}",
                   soft_wrap=True)
@@ -463,7 +471,6 @@ def _launcher_alive(rec) -> bool:
 
 def _cluster_row(store, rec) -> dict[str, Any]:
     from cloudfit.executors import billing_bounds
-    from cloudfit.executors.state import estimate_spend
 
     cfg = rec.info.get("config")
     label = None
@@ -479,8 +486,8 @@ def _cluster_row(store, rec) -> dict[str, Any]:
         row["launcher_alive"] = alive
         if not alive:
             min_billed_s, teardown_s = billing_bounds(rec.backend)  # the executor's own timing, not a copy of it
-            row["spend_usd"] = estimate_spend(store.resources(rec.name), min_billed_s=min_billed_s,
-                                              teardown_s=teardown_s)
+            row["spend_usd"] = store.refresh_spend(rec.name, min_billed_s=min_billed_s, teardown_s=teardown_s,
+                                                   wait_s=0.5)
             row["spend_estimated"] = True
             row["warning"] = (f"the launcher is gone; its VMs stop at their max_run_duration — run `cloudfit down {rec.name}` "
                               "to delete them now" if rec.backend == "gcp" else

@@ -296,14 +296,14 @@ class DeadlineWatch:
 
 
 def deadline_spec(plan, configs, steps: int | None = None, *, hazard_per_hour: float | None = None,
-                  checkpoint_interval_s: float | None = None) -> DeadlineSpec | None:
+                  checkpoint_interval_s: float | None = None, deadline_hours: float | None = None) -> DeadlineSpec | None:
     """The deadline rule's inputs from a plan, any family (None when the plan has no deadline).
 
     ``steps``: the job's optimizer steps (a CNN plan's, computed by the launcher; an LLM plan carries
     its own). Alternatives: the plan's on-demand configs whose steps mean the same work (an LLM plan's
     global batch is fixed; a CNN job's steps only on the same number of GPUs)."""
     w = plan.workload
-    hours = getattr(w, "deadline_hours", None)
+    hours = deadline_hours or getattr(w, "deadline_hours", None)
     if not hours:
         return None
     c = plan.chosen
@@ -377,3 +377,21 @@ class DeadlineLog:
         self.store.update_cluster(self.name, info={"switches": prior})
         self.store.event(self.name, "switch", line)
         return line
+
+
+def with_deadline(spec, plan, hours: float):
+    """``spec`` keeping a deadline ``hours`` from the launch (``launch --deadline``), for any plan family."""
+    import dataclasses
+
+    from cloudfit.errors import UsageError
+
+    if not (hours > 0 and math.isfinite(hours)):
+        raise UsageError(f"--deadline must be a positive duration, got {hours:g} h")
+    if spec.deadline is not None:
+        return dataclasses.replace(spec, deadline=dataclasses.replace(spec.deadline, deadline_s=hours * 3600.0))
+    d = deadline_spec(plan, spec.configs, spec.job.steps, deadline_hours=hours,
+                      hazard_per_hour=spec.job.hazard_per_hour or None,
+                      checkpoint_interval_s=spec.job.checkpoint_interval_s)
+    if d is None:
+        raise UsageError("--deadline needs the plan's predicted hours (this plan has none)")
+    return dataclasses.replace(spec, deadline=d)

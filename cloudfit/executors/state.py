@@ -18,6 +18,7 @@ then found by label (``cloudfit down NAME --backend gcp --all-with-label``).
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import time
@@ -69,6 +70,7 @@ CREATE TABLE IF NOT EXISTS resources (
     info TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS resources_cluster ON resources(cluster);
+CREATE TABLE IF NOT EXISTS keys (scope TEXT PRIMARY KEY, key TEXT NOT NULL, created_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     cluster TEXT NOT NULL,
@@ -207,11 +209,11 @@ class StateStore:
             raise LaunchError(f"{self.path}: cannot open the state store ({e})") from None
 
     @contextmanager
-    def _tx(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+    def _tx(self, write: bool = True, wait_s: float | None = None) -> Iterator[sqlite3.Connection]:
         """One transaction. Reads are deferred (in WAL mode a reader never waits for a writer) and wait
         at most ``READ_BUSY_S`` for a lock (another process holding the file exclusively): then one line
         naming the holder, not a 30 s hang."""
-        db = self._connect(None if write else min(self.busy_s, READ_BUSY_S))
+        db = self._connect(wait_s if wait_s is not None else None if write else min(self.busy_s, READ_BUSY_S))
         try:
             db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             yield db
@@ -375,6 +377,55 @@ class StateStore:
             rows = db.execute(q + " ORDER BY id", args).fetchall()
         return [_resource(r) for r in rows]
 
+    # ------------------------------------------------------------------ spend per plan, checkpoint keys
+
+    def plan_spend(self, plan_id: str | None, *, min_billed_s: float = 0.0, teardown_s: float = 0.0,
+                   now: float | None = None) -> tuple[float, list[str]]:
+        """``(USD, cluster names)`` every earlier launch of the plan ``plan_id`` spent — or, for one whose
+        resources may still exist (launcher killed, not brought down), may still spend: each live
+        resource billed to its cap. A relaunch of the same plan starts its guard from what is left."""
+        if not plan_id:
+            return 0.0, []
+        total, names = 0.0, []
+        for rec in self.clusters():  # archived launches (name@time) too
+            if rec.info.get("plan_id") != plan_id:
+                continue
+            res = self.resources(rec.name)
+            live = [r for r in res if r.live]
+            by_life = estimate_spend(res, now=now if not live else math.inf, min_billed_s=min_billed_s,
+                                     teardown_s=teardown_s)
+            total += max(rec.spend_usd, by_life) if res else rec.spend_usd
+            names.append(rec.name)
+        return total, names
+
+    def refresh_spend(self, name: str, *, min_billed_s: float = 0.0, teardown_s: float = 0.0,
+                      wait_s: float | None = None) -> float:
+        """Spend of ``name`` by resource lifetime (start to stop, or to now while a resource may still
+        exist, never past its cap), written to the cluster row and returned (``down``, ``status``).
+        ``wait_s``: wait at most this long to write it (``status`` must answer: a store another process
+        is writing keeps its older figure, the answer is still the fresh one)."""
+        spend = estimate_spend(self.resources(name), min_billed_s=min_billed_s, teardown_s=teardown_s)
+        try:
+            with self._tx(wait_s=wait_s) as db:
+                db.execute("UPDATE clusters SET spend_usd=?, updated_at=? WHERE name=?", (spend, time.time(), name))
+        except LaunchError:
+            if wait_s is None:
+                raise
+        return spend
+
+    def checkpoint_key(self, scope: str) -> str:
+        """The HMAC key (64 hex characters) that signs the checkpoints of ``scope`` (a plan, else a
+        cluster): drawn once, kept here — never in the bucket, the logs or the plan."""
+        import secrets
+
+        with self._tx() as db:
+            row = db.execute("SELECT key FROM keys WHERE scope=?", (scope,)).fetchone()
+            if row is not None:
+                return str(row[0])
+            key = secrets.token_hex(32)
+            db.execute("INSERT INTO keys (scope, key, created_at) VALUES (?,?,?)", (scope, key, time.time()))
+            return key
+
     # ------------------------------------------------------------------ events
 
     def event(self, cluster: str, kind: str, message: str) -> None:
@@ -436,8 +487,10 @@ def estimate_spend(resources: list[Resource], now: float | None = None, *, min_b
         if r.state == FAILED:
             continue
         end = r.deleted_at if r.deleted_at is not None else now
-        if r.deleted_at is None and r.cap_s is not None:
-            end = min(end, r.intent_at + r.cap_s + teardown_s) if r.kind == "vm" else end
+        if r.deleted_at is None and r.cap_s is not None and r.kind == "vm":  # the cloud ends a VM at its cap
+            end = min(end, r.intent_at + r.cap_s + teardown_s)
+        if not math.isfinite(end):  # no cap and still there: count it to now
+            end = time.time()
         billed = max(end - r.intent_at, min_billed_s if r.kind == "vm" else 0.0)
         total += r.price_per_hour * billed / 3600.0
     return total

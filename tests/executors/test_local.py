@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from cloudfit.executors.base import JobSpec, RunSpec
 from cloudfit.executors.local import LocalExecutor
@@ -99,3 +100,50 @@ def test_a_user_command_runs_under_torchrun(tmp_path):
     r = LocalExecutor(max_ranks=2).run(spec)
     assert r.reason == "completed"
     assert sorted(os.listdir(out)) == ["0", "1"] and (out / "1").read_text() == "2"
+
+
+def test_kill_down_relaunch_the_budget_is_the_plans(tmp_path):
+    """Issue 27: after the launcher was killed and the cluster brought down, the recorded spend was the
+    guard's last write (not the resource time: local `down` wrote none) and a relaunch of the same plan
+    started the budget again at $0. Now spend follows the process's lifetime and the relaunch continues
+    the plan's budget: the total never passes it."""
+    h100 = offering("asia-east1-c", "a3-highgpu-8g", "H100", 8, price=None)
+    config = ClusterConfig(h100, 1, False)  # $101.7/h: $0.028 a second
+    plan = write_plan(tmp_path / "plan.json", [config], samples=1e9)
+    budget = 0.75
+    sleep = ["--", sys.executable, "-c", "import time; time.sleep(600)"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    launcher = subprocess.Popen([sys.executable, "-m", "cloudfit", "launch", str(plan), "--budget", str(budget),
+                                 "--name", "first", *sleep], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    ex = LocalExecutor()
+    try:
+        [row] = _wait_for(lambda: [r for r in ex.store.resources("first") if r.info.get("pid")]
+                          if ex.store.find_cluster("first") else None)
+        started = _start_time(row.info["pid"])
+        time.sleep(4.0)
+    finally:
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+    time.sleep(2.0)  # the processes outlive their launcher and keep billing
+    assert run_cloudfit("down", "first", "--yes").returncode == 0
+    [proc] = [r for r in ex.store.resources("first") if r.kind == "process"]
+    lifetime_s = proc.deleted_at - started  # from the process table to the kill by `down`
+    first = ex.store.cluster("first").spend_usd
+    assert lifetime_s > 5.0 and first == pytest.approx(lifetime_s * config.price_per_hour / 3600, rel=0.02)
+    r = run_cloudfit("launch", str(plan), "--budget", str(budget), "--name", "again", *sleep,
+                     env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 4, r.stderr  # stopped by the budget that was left, not the whole budget again
+    again = ex.store.cluster("again")
+    assert again.info["spent_before_usd"] == pytest.approx(first, rel=1e-6)
+    assert 0 < again.spend_usd and first + again.spend_usd <= budget
+    r = run_cloudfit("launch", str(plan), "--budget", str(budget), "--name", "third", *sleep)
+    assert r.returncode == 2 and "earlier launch" in r.stderr and "Traceback" not in r.stderr
+
+
+def _start_time(pid: int) -> float:
+    """A process's start on the wall clock from /proc (psutil's create_time rounds the boot time to whole
+    seconds: up to 1 s off on this box)."""
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))

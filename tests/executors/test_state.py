@@ -140,3 +140,22 @@ def test_status_answers_at_once_while_another_process_holds_the_store(tmp_path, 
         assert r.returncode != 0 and "Traceback" not in r.stderr
         [line] = r.stderr.strip().splitlines()
         assert "locked by pid" in line and str(holder.pid) in line and "python" in line
+
+
+def test_a_later_status_writes_the_spend_of_a_cluster_whose_launcher_is_gone(tmp_path):
+    import time
+
+    from tests.conftest import run_cloudfit
+
+    home = tmp_path / "home"
+    s = st.StateStore(home / "state.db")
+    s.create_cluster("gone", "local", 5.0, {}, launcher_pid=None)
+    rid = s.intend("gone", "process", "gone", zone="localhost", price_per_hour=36.0, cap_s=600)
+    s.confirm(rid, info={"pid": 1})
+    s.deleted(rid, why="exited", at=time.time())
+    with s._tx() as db:  # it ran 100 s (launcher killed before it wrote any spend)
+        db.execute("UPDATE resources SET intent_at=intent_at-100 WHERE id=?", (rid,))
+    assert s.cluster("gone").spend_usd == 0.0
+    r = run_cloudfit("status", "--json", env={"CLOUDFIT_HOME": str(home)})
+    assert r.returncode == 0, r.stderr
+    assert s.cluster("gone").spend_usd == pytest.approx(1.0, rel=0.01)  # 100 s at $36/h, kept for the relaunch
