@@ -242,6 +242,7 @@ class DownResult:
     already_gone: tuple[str, ...]
     untracked: tuple[str, ...] = ()  # found by label/environment but missing from the state store
     foreign: tuple[str, ...] = ()  # carry the cluster label but belong to a launch this store did not record: left alone
+    pending: tuple[str, ...] = ()  # inserts recorded but unanswered that may still create a VM: run `down` again
 
 
 class Executor(Protocol):

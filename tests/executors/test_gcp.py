@@ -375,3 +375,39 @@ def test_the_runtime_wheel_is_reproducible():
     from cloudfit.executors.gcp.wheel import runtime_wheel
 
     assert runtime_wheel() == runtime_wheel()
+
+
+def _insert_raw(ex, name, zone, cluster, launch):
+    from google.cloud import compute_v1
+
+    body = compute_v1.Instance(name=name, machine_type=f"zones/{zone}/machineTypes/n1-highmem-8",
+                               labels={"cloudfit-cluster": cluster, "cloudfit-launch": launch})
+    ex.clients.instances.insert(project=PROJECT, zone=zone, instance_resource=body)
+
+
+def test_down_deletes_the_same_name_in_two_zones(fake, gcp):
+    """VMs are (zone, name): one name in two zones is two VMs (it shadowed one before)."""
+    ex = gcp()
+    ex.store.create_cluster("twin", "gcp", 5.0, {"project": PROJECT, "launch_id": "l1"})
+    for zone in ("us-central1-a", "us-central1-b"):
+        ex.store.intend("twin", "vm", "twin-0", zone=zone, price_per_hour=1.0)
+        _insert_raw(ex, "twin-0", zone, "twin", "l1")
+    _when(lambda: len(fake.vms("twin", statuses=("RUNNING",))) == 2)
+    ex.down("twin")
+    assert fake.vms() == [] and ex.store.resources("twin", live_only=True) == []
+
+
+def test_down_during_an_unanswered_insert_deletes_the_vm_that_then_appears(fake, gcp):
+    """A launcher killed inside an insert call leaves an intent row and a request the cloud still honours:
+    `down` used to mark the row deleted at once and forget the VM that appeared a moment later."""
+    ex = gcp(insert_settle_s=20.0)
+    ex.store.create_cluster("late", "gcp", 5.0, {"project": PROJECT, "launch_id": "l1"})
+    ex.store.intend("late", "vm", "late-0", zone="us-central1-b", price_per_hour=1.0)
+    fake.insert_delay_s = 1.5
+    t = threading.Thread(target=_insert_raw, args=(gcp(), "late-0", "us-central1-b", "late", "l1"))
+    t.start()
+    time.sleep(0.3)  # the call is in flight, unanswered
+    res = ex.down("late")
+    t.join()
+    assert fake.vms() == [] and res.pending == ()
+    assert ex.store.resources("late", live_only=True) == [] and ex.store.cluster("late").ended

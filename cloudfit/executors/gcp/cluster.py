@@ -65,6 +65,7 @@ class GcpExecutor:
 
     #: Default timing of real VMs (tests shrink it): guard interval, stop grace, stop → gone, insert → RUNNING.
     INTERVAL_S, GRACE_S, TEARDOWN_S, PROVISION_SLACK_S, MIN_BILLED_S = 30.0, 60.0, 180.0, 600.0, 60.0
+    INSERT_SETTLE_S = 120.0  # how long after an unanswered insert `down` watches for its VM
 
     @classmethod
     def billing_bounds(cls) -> tuple[float, float]:
@@ -74,7 +75,7 @@ class GcpExecutor:
     def __init__(self, *, project: str | None = None, endpoint: str | None = None, store: st.StateStore | None = None,
                  image: str = DEFAULT_IMAGE, interval_s: float = INTERVAL_S, grace_s: float = GRACE_S,
                  teardown_s: float = TEARDOWN_S, provision_slack_s: float = PROVISION_SLACK_S,
-                 min_billed_s: float = MIN_BILLED_S, retry: Retry | None = None,
+                 min_billed_s: float = MIN_BILLED_S, insert_settle_s: float = INSERT_SETTLE_S, retry: Retry | None = None,
                  clients: Clients | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self._project, self._endpoint = project, endpoint or os.environ.get(ENV_ENDPOINT) or None
@@ -84,6 +85,7 @@ class GcpExecutor:
         self.timing = Timing(interval_s=interval_s, teardown_s=teardown_s, grace_s=grace_s)
         self.provision_slack_s = provision_slack_s
         self.min_billed_s = min_billed_s
+        self.insert_settle_s = insert_settle_s
         self.retry = retry or Retry()
         # The guard's clock (tests run it faster than real time; the guard only needs it to be monotonic).
         self.clock, self.sleep = clock, sleep
@@ -204,9 +206,10 @@ class GcpExecutor:
 
     # ---------------------------------------------------------------- down / live
 
-    def labelled(self, name: str) -> dict[str, tuple[str, str, str]]:
-        """``{vm name: (zone, status, launch id)}`` for every VM labelled ``cloudfit-cluster=name`` in the project
-        (launch id ``""`` when the VM carries none)."""
+    def labelled(self, name: str) -> dict[tuple[str, str], tuple[str, str]]:
+        """``{(zone, vm name): (status, launch id)}`` for every VM labelled ``cloudfit-cluster=name`` in the
+        project (launch id ``""`` when the VM carries none). Keyed by zone too: the same name in two zones
+        is two VMs."""
         from google.cloud import compute_v1
 
         c = self.clients
@@ -216,21 +219,24 @@ class GcpExecutor:
         for scope, scoped in pages:
             for inst in scoped.instances:
                 if inst.labels.get(LABEL) == name:  # trust, but verify the server-side filter
-                    out[inst.name] = (scope.rsplit("/", 1)[-1], inst.status, inst.labels.get(LAUNCH_LABEL, ""))
+                    out[(scope.rsplit("/", 1)[-1], inst.name)] = (inst.status, inst.labels.get(LAUNCH_LABEL, ""))
         return out
 
     def live(self, name: str) -> list[str]:
-        return sorted(self.labelled(name))
+        return sorted(vm for _, vm in self.labelled(name))
 
     def down(self, name: str, *, all_with_label: bool = False) -> DownResult:
         """Delete the VMs of ``name``'s recorded launches (every launch of that name in this state
         store); VMs that carry the cluster label but belong to another launch (another state folder,
-        another laptop) are left alone and reported, unless ``all_with_label``."""
+        another laptop) are left alone and reported, unless ``all_with_label``. An insert the store
+        recorded but nobody saw answered (a launcher killed mid-call) may still land: ``down`` watches
+        for it up to ``insert_settle_s`` and deletes it when it appears; one still unseen stays recorded
+        (``DownResult.pending``) for the next ``down``/``status``."""
         rec = self.store.find_cluster(name)
         launches = self.store.launch_ids(name)
         found = self.labelled(name)
-        mine = {vm: zone for vm, (zone, _, lid) in found.items() if all_with_label or (lid and lid in launches)}
-        foreign = tuple(sorted(vm for vm in found if vm not in mine))
+        mine = [k for k, (_, lid) in found.items() if all_with_label or (lid and lid in launches)]
+        foreign = tuple(sorted(vm for (zone, vm) in found if (zone, vm) not in mine))
         if rec is None and not mine:
             if foreign:
                 raise UsageError(
@@ -240,20 +246,53 @@ class GcpExecutor:
                              f"in project {self.clients.project}")
         if rec is not None and not rec.ended:
             self.store.update_cluster(name, status=st.STOPPING, reason="down")
-        known = {r.name for r in self.store.resources(name)} if rec else set()
-        deleted, gone = _Deleter(self).delete_all(mine)
+        known = {(r.zone, r.name) for r in self.store.resources(name)} if rec else set()
+        deleted, gone = _Deleter(self).delete_all([(vm, zone) for zone, vm in mine])
+        landed = self._settle_inserts(name, set(mine), launches, all_with_label)
+        deleted += landed
+        mine = set(mine) | set(landed)
+        pending = []
         for r in self.store.resources(name, live_only=True):
-            if r.name not in mine:
+            if r.kind == "vm" and r.state == st.INTENT and (r.zone, r.name) not in mine and self._may_land(r):
+                pending.append(f"{r.name} ({r.zone})")  # an unanswered insert: not forgotten
+                continue
+            if (r.zone, r.name) not in mine:
                 gone.append(r.name)  # recorded, but no VM of this launch carries its name: never created, or gone
             self.store.deleted(r.id, why="down")
-        if rec is not None and not rec.ended:
-            spend = st.estimate_spend(self.store.resources(name), teardown_s=self.timing.teardown_s + self.provision_slack_s)
-            self.store.update_cluster(name, status=st.ENDED, reason="down", spend_usd=spend)
-            self.store.event(name, "down", f"deleted by `cloudfit down`: {len(deleted)} VM(s)")
-        untracked = tuple(sorted(v for v in deleted if v not in known))
-        deleted = [v for v in deleted if v in known]
-        return DownResult(name, tuple(sorted(deleted)), tuple(sorted(set(gone))), untracked, foreign)
+        if rec is not None:
+            spend = self.store.refresh_spend(name, min_billed_s=self.min_billed_s,
+                                             teardown_s=self.timing.teardown_s + self.provision_slack_s)
+            if not rec.ended and not pending:
+                self.store.update_cluster(name, status=st.ENDED, reason="down")
+                self.store.event(name, "down", f"deleted by `cloudfit down`: {len(deleted)} VM(s), spent ${spend:.4f}")
+            elif pending:
+                self.store.event(name, "down", f"{len(pending)} insert(s) unanswered: run `cloudfit down {name}` again")
+        untracked = tuple(sorted(vm for zone, vm in deleted if (zone, vm) not in known))
+        deleted_known = [vm for zone, vm in deleted if (zone, vm) in known]
+        return DownResult(name, tuple(sorted(deleted_known)), tuple(sorted(set(gone))), untracked, foreign,
+                          tuple(pending))
 
+    def _may_land(self, r) -> bool:
+        """An insert recorded as intended (never confirmed) may still create its VM this long after."""
+        return time.time() - r.intent_at < self.insert_settle_s
+
+    def _settle_inserts(self, name: str, seen: set, launches: set, all_with_label: bool) -> list[tuple[str, str]]:
+        """Watch for VMs of unanswered inserts of ``name`` (recorded intents no listing showed yet) and delete
+        them as they appear; ``[(zone, vm)]`` deleted."""
+        out: list[tuple[str, str]] = []
+        until = time.monotonic() + self.insert_settle_s
+        while True:
+            waiting = {(r.zone, r.name) for r in self.store.resources(name, live_only=True)
+                       if r.kind == "vm" and r.state == st.INTENT and self._may_land(r)} - seen
+            if not waiting or time.monotonic() >= until:
+                return out
+            time.sleep(min(1.0, self.timing.interval_s))
+            found = self.labelled(name)
+            landed = [k for k in waiting if k in found and (all_with_label or found[k][1] in launches)]
+            if landed:
+                d, _ = _Deleter(self).delete_all([(vm, zone) for zone, vm in landed])
+                out += d
+                seen |= set(landed)
 
 class _NoCapacity(Exception):
     pass
@@ -274,12 +313,14 @@ class _Deleter:
     def __init__(self, ex: GcpExecutor) -> None:
         self.ex = ex
 
-    def delete_all(self, targets: dict[str, str]) -> tuple[list[str], list[str]]:
+    def delete_all(self, targets) -> tuple[list[tuple[str, str]], list[str]]:
+        """``targets``: ``(vm, zone)`` pairs (a name is unique only within its zone). Returns
+        ``([(zone, vm) deleted], [vm already gone])``."""
         from google.api_core import exceptions as gex
 
         c = self.ex.clients
         pending, deleted, gone = [], [], []
-        for vm, zone in targets.items():
+        for vm, zone in dict.fromkeys(targets):
             try:
                 op = self.ex.retry.call(f"deleting {vm}", c.instances.delete, project=c.project, zone=zone, instance=vm)
                 pending.append((vm, zone, op.name))
@@ -294,7 +335,7 @@ class _Deleter:
             err = op_error(done)
             if err and err[0] not in ("RESOURCE_NOT_FOUND",):
                 raise LaunchError(f"deleting {vm} failed: {err[0]}: {err[1]}")
-            deleted.append(vm)
+            deleted.append((zone, vm))
         return deleted, gone
 
 
@@ -580,7 +621,7 @@ class _GcpCluster:
                 self.preemptions += 1
             self.emit(Event("preempted" if why == "preempted" else "lost", f"{name} was {why}; recreating it"))
             # A TERMINATED VM still exists: delete it before re-creating the name.
-            _Deleter(self.ex).delete_all({name: n.spec.zone})
+            _Deleter(self.ex).delete_all([(name, n.spec.zone)])
             self.guard.end(name, self.ex.clock())
             self.ex.store.deleted(n.rid, why=why)
             del self.nodes[name]
@@ -659,28 +700,28 @@ class _GcpCluster:
 
     def teardown(self) -> None:
         """Delete every VM this cluster created (and any other VM with its label in its zones)."""
-        targets = {name: n.spec.zone for name, n in self.nodes.items()}
+        targets = [(name, n.spec.zone) for name, n in self.nodes.items()]
         store_ok = True
         try:
             for r in self.ex.store.resources(self.spec.name, live_only=True):
                 if r.kind == "vm":
-                    targets.setdefault(r.name, r.zone)
+                    targets.append((r.name, r.zone))  # (name, zone): a move to another zone reuses names
         except LaunchError:  # the state store broke under us: still delete what this process knows it created
             store_ok = False
         if not targets:
             return
         deleted, gone = _Deleter(self.ex).delete_all(targets)
         now = self.ex.clock()
-        for name in targets:
+        for name, _ in targets:
             if self.guard.is_live(name):
                 self.guard.end(name, now)
         if store_ok:
             for r in self.ex.store.resources(self.spec.name, live_only=True):
-                if r.name in targets:
+                if (r.name, r.zone) in targets:
                     self.ex.store.deleted(r.id, why="deleted")
         self.nodes.clear()
         if deleted:
-            self.emit(Event("deleted", f"deleted {', '.join(sorted(deleted))}"))
+            self.emit(Event("deleted", f"deleted {', '.join(sorted(vm for _, vm in deleted))}"))
 
 
 def _wait(ex: "GcpExecutor", zone: str, op_name: str, what: str, timeout_s: float = 1800.0):
