@@ -270,3 +270,14 @@ def default_budget(plan, margin: float) -> float:
         raise UsageError(f"the plan predicts {hours:.3g} h (P90) for {c.config.label()}: not a training run to "
                          f"derive a budget from (over {MAX_PLAN_HOURS:,.0f} h); give --budget USD or re-plan")
     return round(hours * c.config.price_per_hour * margin, 2)
+
+
+def check_launchable(guard: Guard, schedules, prior: float, budget: float) -> None:
+    """``guard.check_launchable``, naming what earlier launches of the plan spent when that is why."""
+    try:
+        guard.check_launchable(schedules)
+    except BudgetTooSmallError as e:
+        if prior > 0:
+            raise BudgetTooSmallError(f"{e} (earlier launches of this plan spent ${prior:.4g} of its "
+                                      f"${budget:.4g})") from None
+        raise

@@ -40,7 +40,7 @@ from cloudfit.executors.base import (
     ENV_CHECKPOINT_KEY, ENV_CLUSTER, LABEL, DownResult, Event, EventSink, NodePlan, Poll, Preview, RunResult, RunSpec,
     Timing, carried_budget, supervise, taken_over,
 )
-from cloudfit.executors.budget import Guard, PriceSchedule
+from cloudfit.executors.budget import Guard, PriceSchedule, check_launchable
 
 ENV_ELASTIC = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # torch elastic restarts hang on CPU without it (#135712)
 
@@ -146,7 +146,7 @@ class LocalExecutor:
         emit = on_event or (lambda e: None)
         budget, prior = carried_budget(self.store, spec)
         guard, schedules = self._guard(spec, budget)
-        _check_launchable(guard, schedules, prior, spec.budget_usd)  # before anything exists
+        check_launchable(guard, schedules, prior, spec.budget_usd)  # before anything exists
         paths = self._paths(spec)
         c = spec.configs[0]
         self.store.create_cluster(spec.name, "local", spec.budget_usd, {
@@ -245,18 +245,6 @@ def _job_info(spec: RunSpec) -> dict[str, Any]:
 
 def _schedules(c) -> list[PriceSchedule]:
     return [PriceSchedule.constant(c.price_per_hour / c.nodes)] * c.nodes
-
-
-def _check_launchable(guard: Guard, schedules, prior: float, budget: float) -> None:
-    from cloudfit.executors.budget import BudgetTooSmallError
-
-    try:
-        guard.check_launchable(schedules)
-    except BudgetTooSmallError as e:
-        if prior > 0:
-            raise BudgetTooSmallError(f"{e} (earlier launches of this plan spent ${prior:.4g} of its "
-                                      f"${budget:.4g})") from None
-        raise
 
 
 @dataclass

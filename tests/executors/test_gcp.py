@@ -411,3 +411,28 @@ def test_down_during_an_unanswered_insert_deletes_the_vm_that_then_appears(fake,
     t.join()
     assert fake.vms() == [] and res.pending == ()
     assert ex.store.resources("late", live_only=True) == [] and ex.store.cluster("late").ended
+
+
+def test_every_vm_gets_the_plans_checkpoint_key_out_of_band_and_a_relaunch_continues_the_budget(fake, gcp):
+    """The key is the plan's (a relaunch resumes its checkpoints), drawn once, kept in the state store,
+    sent as instance metadata — never in the startup script, the preview, the labels or the cluster's info.
+    The relaunch's guard starts from what the first launch spent."""
+    ex = gcp()
+    s = spec("keyed", t4(), record={"plan_id": "p-1"})
+    pv = ex.preview(s)
+    r = ex.run(s)
+    assert r.reason == "completed"
+    key = ex.store.checkpoint_key("p-1")
+    assert len(key) == 64 and int(key, 16) >= 0
+    keys = {_meta(b, "cloudfit-checkpoint-key") for b in fake.inserted}
+    assert keys == {key}
+    assert all(key not in _meta(b, "startup-script") and key not in str(b["labels"]) for b in fake.inserted)
+    assert key not in repr(pv) and key not in str(ex.store.cluster("keyed").info)
+    first = ex.store.cluster("keyed").spend_usd
+    assert first > 0
+    again = ex.run(spec("keyed2", t4(), record={"plan_id": "p-1"}))
+    assert again.reason == "completed"
+    assert ex.store.cluster("keyed2").info["spent_before_usd"] == pytest.approx(first)
+    assert {_meta(b, "cloudfit-checkpoint-key") for b in fake.inserted} == {key}  # the same plan: the same key
+    ex.run(spec("other", t4(), record={"plan_id": "p-2"}))
+    assert len({_meta(b, "cloudfit-checkpoint-key") for b in fake.inserted}) == 2  # another plan: another key

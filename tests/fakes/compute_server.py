@@ -494,8 +494,9 @@ class FakeMetadata:
     ``instance/attributes/KEY`` (GET), ``instance/network-interfaces/0/ip`` (GET) and
     ``instance/guest-attributes/NS/KEY`` (PUT, then readable in ``guest``)."""
 
-    def __init__(self, attributes: dict[str, str], ip: str = "127.0.0.1") -> None:
+    def __init__(self, attributes: dict[str, str], ip: str = "127.0.0.1", paths: dict[str, str] | None = None) -> None:
         self.attributes = dict(attributes)
+        self.paths = dict(paths or {})  # other GET paths after /computeMetadata/v1/ (instance/name, a token …)
         self.ip = ip
         self.guest: dict[str, str] = {}
         meta = self
@@ -517,6 +518,9 @@ class FakeMetadata:
                 path = urlparse(self.path).path
                 if path.endswith("/instance/network-interfaces/0/ip"):
                     return self._reply(200, meta.ip)
+                rel = path.split("/computeMetadata/v1/", 1)[-1]
+                if rel in meta.paths:
+                    return self._reply(200, meta.paths[rel])
                 key = path.rsplit("/instance/attributes/", 1)[-1] if "/instance/attributes/" in path else None
                 if key is not None and key in meta.attributes:
                     return self._reply(200, meta.attributes[key])

@@ -137,8 +137,9 @@ class NodeSpec:
             ),
             service_accounts=[compute_v1.ServiceAccount(
                 email="default",
+                # compute: the finished VM deletes itself (startup.sh self_delete), disk and all
                 scopes=["https://www.googleapis.com/auth/devstorage.read_write",
-                        "https://www.googleapis.com/auth/logging.write"],
+                        "https://www.googleapis.com/auth/logging.write", "https://www.googleapis.com/auth/compute"],
             )],
         )
         if acc:

@@ -40,9 +40,10 @@ from typing import Any, Callable, Sequence
 from cloudfit.errors import BudgetExceeded, LaunchError, UsageError
 from cloudfit.executors import state as st
 from cloudfit.executors.base import (
-    LABEL, NO_CAPACITY, DownResult, Event, EventSink, Poll, Preview, RunResult, RunSpec, Timing, supervise, taken_over,
+    LABEL, NO_CAPACITY, DownResult, Event, EventSink, Poll, Preview, RunResult, RunSpec, Timing, carried_budget,
+    supervise, taken_over,
 )
-from cloudfit.executors.budget import Guard, PriceSchedule
+from cloudfit.executors.budget import Guard, PriceSchedule, check_launchable
 from cloudfit.executors.gcp.bodies import (
     DEFAULT_IMAGE, LAUNCH_LABEL, NodeSpec, node_name, render_startup_script, split_bucket,
 )
@@ -55,7 +56,8 @@ from cloudfit.errors import QuotaError, StockoutError
 from cloudfit.types import ClusterConfig
 
 CAPACITY_ERRORS = (StockoutError, QuotaError, NotOfferedError)
-PREVIEW_LAUNCH_ID = "new-uuid-at-launch"  # what --dry-run shows for the label every launch draws afresh
+PREVIEW_LAUNCH_ID = "new-uuid-at-launch"
+KEY_METADATA = "cloudfit-checkpoint-key"  # instance metadata the startup script reads into the ranks' environment  # what --dry-run shows for the label every launch draws afresh
 
 
 class GcpExecutor:
@@ -111,7 +113,12 @@ class GcpExecutor:
         return [PriceSchedule.constant(config.price_per_hour / config.nodes)] * config.nodes
 
     def node_specs(self, spec: RunSpec, config: ClusterConfig, cap_s: float, *, stop_at: float | None,
-                   master_ip: str | None, launch_id: str, install=None) -> list[NodeSpec]:
+                   master_ip: str | None, launch_id: str, install=None, key: str = "") -> list[NodeSpec]:
+        """One ``NodeSpec`` per node. ``key``: the checkpoint HMAC key, carried as the metadata value
+        ``cloudfit-checkpoint-key`` among the attachments (sent, never shown by --dry-run)."""
+        attach = dict(install.chunks) if install is not None else {}
+        if key:
+            attach[KEY_METADATA] = key
         labels = {LABEL: spec.name, **{k: v for k, v in spec.labels.items()}}
         out = []
         for i in range(config.nodes):
@@ -122,7 +129,7 @@ class GcpExecutor:
                 md["cloudfit-stop-at"] = f"{stop_at:.0f}"
             out.append(NodeSpec(node_name(spec.name, i), config.offering.zone, i, config, int(cap_s),
                                 {**labels, "cloudfit-node": str(i), LAUNCH_LABEL: launch_id}, md, self.image,
-                                attachments=dict(install.chunks) if install is not None else {}))
+                                attachments=attach))
         return out
 
     def preview(self, spec: RunSpec) -> Preview:
@@ -147,8 +154,10 @@ class GcpExecutor:
 
     def run(self, spec: RunSpec, on_event: EventSink | None = None) -> RunResult:
         emit = on_event or (lambda e: None)
-        guard = self._guard(spec.budget_usd)
-        guard.check_launchable(self._schedules(spec.configs[0]))  # before anything exists
+        budget, prior = carried_budget(self.store, spec, min_billed_s=self.min_billed_s,
+                                       teardown_s=self.timing.teardown_s + self.provision_slack_s)
+        guard = self._guard(budget)
+        check_launchable(guard, self._schedules(spec.configs[0]), prior, spec.budget_usd)  # before anything exists
         ckpt = spec.job.checkpoint_dir
         if not ckpt or not ckpt.startswith("gs://"):
             raise UsageError("--backend gcp needs --checkpoint-dir gs://BUCKET/PATH (checkpoints must outlive "
@@ -161,8 +170,10 @@ class GcpExecutor:
             **spec.record, "project": clients.project, "endpoint": clients.endpoint, "checkpoint_dir": ckpt,
             "job": {"model": spec.job.model, "steps": spec.job.steps, "command": list(spec.job.command)},
             "configs": [c.label() for c in spec.configs], "launch_id": launch_id, "install": install.describe,
+            "plan_id": spec.record.get("plan_id"), "spent_before_usd": prior,
         }, launcher_pid=os.getpid(), launcher_started=_proc_start())
-        cluster = _GcpCluster(self, spec, guard, emit, launch_id=launch_id, install=install)
+        cluster = _GcpCluster(self, spec, guard, emit, launch_id=launch_id, install=install,
+                              key=self.store.checkpoint_key(spec.record.get("plan_id") or spec.name))
         started = self.clock()
         from cloudfit.executors.deadline import DeadlineLog, DeadlineWatch
 
@@ -357,6 +368,7 @@ class _GcpCluster:
     emit: EventSink
     launch_id: str = ""
     install: Any = None  # cloudfit.executors.gcp.wheel.Install
+    key: str = field(default="", repr=False)  # the checkpoint HMAC key (metadata only)
     config_index: int = 0
     nodes: dict[str, _Node] = field(default_factory=dict)
     preemptions: int = 0
@@ -453,7 +465,7 @@ class _GcpCluster:
 
     def _create_all(self, cap: float) -> None:
         specs = self.ex.node_specs(self.spec, self.config, cap, stop_at=self.stop_at, master_ip=None,
-                                   launch_id=self.launch_id, install=self.install)
+                                   launch_id=self.launch_id, install=self.install, key=self.key)
         keys = [s.name for s in specs]
         try:
             # Node 0 first: its internal IP is every node's rendezvous address.
@@ -632,7 +644,7 @@ class _GcpCluster:
             head_ip = self.nodes[node_name(self.spec.name, 0)].ip if node_name(self.spec.name, 0) in self.nodes else None
             old_ip = None
             spec = self.ex.node_specs(self.spec, self.config, cap, stop_at=self.stop_at, master_ip=None,
-                                      launch_id=self.launch_id, install=self.install)[index]
+                                      launch_id=self.launch_id, install=self.install, key=self.key)[index]
             if index == 0:
                 old_ip = self._old_ip(name)  # keep node 0's address: it is everyone's rendezvous point
             try:
