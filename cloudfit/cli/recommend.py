@@ -138,14 +138,9 @@ def write_outputs(plan, out: Path | None, sky: Path | None, plot: Path | None) -
 
 
 def _write_skypilot(plan, path: Path) -> None:
-    import yaml
+    from cloudfit.executors.skypilot import emit
 
-    from cloudfit.atomic import atomic_open
-    from cloudfit.plan import skypilot_task
-
-    text = yaml.safe_dump(skypilot_task(plan), sort_keys=False)
-    with atomic_open(path, encoding="utf-8") as fh:
-        fh.write(text)
+    emit(plan, path)  # the YAML, the wheel its nodes install, the checkpoint key file
 
 
 def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | None, *, wide: bool = False,
