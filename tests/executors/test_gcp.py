@@ -356,7 +356,7 @@ def test_the_vms_get_this_very_cloudfit_as_a_wheel_in_metadata(fake, gcp, tmp_pa
     assert chunks and all(len(v) <= 256 * 1024 for _, v in chunks)
     data = base64.b64decode("".join(v for _, v in sorted(chunks, key=lambda kv: int(kv[0].rsplit("-", 1)[1]))))
     script = _meta(body, "startup-script")
-    assert f"WHEEL_SHA={hashlib.sha256(data).hexdigest()}" in script and "cloudfit==" not in script.split("PIP_SPEC=")[1][:40]
+    assert f"WHEEL_SHA={hashlib.sha256(data).hexdigest()}" in script and "cloudfit==" not in script.split("PIP_ARGS=")[1][:40]
     wheel = tmp_path / f"cloudfit-{__version__}-py3-none-any.whl"
     wheel.write_bytes(data)
     target = tmp_path / "site"
@@ -436,3 +436,37 @@ def test_every_vm_gets_the_plans_checkpoint_key_out_of_band_and_a_relaunch_conti
     assert {_meta(b, "cloudfit-checkpoint-key") for b in fake.inserted} == {key}  # the same plan: the same key
     ex.run(spec("other", t4(), record={"plan_id": "p-2"}))
     assert len({_meta(b, "cloudfit-checkpoint-key") for b in fake.inserted}) == 2  # another plan: another key
+
+
+def test_pip_spec_secrets_are_stripped_everywhere_and_its_words_stay_words(cli, fake, tmp_path, monkeypatch):
+    """Issue 27: query-string secrets (a signed URL, ?token=) landed in metadata, --dry-run --json and
+    state.db; a multi-word spec reached pip as one argument; `git+ssh://git@…` lost its user."""
+    import json
+
+    from cloudfit.executors.state import StateStore
+    from tests.executors.plans import write_plan
+
+    spec_text = ("cloudfit==1.2 --extra-index-url 'https://pypi.example.com/simple?token=SEKRET1' "
+                 "'https://storage.googleapis.com/b/cloudfit.whl?X-Goog-Signature=SEKRET2&X-Goog-Credential=SEKRET3"
+                 "&X-Goog-Date=20260101' git+ssh://git@github.com/org/cloudfit.git https://u:SEKRET4@h.example/x.whl")
+    monkeypatch.setenv("CLOUDFIT_PIP_SPEC", spec_text)
+    plan = write_plan(tmp_path / "plan.json", [ClusterConfig(offering("us-central1-a", price=None), 1, True)],
+                      budget_usd=30)
+    args = ["--backend", "gcp", "--project", PROJECT, "--compute-endpoint", fake.endpoint]
+    r = cli("launch", str(plan), "--dry-run", "--json", "--name", "sek", *args)
+    assert r.exit_code == 0, r.output
+    assert "SEKRET" not in r.output and "git+ssh://git@github.com/org/cloudfit.git" in r.output
+    assert "X-Goog-Date=20260101" in r.output  # harmless parameters stay
+    r = cli("launch", str(plan), "--yes", "--name", "sek", "--steps", "20", "--check-interval", "0.1",
+            *args, "--checkpoint-dir", "gs://ckpt-bucket/s")
+    assert r.exit_code == 0, r.output
+    sent = json.dumps(fake.inserted)
+    assert "SEKRET" not in sent and "SEKRET" not in r.output
+    assert b"SEKRET" not in b"".join(p.read_bytes() for p in StateStore().path.parent.glob("state.db*"))
+    script = _meta(fake.inserted[0], "startup-script")
+    line = next(l for l in script.splitlines() if l.startswith("PIP_ARGS="))
+    words = subprocess.run(["bash", "-c", line + '\nprintf "%s\\n" "${PIP_ARGS[@]}"'], capture_output=True,
+                           text=True).stdout.splitlines()
+    assert words == ["cloudfit==1.2", "--extra-index-url", "https://pypi.example.com/simple",
+                     "https://storage.googleapis.com/b/cloudfit.whl?X-Goog-Date=20260101",
+                     "git+ssh://git@github.com/org/cloudfit.git", "https://h.example/x.whl"]

@@ -36,7 +36,7 @@ NNODES={{NNODES}}
 NPROC={{NPROC}}
 BUCKET={{BUCKET}}
 CKPT={{CKPT}}
-PIP_SPEC={{PIP_SPEC}}
+PIP_ARGS=({{PIP_ARGS}})
 WHEEL_NAME={{WHEEL_NAME}}
 WHEEL_SHA={{WHEEL_SHA}}
 WHEEL_EXTRA={{WHEEL_EXTRA}}
@@ -83,12 +83,12 @@ if [ "$("$PY" -c 'import cloudfit; print(cloudfit.__version__)' 2>/dev/null)" !=
     while chunk=$(md "cloudfit-wheel-$i") && [ -n "$chunk" ]; do printf '%s' "$chunk" >> "$WORK/wheel.b64"; i=$((i + 1)); done
     base64 -d "$WORK/wheel.b64" > "$WORK/$WHEEL_NAME" || fail "cannot decode the cloudfit wheel from instance metadata"
     echo "$WHEEL_SHA  $WORK/$WHEEL_NAME" | sha256sum -c --status || fail "the cloudfit wheel in instance metadata is corrupt"
-    PIP_SPEC="$WORK/$WHEEL_NAME$WHEEL_EXTRA"
+    PIP_ARGS=("$WORK/$WHEEL_NAME$WHEEL_EXTRA")
   fi
-  "$PY" -m pip install --quiet "$PIP_SPEC" || "$PY" -m pip install --quiet --break-system-packages "$PIP_SPEC" \
-    || fail "pip install $PIP_SPEC failed"
+  "$PY" -m pip install --quiet "${PIP_ARGS[@]}" || "$PY" -m pip install --quiet --break-system-packages "${PIP_ARGS[@]}" \
+    || fail "pip install ${PIP_ARGS[*]} failed"
 fi
-"$PY" -c "import cloudfit.train" 2>/dev/null || fail "cloudfit does not import after installing $PIP_SPEC"
+"$PY" -c "import cloudfit.train" 2>/dev/null || fail "cloudfit does not import after installing ${PIP_ARGS[*]}"
 
 # Watcher: a stop request (metadata cloudfit-stop) or the stop time turns into the stop file the
 # trainer checks every step; progress is reported as guest attributes for the launcher.
