@@ -204,7 +204,7 @@ def _sim_configs(nodes: int, spot_price: float, od_price: float):
     return ClusterConfig(o, nodes, True), ClusterConfig(o, nodes, False)
 
 
-def simulate_deadline_run(seed: int, *, switching: bool, deaths: bool = False) -> DeadlineSimResult:
+def simulate_deadline_run(seed: int, *, switching: bool, deaths: bool = False, watch_cls=None) -> DeadlineSimResult:
     """One spot job under a deadline and a budget, with or without the deadline rule (the real
     ``DeadlineWatch``: Can't Be Late's rule with measured speed and hysteresis).
 
@@ -252,7 +252,7 @@ def simulate_deadline_run(seed: int, *, switching: bool, deaths: bool = False) -
     spec = DeadlineSpec(deadline_s=deadline_s, planned_step_s=1.0 / eff, restart_s=restart_s, on_demand=od_cfg,
                         planned_gpus=spot_cfg.accelerators, hazard_per_hour=hazard, checkpoint_interval_s=tau)
     sim = _DeadlineSim(rng, budget, interval, teardown, restart_s, nodes, spot_price, od_price)
-    watch = DeadlineWatch(spec, int(work_s), margin_s=interval, t0=0.0)
+    watch = (watch_cls or DeadlineWatch)(spec, int(work_s), margin_s=interval, t0=0.0)
     return sim.run(work_s, eff, od_eff, tau, od_tau, preempt_gaps, outages, death_times, death_gaps,
                    watch if switching else None, spot_cfg, deadline_s)
 
@@ -389,8 +389,11 @@ class _DeadlineSim:
                     return result("budget", None)
 
 
-def simulate_deadline(n: int, seed: int = 0, *, switching: bool, deaths: bool = False) -> list[DeadlineSimResult]:
-    return [simulate_deadline_run(seed * 1_000_003 + i, switching=switching, deaths=deaths) for i in range(n)]
+def simulate_deadline(n: int, seed: int = 0, *, switching: bool, deaths: bool = False,
+                      watch_cls=None) -> list[DeadlineSimResult]:
+    """``watch_cls``: another rule with ``DeadlineWatch``'s interface (the benchmark's comparisons)."""
+    return [simulate_deadline_run(seed * 1_000_003 + i, switching=switching, deaths=deaths, watch_cls=watch_cls)
+            for i in range(n)]
 
 
 # ------------------------------------------------------------------------------ a plan's own deadline rule
