@@ -168,7 +168,14 @@ def test_no_capacity_to_replace_a_lost_node_resumes_on_fewer_nodes_with_a_reshar
     assert r.reason == "completed" and r.config.nodes == c.nodes - 1 and r.config.spot, r
     [sw] = ex.store.cluster("fewer").info["switches"]
     assert sw["kind"] == "fewer-nodes" and "re-sharded layout" in sw["reason"]
-    last = [b for b in fake.inserted][-(c.nodes - 1):]
+    # the survivors were kept (re-sharded in place and reset), not deleted and re-inserted into the zone
+    # that had just refused capacity (issue 27)
+    assert [b["name"] for b in fake.inserted] == [f"fewer-{i}" for i in range(c.nodes)]
+    survivors = [f"fewer-{i}" for i in range(c.nodes - 1)]
+    assert sorted(fake.count("POST", rf"/instances/{n}/reset") for n in survivors) == [1] * len(survivors)
+    last = [{"metadata": body} for name, body in fake.metadata_sets if name in survivors
+            and _meta({"metadata": body}, "startup-script") and not _meta({"metadata": body}, "cloudfit-stop")][-1:]
+    assert {_meta(last[0], "cloudfit-checkpoint-key")} == {ex.store.checkpoint_key("fewer")}
     argv = _trainer_argv(_meta(last[0], "startup-script"))
     opts = dict(zip(argv[::2], argv[1::2]))
     per_node = c.offering.accelerators_per_node

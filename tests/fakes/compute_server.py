@@ -5,7 +5,7 @@
                                             client_options=ClientOptions(api_endpoint=fake.endpoint))
 
 Implements what cloudfit's GCP executor calls — instances insert / get / list (with ``filter``) /
-aggregatedList / delete / setMetadata / getGuestAttributes, zoneOperations get / wait / list — with
+aggregatedList / delete / setMetadata / reset / getGuestAttributes, zoneOperations get / wait / list — with
 Compute Engine's shapes: long-running operations that finish after ``op_delay_s``, errors inside
 the operation (``ZONE_RESOURCE_POOL_EXHAUSTED``, ``QUOTA_EXCEEDED``), HTTP errors in Google's JSON
 error format, spot preemption (the VM goes TERMINATED — or is deleted when its termination action
@@ -68,6 +68,7 @@ class FakeCompute:
     faults: list[_Fault] = field(default_factory=list)
     requests: list[tuple[str, str, int]] = field(default_factory=list)  # (method, path, status)
     inserted: list[dict[str, Any]] = field(default_factory=list)  # every accepted insert body
+    metadata_sets: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (VM, body) of each setMetadata
     guest: dict[tuple[str, str, str], dict[str, str]] = field(default_factory=dict)
     preempt_on_start: set[str] = field(default_factory=set)  # VM names preempted the moment they run (once each)
     _ids = itertools.count(1000)
@@ -322,11 +323,22 @@ class FakeCompute:
             if md.get("fingerprint") != inst["metadata"].get("fingerprint"):
                 return 412, _error(412, "Supplied fingerprint does not match current metadata fingerprint.",
                                    "conditionNotMet")
+            self.metadata_sets.append((name, json.loads(json.dumps(md))))
             inst["metadata"] = {"kind": "compute#metadata", "items": md.get("items", []),
                                 "fingerprint": f"fp-{next(self._ids)}"}
             if _meta(inst, "cloudfit-stop"):
                 self._stop_seen.setdefault(key, time.monotonic())
             return 200, self._new_op(project, zone, "setMetadata", name, target_id=inst["id"])
+        if verb == "reset" and method == "POST":  # a hard restart: the startup script (the job) runs again
+
+            def restarted(key=key):
+                if key in self.instances:
+                    self.instances[key]["status"] = "RUNNING"
+                    self._running_since[key] = time.monotonic()
+                    self.guest.pop(key, None)
+                    self._stop_seen.pop(key, None)
+
+            return 200, self._new_op(project, zone, "reset", name, on_done=restarted, target_id=inst["id"])
         if verb == "getGuestAttributes" and method == "GET":
             prefix = (query.get("queryPath") or [""])[0]
             attrs = {k: v for k, v in self.guest.get(key, {}).items() if k.startswith(prefix)}

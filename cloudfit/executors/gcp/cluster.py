@@ -24,8 +24,13 @@ being created (re-computed for a config of another size). With a deadline (``Run
 supervisor's ``DeadlineWatch`` (``cloudfit.executors.deadline``: Can't Be Late's rule) may ``switch``
 a spot cluster that fell behind to on-demand — the job checkpoints and stops, the spot VMs go, the
 on-demand cluster (priced by the guard first) resumes from the checkpoint — and when a lost node cannot
-be replaced (no capacity), a large-model job resumes on the nodes left with a re-computed layout if
-the deadline still holds there. Each switch is recorded (``switches`` in the cluster's info, an event).
+be replaced (no capacity), a large-model job resumes on the surviving VMs themselves (new ranks and a
+re-computed layout in their metadata, then a reset: nothing re-inserted into the zone that refused) if
+the deadline still holds there. A finished VM deletes itself (``startup.sh``); every VM gets the plan's
+checkpoint key as instance metadata (``cloudfit-checkpoint-key``), read into the ranks' environment:
+whoever can write the checkpoint bucket but cannot read the project's instance metadata cannot plant a
+checkpoint the ranks accept (the trainers verify the HMAC); project viewers with compute.instances.get
+can read it, as they can the VMs themselves. Each switch is recorded (``switches`` in the cluster's info, an event).
 """
 
 from __future__ import annotations
@@ -585,7 +590,7 @@ class _GcpCluster:
         listed = {i.name: i for i in self.ex.retry.call("listing the cluster", c.instances.list, request=req)}
         progress: dict[str, Any] = {}
         state = "running"
-        head = node_name(self.spec.name, 0)
+        head = self._head()
         if head in listed:
             try:
                 # like list filters, query_path is accepted only inside a request object
@@ -623,6 +628,7 @@ class _GcpCluster:
     def replace(self, lost: Sequence[str]) -> None:
         now = self.ex.clock()
         preempted = self._preempted(lost)
+        ranks = {name: self.nodes[name].spec.index for name in lost}  # (after a re-shard, names ≠ ranks)
         for name in lost:
             n = self.nodes[name]
             life = next((l for l in reversed(self.guard.lives) if l.key == name), None)
@@ -638,13 +644,15 @@ class _GcpCluster:
             self.ex.store.deleted(n.rid, why=why)
             del self.nodes[name]
         for name in lost:
-            index = int(name.rsplit("-", 1)[1])
+            index = ranks[name]
             # What the lost VM did not use is what its replacement may spend (BudgetExceeded if too little).
             cap = self.guard.reserve([name], self.ex._schedules(self.config)[:1], self.ex.clock())
-            head_ip = self.nodes[node_name(self.spec.name, 0)].ip if node_name(self.spec.name, 0) in self.nodes else None
+            head = self._head()
+            head_ip = self.nodes[head].ip if head in self.nodes else None
             old_ip = None
-            spec = self.ex.node_specs(self.spec, self.config, cap, stop_at=self.stop_at, master_ip=None,
-                                      launch_id=self.launch_id, install=self.install, key=self.key)[index]
+            spec = dataclasses.replace(self.ex.node_specs(self.spec, self.config, cap, stop_at=self.stop_at, master_ip=None,
+                                                          launch_id=self.launch_id, install=self.install,
+                                                          key=self.key)[index], name=name)
             if index == 0:
                 old_ip = self._old_ip(name)  # keep node 0's address: it is everyone's rendezvous point
             try:
@@ -683,9 +691,41 @@ class _GcpCluster:
         lay = label(self.spec.job.llm.layout_for(smaller))
         self._record_switch("fewer-nodes", smaller, f"no capacity to replace {n_lost} node(s) ({err}); "
                                                     f"re-sharded layout {lay} ({mem}); {why}")
-        self.emit(Event("shrink", f"resuming on {left} node(s) with layout {lay} from the checkpoint"))
-        self._move_to(smaller)
+        self.emit(Event("shrink", f"resuming on the {left} surviving node(s) with layout {lay} from the checkpoint"))
+        self._reshard_in_place(smaller)
         return True
+
+    def _head(self) -> str:
+        """The VM of rank 0 (the rendezvous host; the one reporting progress)."""
+        return next((name for name, n in self.nodes.items() if n.spec.index == 0), node_name(self.spec.name, 0))
+
+    def _reshard_in_place(self, to: ClusterConfig) -> None:
+        """Resume on the surviving VMs themselves: their metadata gets the new ranks, node count and
+        startup script (the re-sharded layout), then a reset reruns it. Nothing is deleted, nothing is
+        inserted into the zone that just refused capacity; the survivors keep their budget caps."""
+        from google.cloud import compute_v1
+
+        c = self.ex.clients
+        survivors = sorted(self.nodes.values(), key=lambda n: n.spec.index)
+        self.configs.insert(self.config_index + 1, to)
+        self.config_index += 1
+        self.script = render_startup_script(self.spec, to, self.spec.job.checkpoint_dir or "", install=self.install)
+        specs = self.ex.node_specs(self.spec, to, survivors[0].spec.cap_s, stop_at=self.stop_at,
+                                   master_ip=survivors[0].ip, launch_id=self.launch_id, install=self.install, key=self.key)
+        for n, new in zip(survivors, specs):
+            inst = self.ex.retry.call(f"reading {n.spec.name}", c.instances.get, project=c.project, zone=n.spec.zone,
+                                      instance=n.spec.name)
+            items = {i.key: i.value for i in inst.metadata.items if i.key != "cloudfit-stop"}
+            items.update({**new.metadata, "startup-script": self.script})
+            md = compute_v1.Metadata(fingerprint=inst.metadata.fingerprint,
+                                     items=[compute_v1.Items(key=k, value=v) for k, v in sorted(items.items())])
+            self.ex.retry.call(f"re-sharding {n.spec.name}", c.instances.set_metadata, project=c.project,
+                               zone=n.spec.zone, instance=n.spec.name, metadata_resource=md)
+            op = self.ex.retry.call(f"restarting {n.spec.name}", c.instances.reset, project=c.project,
+                                    zone=n.spec.zone, instance=n.spec.name)
+            _wait(self.ex, n.spec.zone, op.name, f"restarting {n.spec.name}")
+            n.spec = dataclasses.replace(new, name=n.spec.name, cap_s=n.spec.cap_s)
+        self.ex.store.update_cluster(self.spec.name, info={"config": to.to_dict(), "zone": to.offering.zone})
 
     def _old_ip(self, name: str) -> str | None:
         for r in reversed(self.ex.store.resources(self.spec.name)):
