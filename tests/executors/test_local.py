@@ -147,3 +147,44 @@ def _start_time(pid: int) -> float:
     ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
     uptime = float(Path("/proc/uptime").read_text().split()[0])
     return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+_SIM_TRAINER = r"""
+import json, os, sys, time
+total, rate = int(sys.argv[1]), float(sys.argv[2])
+ck = os.path.join(os.environ["CLOUDFIT_CHECKPOINT_DIR"], "step")
+os.makedirs(os.path.dirname(ck), exist_ok=True)
+step = int(open(ck).read()) if os.path.exists(ck) else 0
+def report(state):
+    json.dump({"step": step, "total_steps": total, "checkpoint_step": step, "state": state},
+              open(os.environ["CLOUDFIT_PROGRESS_FILE"] + ".tmp", "w"))
+    os.replace(os.environ["CLOUDFIT_PROGRESS_FILE"] + ".tmp", os.environ["CLOUDFIT_PROGRESS_FILE"])
+while step < total:
+    if os.path.exists(os.environ["CLOUDFIT_STOP_FILE"]):
+        open(ck, "w").write(str(step)); report("stopped"); sys.exit(0)
+    time.sleep(1.0 / rate); step += 1; open(ck, "w").write(str(step)); report("running")
+report("completed")
+"""
+
+
+def test_the_local_backend_keeps_a_deadline_and_rehearses_the_switch(tmp_path):
+    """`--deadline` was accepted but ignored locally. A simulated trainer (10 steps/s, progress and a
+    checkpoint every step) on a spot config whose hazard makes staying miss while on-demand keeps it:
+    the launcher checkpoints, stops and resumes it charged at the on-demand price."""
+    from cloudfit.executors.deadline import DeadlineSpec
+
+    spot, od = ClusterConfig(offering(), 1, True), ClusterConfig(offering(), 1, False)
+    dl = DeadlineSpec(deadline_s=25.0, planned_step_s=0.1, restart_s=1.0, on_demand=od, planned_gpus=1,
+                      hazard_per_hour=3600.0, warmup_steps=2, window_steps=10)
+    job = JobSpec(steps=100, command=(sys.executable, "-c", _SIM_TRAINER, "100", "10"),
+                  checkpoint_dir=str(tmp_path / "ckpt"))
+    ex = LocalExecutor(max_ranks=1)
+    r = ex.run(RunSpec("ldl", (spot,), job, budget_usd=5.0, deadline=dl))
+    assert r.reason == "completed" and r.config == od, r
+    rec = ex.store.cluster("ldl")
+    [sw] = rec.info["switches"]
+    assert sw["kind"] == "on-demand" and "behind the deadline" in sw["reason"] and "measured" in sw["reason"]
+    assert rec.info["deadline"]["stay_needs_s"] is not None and rec.info["deadline"]["config"] == od.label()
+    prices = [p.price_per_hour for p in ex.store.resources("ldl")]
+    assert prices == [spot.price_per_hour, od.price_per_hour]  # charged at the on-demand price after the switch
+    assert 0 < rec.spend_usd <= 5.0 and ex.live("ldl") == []
