@@ -137,8 +137,8 @@ def test_kill_down_relaunch_the_budget_is_the_plans(tmp_path):
     again = ex.store.cluster("again")
     assert again.info["spent_before_usd"] == pytest.approx(first, rel=1e-6)
     assert 0 < again.spend_usd and first + again.spend_usd <= budget
-    r = run_cloudfit("launch", str(plan), "--budget", str(budget), "--name", "third", *sleep)
-    assert r.returncode == 2 and "earlier launch" in r.stderr and "Traceback" not in r.stderr
+    r = run_cloudfit("launch", str(plan), "--budget", f"{first + again.spend_usd - 0.01:.4f}", "--name", "third", *sleep)
+    assert r.returncode == 2 and "earlier launch" in r.stderr and "Traceback" not in r.stderr  # nothing left of it
 
 
 def _start_time(pid: int) -> float:
