@@ -569,4 +569,6 @@ def down(
               + (f"; {len(res.already_gone)} already gone" if res.already_gone else "")
               + (f"; {len(res.untracked)} found by label but missing from the state store" if res.untracked else "")
               + (f"; left {len(res.foreign)} VM(s) of another launch of {name} alone ({', '.join(res.foreign)}; "
-                 "--all-with-label deletes them)" if res.foreign else ""))
+                 "--all-with-label deletes them)" if res.foreign else "")
+              + (f"; {len(res.pending)} insert(s) still unanswered ({', '.join(res.pending)}): run `cloudfit down "
+                 f"{name}` again" if res.pending else ""))
