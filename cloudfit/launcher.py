@@ -34,8 +34,9 @@ MAX_STEPS = 10**12
 
 def default_budget(plan) -> float:
     """The plan's own budget, else its P90 hours at the chosen config's price × ``BUDGET_MARGIN``."""
-    c = plan.chosen
-    return plan.workload.budget_usd or round(c.hours_p90 * c.config.price_per_hour * BUDGET_MARGIN, 2)
+    from cloudfit.executors.budget import default_budget as budget_of
+
+    return budget_of(plan, BUDGET_MARGIN)  # refuses a plan predicting no real training run (one line)
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def prepare_launch(plan, executor, *, budget_usd: float | None = None, name: str
     """``plan`` as a run on ``executor`` (``cloudfit.executors.get_executor("local" | "gcp", …)``).
 
     ``command``: run this under torchrun instead of cloudfit's trainer. ``steps``: instead of the plan's
-    samples. ``deadline_hours``: a large-model plan's deadline kept at run time, counted from now
+    samples. ``deadline_hours``: the deadline kept at run time (any plan family), counted from now
     (default: the plan's). ``record``: extra facts for the state store.
     """
     from cloudfit.executors.base import RunSpec, check_name, default_name, plan_configs
@@ -76,16 +77,18 @@ def prepare_launch(plan, executor, *, budget_usd: float | None = None, name: str
     if plan.layout and not command:
         job, model, deadline = _llm_job(plan, executor, configs, steps, checkpoint_dir, checkpoint_every, record)
     else:
-        job, model, deadline = _job(plan, executor, configs, steps, checkpoint_dir, checkpoint_every, command), \
-            plan.workload.model, None
-    if deadline_hours is not None:
-        from cloudfit.errors import UsageError
+        from cloudfit.executors.deadline import deadline_spec
 
-        if deadline is None:
-            raise UsageError("--deadline is kept at run time for large-model plans (with a layout) only")
-        deadline = dataclasses.replace(deadline, deadline_s=float(deadline_hours) * 3600.0)
+        job = _job(plan, executor, configs, steps, checkpoint_dir, checkpoint_every, command)
+        model = plan.workload.model
+        deadline = deadline_spec(plan, configs, job.steps, hazard_per_hour=job.hazard_per_hour,
+                                 checkpoint_interval_s=job.checkpoint_interval_s)
     spec = RunSpec(name=check_name(name) if name else default_name(model), configs=configs, job=job,
                    budget_usd=budget, timeout_s=timeout_s, record=record, deadline=deadline)
+    if deadline_hours is not None:  # kept at run time for every plan family and backend
+        from cloudfit.executors.deadline import with_deadline
+
+        spec = with_deadline(spec, plan, float(deadline_hours))
     return Launch(spec, executor, _notes(spec))
 
 
@@ -153,9 +156,10 @@ def _notes(spec) -> tuple[str, ...]:
         head = f"rehearsing the plan's layout {r['planned']} as {r['rehearsed']}"
         return (head,) + tuple(f"rehearsal: {n}" for n in r.get("notes", []))
     lay = spec.record.get("layout")
+    d = spec.deadline
+    dl = (f"deadline kept at run time: {d.deadline_s / 3600:,.1f} h, switching to on-demand "
+          f"{d.on_demand.label()} if the spot cluster falls behind" if d is not None and d.on_demand is not None else "")
     if lay:
-        d = spec.deadline
-        dl = (f"; deadline kept at run time: {d.deadline_s / 3600:,.1f} h, switching to on-demand "
-              f"{d.on_demand.label()} if the spot cluster falls behind" if d is not None and d.on_demand is not None else "")
-        return (f"cloudfit.train_llm runs layout {lay['runs']} (plan: {lay['planned']}){dl}",) + tuple(lay.get("notes", []))
-    return ()
+        return (f"cloudfit.train_llm runs layout {lay['runs']} (plan: {lay['planned']})" + (f"; {dl}" if dl else ""),
+                ) + tuple(lay.get("notes", []))
+    return (dl,) if dl else ()

@@ -92,7 +92,7 @@ def launch(
     epochs: Optional[float] = typer.Option(None, "--epochs", help="With --model: epochs (with --dataset-size)."),
     dataset_size: Optional[int] = typer.Option(None, "--dataset-size", help="With --model: samples per epoch."),
     as_json: bool = typer.Option(False, "--json", help="Print the preview (--dry-run) or the run's result as JSON to stdout."),
-    deadline: Optional[str] = typer.Option(None, "--deadline", help="gcp, large-model plans: keep this deadline from now (e.g. 36h, 5d) instead of the plan's; the launcher moves a spot cluster that falls behind to on-demand."),
+    deadline: Optional[str] = typer.Option(None, "--deadline", help="Keep this deadline from now (e.g. 36h, 5d) instead of the plan's; the launcher moves a spot cluster that falls behind (measured) to on-demand when that keeps it."),
     ranks: Optional[int] = typer.Option(None, "--ranks", help="local: rehearse on at most this many ranks (default: min(4, CPU cores)); with the same --checkpoint-dir a large-model job resumes re-sharded on another number."),
 ) -> None:
     """Launch a plan: train on a local rehearsal cluster or on Compute Engine, within a budget.
@@ -125,6 +125,9 @@ def launch(
     if budget_usd is None:  # the plan's P90 hours at the catalog's price (not the file's cost figure, which may lie)
         budget_usd = default_budget(plan)
     record = {"trust_plan_prices": True, "price_notes": price_notes[:10]} if trust_plan_prices else {}
+    from cloudfit.executors.base import plan_identity
+
+    record["plan_id"] = plan_identity(plan)  # the budget and the checkpoint key are the plan's, across relaunches
     store = None if dry_run else _open_store()
     if ranks is not None and (ranks < 1 or backend != "local"):
         raise UsageError("--ranks must be at least 1" if ranks < 1 else "--ranks is for --backend local")
@@ -342,8 +345,11 @@ def status(
         con.print(f"Predicted finish {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(dl['predicted_finish_at']))} "
                   f"(deadline {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(dl['deadline_at']))}, "
                   + (f"{-late:,.0f} s early" if late <= 0 else f"{late:,.0f} s late") + f") at "
-                  f"{dl.get('steps_per_second', 0):.3g} steps/s on {dl.get('config')}; on-demand safety net needs "
-                  f"{dl.get('on_demand_needs_s', 0):,.0f} s of the {dl.get('deadline_in_s', 0):,.0f} s left")
+                  f"{dl.get('steps_per_second', 0):.3g} steps/s on {dl.get('config')}"
+                  + (f"; {dl['alternative']} would need {dl.get('alternative_needs_s', 0):,.0f} s of the "
+                     f"{dl.get('deadline_in_s', 0):,.0f} s left" if dl.get("alternative") else ""), soft_wrap=True)
+        if dl.get("reason"):
+            con.print(f"Deadline rule: {dl['reason']}", soft_wrap=True)
     for sw in row["switches"]:
         con.print(f"Switched {time.strftime('%H:%M:%S', time.localtime(sw['at']))} to {sw['to']} ({sw['kind']}): {sw['reason']}",
                   soft_wrap=True)
@@ -371,7 +377,6 @@ def _launcher_alive(rec) -> bool:
 
 def _cluster_row(store, rec) -> dict[str, Any]:
     from cloudfit.executors import billing_bounds
-    from cloudfit.executors.state import estimate_spend
 
     cfg = rec.info.get("config")
     label = None
@@ -387,8 +392,8 @@ def _cluster_row(store, rec) -> dict[str, Any]:
         row["launcher_alive"] = alive
         if not alive:
             min_billed_s, teardown_s = billing_bounds(rec.backend)  # the executor's own timing, not a copy of it
-            row["spend_usd"] = estimate_spend(store.resources(rec.name), min_billed_s=min_billed_s,
-                                              teardown_s=teardown_s)
+            row["spend_usd"] = store.refresh_spend(rec.name, min_billed_s=min_billed_s, teardown_s=teardown_s,
+                                                   wait_s=0.5)
             row["spend_estimated"] = True
             row["warning"] = (f"the launcher is gone; its VMs stop at their max_run_duration — run `cloudfit down {rec.name}` "
                               "to delete them now" if rec.backend == "gcp" else
@@ -470,4 +475,6 @@ def down(
               + (f"; {len(res.already_gone)} already gone" if res.already_gone else "")
               + (f"; {len(res.untracked)} found by label but missing from the state store" if res.untracked else "")
               + (f"; left {len(res.foreign)} VM(s) of another launch of {name} alone ({', '.join(res.foreign)}; "
-                 "--all-with-label deletes them)" if res.foreign else ""))
+                 "--all-with-label deletes them)" if res.foreign else "")
+              + (f"; {len(res.pending)} insert(s) still unanswered ({', '.join(res.pending)}): run `cloudfit down "
+                 f"{name}` again" if res.pending else ""))

@@ -98,6 +98,18 @@ class _Group(TyperGroup):
         except KeyboardInterrupt:
             error_line("interrupted")
             raise typer.Exit(130) from None
+        except ModuleNotFoundError as e:  # an optional extra is not installed: one line naming it
+            extra = EXTRAS.get((e.name or "").split(".")[0])
+            if extra is None:
+                raise
+            error_line(f"this command needs {e.name.split('.')[0]}, which is not installed: "
+                       f"pip install \"cloudfit[{extra}]\"")
+            raise typer.Exit(1) from None
+
+
+#: Top-level modules of the optional extras (pyproject.toml) → the extra that brings them.
+EXTRAS = {"torch": "profile", "transformers": "profile", "google": "gcp", "requests": "gcp", "pandas": "fit",
+          "sklearn": "fit", "xgboost": "fit", "optuna": "fit", "scipy": "fit", "matplotlib": "plot"}
 
 
 def _available(name: str) -> bool:

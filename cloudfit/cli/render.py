@@ -75,14 +75,9 @@ def write_outputs(plan, out, sky, plot) -> None:
 
         save_plan(plan, out)
     if sky is not None:
-        import yaml
+        from cloudfit.executors.skypilot import emit
 
-        from cloudfit.atomic import atomic_open
-        from cloudfit.plan import skypilot_task
-
-        text = yaml.safe_dump(skypilot_task(plan), sort_keys=False)
-        with atomic_open(sky, encoding="utf-8") as fh:
-            fh.write(text)
+        emit(plan, sky)  # the YAML, the wheel its nodes install, the checkpoint key file
     if plot is not None:
         from cloudfit import plot as plotting
 

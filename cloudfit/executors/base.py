@@ -36,8 +36,13 @@ from cloudfit.types import ClusterConfig
 COMPLETED, BUDGET, TIMEOUT, FAILED, INTERRUPTED, DOWN, NO_CAPACITY = (
     "completed", "budget", "timeout", "failed", "interrupted", "down", "no-capacity")
 
+MAX_STEPS = 10**12  # optimizer steps a job may ask for (a step a microsecond is still 11 days)
 LABEL = "cloudfit-cluster"  # the label (GCP) / environment variable (local) naming a node's cluster
 ENV_CLUSTER = "CLOUDFIT_CLUSTER"
+#: The HMAC key that signs and verifies the job's checkpoints (64 hex). The launcher draws it per plan, keeps it
+#: in its state store and hands it to every rank out of band (process environment; VM metadata; SkyPilot
+#: secret): never in the checkpoint folder or bucket, the logs, the plan or --dry-run/--json output.
+ENV_CHECKPOINT_KEY = "CLOUDFIT_CHECKPOINT_KEY"
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 
@@ -86,6 +91,9 @@ class JobSpec:
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise UsageError(f"--steps must be at least 1, got {self.steps}")
+        if self.steps > MAX_STEPS:
+            raise UsageError(f"the job asks for {self.steps:.3g} optimizer steps; that is not a training run "
+                             f"(at most {MAX_STEPS:.0e}: check the plan's samples, tokens or steps)")
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
             raise UsageError(f"--checkpoint-every must be at least 1, got {self.checkpoint_every}")
         if not (self.checkpoint_interval_s > 0 and math.isfinite(self.checkpoint_interval_s)):
@@ -154,7 +162,7 @@ class RunSpec:
     timeout_s: float | None = None
     labels: Mapping[str, str] = field(default_factory=dict)  # extra labels, e.g. {"cloudfit-purpose": "probe"}
     record: Mapping[str, Any] = field(default_factory=dict)  # extra facts for the state store (e.g. trusted prices)
-    deadline: Any = None  # cloudfit.executors.deadline.DeadlineSpec: keep the deadline at run time (gcp)
+    deadline: Any = None  # cloudfit.executors.deadline.DeadlineSpec: keep the deadline at run time
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -234,6 +242,7 @@ class DownResult:
     already_gone: tuple[str, ...]
     untracked: tuple[str, ...] = ()  # found by label/environment but missing from the state store
     foreign: tuple[str, ...] = ()  # carry the cluster label but belong to a launch this store did not record: left alone
+    pending: tuple[str, ...] = ()  # inserts recorded but unanswered that may still create a VM: run `down` again
 
 
 class Executor(Protocol):
@@ -335,7 +344,8 @@ def supervise(running: Running, guard, *, timing: Timing, timeout_s: float | Non
             if watch is not None and last.state == "running":
                 if last.lost:
                     watch.lost()
-                d = watch.observe(tick, last.progress, running.config, up=not last.lost)
+                d = watch.observe(tick, last.progress, running.config, up=not last.lost,
+                                  budget_left_usd=guard.remaining(tick))
                 running.deadline_seen(d)
                 if d.action == "on-demand":
                     emit(Event("switch", f"switching to on-demand: {d.reason}", dict(d.data)))
@@ -346,7 +356,7 @@ def supervise(running: Running, guard, *, timing: Timing, timeout_s: float | Non
                         reason = BUDGET
                         last = _graceful_stop(running, timing, clock, sleep, last)
                         break
-                    watch.lost()
+                    watch.restarted()
                     last.lost = ()
             if last.lost:
                 emit(Event("lost", f"lost {', '.join(last.lost)}: recreating"))
@@ -423,3 +433,28 @@ def plan_configs(plan, limit: int | None = None) -> tuple[ClusterConfig, ...]:
         if e.config not in out:
             out.append(e.config)
     return tuple(out[:limit] if limit else out)
+
+
+def plan_identity(plan) -> str:
+    """A plan's identity (16 hex): its workload, chosen config and layout. Launches of the same plan share
+    its spend (the budget continues across relaunches) and its checkpoint key (only it resumes them)."""
+    import hashlib
+    import json
+
+    d = plan.to_dict()
+    core = {"workload": d.get("workload"), "chosen": (d.get("chosen") or {}).get("config"), "layout": d.get("layout")}
+    return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def carried_budget(store, spec: RunSpec, *, min_billed_s: float = 0.0, teardown_s: float = 0.0) -> tuple[float, float]:
+    """``(budget left for this launch, spent by earlier launches of the same plan)``: the budget is the
+    plan's, not the process's — a relaunch after a killed launcher and a `down` continues it."""
+    from cloudfit.executors.budget import BudgetTooSmallError
+
+    prior, names = store.plan_spend(spec.record.get("plan_id"), min_billed_s=min_billed_s, teardown_s=teardown_s)
+    left = spec.budget_usd - prior
+    if names and left <= 0:
+        raise BudgetTooSmallError(
+            f"this plan's earlier launches ({', '.join(names[-3:])}) spent ${prior:.4g} of its ${spec.budget_usd:.4g} "
+            "budget: nothing is left; raise --budget to continue")
+    return left, prior

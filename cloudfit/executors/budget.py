@@ -252,3 +252,32 @@ class Guard:
 
     def is_live(self, key: str) -> bool:
         return key in self._live
+
+
+#: The longest run a plan may predict before its default budget is refused (a year): beyond it the
+#: plan's hours are not a training run (a typo, a hand-edited file) and P90 × price is no budget.
+MAX_PLAN_HOURS = 24 * 365.0
+
+
+def default_budget(plan, margin: float) -> float:
+    """The budget when none is given: the plan's own, else its P90 hours at the catalog's price × ``margin``.
+    A plan predicting more than ``MAX_PLAN_HOURS`` (or nothing finite) gets no default: one line, give --budget."""
+    if plan.workload.budget_usd:
+        return float(plan.workload.budget_usd)
+    c = plan.chosen
+    hours = float(c.hours_p90)
+    if not (0 < hours <= MAX_PLAN_HOURS):
+        raise UsageError(f"the plan predicts {hours:.3g} h (P90) for {c.config.label()}: not a training run to "
+                         f"derive a budget from (over {MAX_PLAN_HOURS:,.0f} h); give --budget USD or re-plan")
+    return round(hours * c.config.price_per_hour * margin, 2)
+
+
+def check_launchable(guard: Guard, schedules, prior: float, budget: float) -> None:
+    """``guard.check_launchable``, naming what earlier launches of the plan spent when that is why."""
+    try:
+        guard.check_launchable(schedules)
+    except BudgetTooSmallError as e:
+        if prior > 0:
+            raise BudgetTooSmallError(f"{e} (earlier launches of this plan spent ${prior:.4g} of its "
+                                      f"${budget:.4g})") from None
+        raise

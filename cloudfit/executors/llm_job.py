@@ -62,6 +62,11 @@ class LlmJob:
             raise UsageError(f"the plan's layout block is malformed ({e!s:.80}): re-run `cloudfit recommend`") from None
         if any(v < 1 for k, v in degrees.items() if k != "ac") or seq_len < 1 or steps < 1 or gpus < 1:
             raise UsageError("the plan's layout has a degree, sequence length, step count or GPU count below 1")
+        from cloudfit.executors.base import MAX_STEPS
+
+        if steps > MAX_STEPS or seq_len > 10**8 or gpus > 10**6:
+            raise UsageError(f"the plan's layout asks for {steps:.3g} steps of {seq_len:.3g} tokens on {gpus:.3g} GPUs: "
+                             "not a training run (re-run `cloudfit recommend`)")
         world = world_of(degrees)
         if world != gpus:
             raise UsageError(f"the plan's layout covers {world} ranks but its cluster has {gpus} GPUs")

@@ -31,16 +31,16 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from cloudfit.executors import state as st
 from cloudfit.executors.base import (
-    ENV_CLUSTER, LABEL, DownResult, Event, EventSink, NodePlan, Poll, Preview, RunResult, RunSpec, Timing,
-    supervise, taken_over,
+    ENV_CHECKPOINT_KEY, ENV_CLUSTER, LABEL, DownResult, Event, EventSink, NodePlan, Poll, Preview, RunResult, RunSpec,
+    Timing, carried_budget, supervise, taken_over,
 )
-from cloudfit.executors.budget import Guard, PriceSchedule
+from cloudfit.executors.budget import Guard, PriceSchedule, check_launchable
 
 ENV_ELASTIC = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # torch elastic restarts hang on CPU without it (#135712)
 
@@ -95,12 +95,11 @@ class LocalExecutor:
             return spec.job.world_size
         return max(1, min(spec.configs[0].accelerators, self.max_ranks))
 
-    def _guard(self, spec: RunSpec) -> tuple[Guard, list[PriceSchedule]]:
-        c = spec.configs[0]
-        g = Guard(spec.budget_usd, interval_s=self.timing.interval_s, teardown_s=self.timing.teardown_s,
-                  min_billed_s=0.0, provision_slack_s=0.0, min_cap_s=self.timing.interval_s)
-        per_node = c.price_per_hour / c.nodes
-        return g, [PriceSchedule.constant(per_node)] * c.nodes
+    def _guard(self, spec: RunSpec, budget: float | None = None) -> tuple[Guard, list[PriceSchedule]]:
+        g = Guard(spec.budget_usd if budget is None else budget, interval_s=self.timing.interval_s,
+                  teardown_s=self.timing.teardown_s, min_billed_s=0.0, provision_slack_s=0.0,
+                  min_cap_s=self.timing.interval_s)
+        return g, _schedules(spec.configs[0])
 
     def _paths(self, spec: RunSpec) -> dict[str, Path]:
         d = run_dir(spec.name)
@@ -145,40 +144,37 @@ class LocalExecutor:
 
     def run(self, spec: RunSpec, on_event: EventSink | None = None) -> RunResult:
         emit = on_event or (lambda e: None)
-        guard, schedules = self._guard(spec)
-        guard.check_launchable(schedules)  # before anything exists
+        budget, prior = carried_budget(self.store, spec)
+        guard, schedules = self._guard(spec, budget)
+        check_launchable(guard, schedules, prior, spec.budget_usd)  # before anything exists
         paths = self._paths(spec)
         c = spec.configs[0]
         self.store.create_cluster(spec.name, "local", spec.budget_usd, {
             "config": c.to_dict(), "ranks": self.ranks(spec), "job": _job_info(spec), "run_dir": str(paths["dir"]),
             "checkpoint_dir": str(paths["checkpoints"]), "log": str(paths["log"]),
+            "plan_id": spec.record.get("plan_id"), "spent_before_usd": prior,
         }, launcher_pid=os.getpid(), launcher_started=_create_time(os.getpid()))
         started = time.monotonic()
         reason, last = "failed", Poll()
+        running = _LocalRunning(self, spec, guard, [], 0, None, paths, c,
+                                key=self.store.checkpoint_key(spec.record.get("plan_id") or spec.name))
+        watch = None
+        if spec.deadline is not None:
+            from cloudfit.executors.deadline import DeadlineLog, DeadlineWatch
+
+            watch = DeadlineWatch(spec.deadline, spec.job.steps, margin_s=self.timing.interval_s, t0=started)
+            running.log = DeadlineLog(self.store, spec.name, watch, time.monotonic)
         try:
             paths["dir"].mkdir(parents=True, exist_ok=True)
             for stale in (paths["progress"], paths["stop"]):  # a previous run's files must not end this one
                 stale.unlink(missing_ok=True)
-            keys = [f"{spec.name}-{i}" for i in range(c.nodes)]
-            cap = guard.reserve(keys, schedules, time.monotonic())
-            stop_at = time.time() + cap
-            argv = self._argv(spec, paths, stop_at)
-            rid = self.store.intend(spec.name, "process", spec.name, zone="localhost", price_per_hour=c.price_per_hour,
-                                    cap_s=cap, info={"ranks": self.ranks(spec)})
-            env = {**os.environ, **ENV_ELASTIC, ENV_CLUSTER: spec.name, "CLOUDFIT_CHECKPOINT_DIR": str(paths["checkpoints"]),
-                   "CLOUDFIT_STOP_FILE": str(paths["stop"]), "CLOUDFIT_PROGRESS_FILE": str(paths["progress"])}
-            env.setdefault("OMP_NUM_THREADS", "1")
-            with open(paths["log"], "ab") as log:
-                proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=True)  # its own process group: teardown kills all ranks
-            running = _LocalRunning(self, spec, guard, keys, rid, proc, paths)
             try:
-                self.store.confirm(rid, info={"pid": proc.pid, "create_time": _create_time(proc.pid)})
+                running.start(c)
                 self.store.update_cluster(spec.name, status=st.RUNNING)
-                emit(Event("created", f"started {self.ranks(spec)} rank(s) (pid {proc.pid}) rehearsing {c.label()}; "
-                                      f"log {paths['log']}"))
+                emit(Event("created", f"started {self.ranks(spec)} rank(s) (pid {running.proc.pid}) rehearsing "
+                                      f"{c.label()}; log {paths['log']}"))
                 reason, last = supervise(running, guard, timing=self.timing, timeout_s=spec.timeout_s, emit=emit,
-                                         record=st.SpendRecorder(self.store, spec.name))
+                                         record=st.SpendRecorder(self.store, spec.name), watch=watch)
             finally:
                 running.teardown()  # a no-op after supervise; covers an exception before it
         except KeyboardInterrupt:
@@ -192,10 +188,10 @@ class LocalExecutor:
                                       info={"progress": dict(last.progress)})
             self.store.event(spec.name, final, f"ended: {final}, spent ${spend:.4f}")
         p = last.progress
-        return RunResult(spec.name, "local", reason, spend, time.monotonic() - started, c,
+        return RunResult(spec.name, "local", reason, spend, time.monotonic() - started, running.config,
                          steps=int(p.get("step") or 0), total_steps=int(p.get("total_steps") or spec.job.steps),
                          samples_per_second=p.get("samples_per_second"), restarts=int(p.get("restart") or 0),
-                         detail=last.detail)
+                         detail="; ".join([last.detail] * bool(last.detail) + [f"switched: {w}" for w in running.switches]))
 
     # ---------------------------------------------------------------- down / live
 
@@ -229,9 +225,11 @@ class LocalExecutor:
                 continue
             if _kill_group(p.pid):
                 untracked.append(f"pid {p.pid}")
-        if rec is not None and not rec.ended:
-            self.store.update_cluster(name, status=st.ENDED, reason="down")
-            self.store.event(name, "down", "deleted by `cloudfit down`")
+        if rec is not None:  # spend by the processes' lifetimes (start to the kill just now), also after a dead launcher
+            spend = self.store.refresh_spend(name, min_billed_s=0.0)
+            if not rec.ended:
+                self.store.update_cluster(name, status=st.ENDED, reason="down")
+                self.store.event(name, "down", f"deleted by `cloudfit down`; spent ${spend:.4f}")
         if rec is None and not untracked:
             from cloudfit.errors import UsageError
 
@@ -245,6 +243,10 @@ def _job_info(spec: RunSpec) -> dict[str, Any]:
             "checkpoint_every": j.checkpoint_every, "command": list(j.command)}
 
 
+def _schedules(c) -> list[PriceSchedule]:
+    return [PriceSchedule.constant(c.price_per_hour / c.nodes)] * c.nodes
+
+
 @dataclass
 class _LocalRunning:
     ex: LocalExecutor
@@ -252,9 +254,33 @@ class _LocalRunning:
     guard: Guard
     keys: list[str]
     rid: int
-    proc: subprocess.Popen
+    proc: Any  # subprocess.Popen once started
     paths: dict[str, Path]
+    config: Any = None  # the ClusterConfig being rehearsed (and charged)
+    key: str = ""  # the checkpoint HMAC key: the ranks' environment only
+    log: Any = None  # cloudfit.executors.deadline.DeadlineLog (with a deadline)
+    switches: list = field(default_factory=list)
     torn_down: bool = False
+    generation: int = 0
+
+    def start(self, config) -> None:
+        """Reserve the config's price with the guard and start the process group under torchrun."""
+        self.config, self.torn_down = config, False
+        self.generation += 1
+        self.keys = [f"{self.spec.name}-g{self.generation}-{i}" for i in range(config.nodes)]
+        cap = self.guard.reserve(self.keys, _schedules(config), time.monotonic())
+        argv = self.ex._argv(self.spec, self.paths, time.time() + cap)
+        self.rid = self.ex.store.intend(self.spec.name, "process", self.spec.name, zone="localhost",
+                                        price_per_hour=config.price_per_hour, cap_s=cap,
+                                        info={"ranks": self.ex.ranks(self.spec), "config": config.label()})
+        env = {**os.environ, **ENV_ELASTIC, ENV_CLUSTER: self.spec.name,
+               "CLOUDFIT_CHECKPOINT_DIR": str(self.paths["checkpoints"]), "CLOUDFIT_STOP_FILE": str(self.paths["stop"]),
+               "CLOUDFIT_PROGRESS_FILE": str(self.paths["progress"]), ENV_CHECKPOINT_KEY: self.key}
+        env.setdefault("OMP_NUM_THREADS", "1")
+        with open(self.paths["log"], "ab") as log:
+            self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)  # its own process group: teardown kills all ranks
+        self.ex.store.confirm(self.rid, info={"pid": self.proc.pid, "create_time": _create_time(self.proc.pid)})
 
     def poll(self) -> Poll:
         if taken_over(self.ex.store, self.spec.name):
@@ -271,13 +297,37 @@ class _LocalRunning:
     def replace(self, lost: Sequence[str]) -> None:  # local processes are never preempted
         return None
 
+    def deadline_seen(self, d) -> None:
+        self.log.seen(d, self.config)
+
+    def switch(self, d) -> None:
+        """The deadline rule's move, rehearsed: the job checkpoints and stops, and resumes from its
+        checkpoint charged at the alternative's price (the guard prices it first)."""
+        to = d.to
+        self.request_stop()
+        try:
+            self.proc.wait(timeout=self.ex.timing.grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.proc.poll() == 0 and _read_json(self.paths["progress"]).get("state") != "stopped":
+            return  # finished while stopping: nothing to move
+        self.switches.append(self.log.switch("on-demand", self.config, to, d.reason))
+        self.teardown()
+        self.paths["stop"].unlink(missing_ok=True)
+        if self.guard.cap_for(_schedules(to), time.monotonic()) < self.guard.min_cap_s:
+            from cloudfit.errors import BudgetExceeded
+
+            raise BudgetExceeded(f"the budget left cannot pay {to.label()}: stopping (checkpoint saved)")
+        self.start(to)
+        self.ex.store.update_cluster(self.spec.name, info={"config": to.to_dict()})
+
     def request_stop(self) -> None:
         self.paths["stop"].touch()
         if self.spec.job.command:  # a user command may not know the stop file: ask torchrun to stop it
             _signal_group(self.proc.pid, signal.SIGTERM)
 
     def teardown(self) -> None:
-        if self.torn_down:
+        if self.torn_down or self.proc is None:
             return
         self.torn_down = True
         if self.proc.poll() is None:

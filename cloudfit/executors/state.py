@@ -18,6 +18,7 @@ then found by label (``cloudfit down NAME --backend gcp --all-with-label``).
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import time
@@ -29,6 +30,7 @@ from typing import Any, Iterator, Mapping
 from cloudfit.errors import LaunchError, UsageError
 
 SCHEMA_VERSION = 1
+READ_BUSY_S = 3.0  # a read waits at most this long for a lock held by another process
 
 #: Resource states, in lifecycle order. ``failed`` = the create call was refused (nothing billed).
 INTENT, CREATED, DELETING, DELETED, FAILED = "intent", "created", "deleting", "deleted", "failed"
@@ -68,6 +70,7 @@ CREATE TABLE IF NOT EXISTS resources (
     info TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS resources_cluster ON resources(cluster);
+CREATE TABLE IF NOT EXISTS keys (scope TEXT PRIMARY KEY, key TEXT NOT NULL, created_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     cluster TEXT NOT NULL,
@@ -127,8 +130,9 @@ def default_path() -> Path:
 class StateStore:
     """Thin, process-safe access to ``state.db``. Open one per process; methods are short transactions."""
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, *, busy_s: float = 30.0) -> None:
         self.path = Path(path) if path is not None else default_path()
+        self.busy_s = busy_s  # how long a write waits for another process's write
         self.recovered: str | None = None  # one line when a corrupt store was moved aside on opening
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -138,7 +142,7 @@ class StateStore:
             self._open()
         except sqlite3.DatabaseError as e:
             if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
-                raise LaunchError(f"{self.path}: the state store is locked by another process ({e})") from None
+                raise LaunchError(self._locked_line()) from None
             moved = self._move_aside()
             self.recovered = (f"the state store {self.path} was corrupt ({e}); moved it to {moved.name} and started "
                               "an empty one (clusters it held: `cloudfit down NAME --backend gcp --all-with-label`)")
@@ -155,9 +159,18 @@ class StateStore:
                 os.replace(src, Path(str(target) + suffix))
         return target
 
+    def _locked_line(self) -> str:
+        return f"{self.path}: the state store is locked by {lock_holder(self.path)}; try again when it is done"
+
     def _open(self) -> None:
-        db = self._raw_connect()
+        new = not self.path.exists()
+        db = self._raw_connect(min(self.busy_s, READ_BUSY_S))
         try:
+            if new:
+                try:
+                    os.chmod(self.path, 0o600)  # it holds checkpoint keys: the user's alone
+                except OSError:
+                    pass
             db.executescript(_SCHEMA)  # executescript commits on its own: keep it out of _tx
             bad = [r[0] for r in db.execute("PRAGMA quick_check").fetchall() if r[0] != "ok"]
             if bad:
@@ -175,8 +188,8 @@ class StateStore:
         finally:
             db.close()
 
-    def _raw_connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+    def _raw_connect(self, timeout: float | None = None) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=self.busy_s if timeout is None else timeout, isolation_level=None)
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")  # an intent row must survive a kill -9 right after
@@ -185,17 +198,24 @@ class StateStore:
             raise
         return db
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, timeout: float | None = None) -> sqlite3.Connection:
         try:
-            return self._raw_connect()
+            return self._raw_connect(timeout)
+        except sqlite3.OperationalError as e:
+            if "locked" in str(e):
+                raise LaunchError(self._locked_line()) from None
+            raise LaunchError(f"{self.path}: cannot open the state store ({e})") from None
         except sqlite3.Error as e:
             raise LaunchError(f"{self.path}: cannot open the state store ({e})") from None
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        db = self._connect()
+    def _tx(self, write: bool = True, wait_s: float | None = None) -> Iterator[sqlite3.Connection]:
+        """One transaction. Reads are deferred (in WAL mode a reader never waits for a writer) and wait
+        at most ``READ_BUSY_S`` for a lock (another process holding the file exclusively): then one line
+        naming the holder, not a 30 s hang."""
+        db = self._connect(wait_s if wait_s is not None else None if write else min(self.busy_s, READ_BUSY_S))
         try:
-            db.execute("BEGIN IMMEDIATE")
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             yield db
             db.execute("COMMIT")
         except sqlite3.DatabaseError as e:  # corrupted under us (after the check on opening): one line, no traceback
@@ -204,6 +224,8 @@ class StateStore:
                     db.execute("ROLLBACK")
                 except sqlite3.Error:
                     pass
+            if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+                raise LaunchError(self._locked_line()) from None
             raise LaunchError(f"{self.path}: the state store failed ({e}); if it is corrupt, the next cloudfit "
                               "command moves it aside") from None
         except BaseException:
@@ -250,14 +272,14 @@ class StateStore:
         return rec
 
     def find_cluster(self, name: str) -> ClusterRecord | None:
-        with self._tx() as db:
+        with self._tx(write=False) as db:
             row = db.execute(f"SELECT {_CLUSTER_COLS} FROM clusters WHERE name=?", (name,)).fetchone()
         return None if row is None else _cluster(row)
 
     def launch_ids(self, name: str) -> set[str]:
         """Launch identities recorded for clusters named ``name`` (this one and earlier ones archived
         as ``name@time``): what ``down NAME`` may delete."""
-        with self._tx() as db:
+        with self._tx(write=False) as db:
             rows = db.execute("SELECT info FROM clusters WHERE name=? OR name LIKE ?",
                               (name, name + "@%")).fetchall()
         out = set()
@@ -271,7 +293,7 @@ class StateStore:
         return out
 
     def clusters(self) -> list[ClusterRecord]:
-        with self._tx() as db:
+        with self._tx(write=False) as db:
             rows = db.execute(f"SELECT {_CLUSTER_COLS} FROM clusters ORDER BY created_at").fetchall()
         return [_cluster(r) for r in rows]
 
@@ -351,9 +373,58 @@ class StateStore:
         if live_only:
             q += f" AND state IN ({_qs(LIVE_STATES)})"
             args += LIVE_STATES
-        with self._tx() as db:
+        with self._tx(write=False) as db:
             rows = db.execute(q + " ORDER BY id", args).fetchall()
         return [_resource(r) for r in rows]
+
+    # ------------------------------------------------------------------ spend per plan, checkpoint keys
+
+    def plan_spend(self, plan_id: str | None, *, min_billed_s: float = 0.0, teardown_s: float = 0.0,
+                   now: float | None = None) -> tuple[float, list[str]]:
+        """``(USD, cluster names)`` every earlier launch of the plan ``plan_id`` spent — or, for one whose
+        resources may still exist (launcher killed, not brought down), may still spend: each live
+        resource billed to its cap. A relaunch of the same plan starts its guard from what is left."""
+        if not plan_id:
+            return 0.0, []
+        total, names = 0.0, []
+        for rec in self.clusters():  # archived launches (name@time) too
+            if rec.info.get("plan_id") != plan_id:
+                continue
+            res = self.resources(rec.name)
+            live = [r for r in res if r.live]
+            by_life = estimate_spend(res, now=now if not live else math.inf, min_billed_s=min_billed_s,
+                                     teardown_s=teardown_s)
+            total += max(rec.spend_usd, by_life) if res else rec.spend_usd
+            names.append(rec.name)
+        return total, names
+
+    def refresh_spend(self, name: str, *, min_billed_s: float = 0.0, teardown_s: float = 0.0,
+                      wait_s: float | None = None) -> float:
+        """Spend of ``name`` by resource lifetime (start to stop, or to now while a resource may still
+        exist, never past its cap), written to the cluster row and returned (``down``, ``status``).
+        ``wait_s``: wait at most this long to write it (``status`` must answer: a store another process
+        is writing keeps its older figure, the answer is still the fresh one)."""
+        spend = estimate_spend(self.resources(name), min_billed_s=min_billed_s, teardown_s=teardown_s)
+        try:
+            with self._tx(wait_s=wait_s) as db:
+                db.execute("UPDATE clusters SET spend_usd=?, updated_at=? WHERE name=?", (spend, time.time(), name))
+        except LaunchError:
+            if wait_s is None:
+                raise
+        return spend
+
+    def checkpoint_key(self, scope: str) -> str:
+        """The HMAC key (64 hex characters) that signs the checkpoints of ``scope`` (a plan, else a
+        cluster): drawn once, kept here — never in the bucket, the logs or the plan."""
+        import secrets
+
+        with self._tx() as db:
+            row = db.execute("SELECT key FROM keys WHERE scope=?", (scope,)).fetchone()
+            if row is not None:
+                return str(row[0])
+            key = secrets.token_hex(32)
+            db.execute("INSERT INTO keys (scope, key, created_at) VALUES (?,?,?)", (scope, key, time.time()))
+            return key
 
     # ------------------------------------------------------------------ events
 
@@ -363,7 +434,7 @@ class StateStore:
                        (cluster, time.time(), kind, message))
 
     def events(self, cluster: str, limit: int = 50) -> list[tuple[float, str, str]]:
-        with self._tx() as db:
+        with self._tx(write=False) as db:
             rows = db.execute("SELECT at, kind, message FROM events WHERE cluster=? ORDER BY id DESC LIMIT ?",
                               (cluster, limit)).fetchall()
         return [tuple(r) for r in reversed(rows)]  # type: ignore[misc]
@@ -416,8 +487,31 @@ def estimate_spend(resources: list[Resource], now: float | None = None, *, min_b
         if r.state == FAILED:
             continue
         end = r.deleted_at if r.deleted_at is not None else now
-        if r.deleted_at is None and r.cap_s is not None:
-            end = min(end, r.intent_at + r.cap_s + teardown_s) if r.kind == "vm" else end
+        if r.deleted_at is None and r.cap_s is not None and r.kind == "vm":  # the cloud ends a VM at its cap
+            end = min(end, r.intent_at + r.cap_s + teardown_s)
+        if not math.isfinite(end):  # no cap and still there: count it to now
+            end = time.time()
         billed = max(end - r.intent_at, min_billed_s if r.kind == "vm" else 0.0)
         total += r.price_per_hour * billed / 3600.0
     return total
+
+
+def lock_holder(path: Path) -> str:
+    """Who has ``path`` (or its WAL files) open, for the "locked" line: ``pid N (command)`` of each other
+    process of this user, or ``another process`` when none can be seen."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        return "another process"
+    names = {str(Path(str(path) + sfx).resolve()) for sfx in ("", "-wal", "-shm", "-journal")}
+    me, out = os.getpid(), []
+    for p in psutil.process_iter(["pid"]):
+        if p.pid == me:
+            continue
+        try:
+            if any(f.path in names for f in p.open_files()):
+                cmd = " ".join(p.cmdline())[:120] or p.name()
+                out.append(f"pid {p.pid} ({cmd})")
+        except (psutil.Error, OSError):
+            continue
+    return ", ".join(out[:3]) if out else "another process"

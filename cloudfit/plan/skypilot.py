@@ -3,11 +3,18 @@
 The task runs cloudfit's own trainer under ``torchrun`` on every node, with arguments the trainer
 accepts (``--steps`` from the workload's samples, the batch per GPU and the cluster's GPUs; the
 Young/Daly checkpoint interval the plan priced), checkpoints in a bucket mounted at
-``CHECKPOINT_MOUNT`` (so a recovered spot cluster resumes from them), ``setup`` installing exactly
-the cloudfit version that planned the task, and the plan's chosen config followed by its
-alternatives as ``resources: ordered:`` (SkyPilot tries them in order). Shapes SkyPilot cannot
-attach (e.g. ``a3-edgegpu-8g``) are never emitted; alternatives with another node count or GPUs
+``CHECKPOINT_MOUNT`` (so a recovered spot cluster resumes from them), and the plan's chosen config
+followed by its alternatives as ``resources: ordered:`` (SkyPilot tries them in order). Shapes SkyPilot
+cannot attach (e.g. ``a3-edgegpu-8g``) are never emitted; alternatives with another node count or GPUs
 per node are left out too (one task has one ``num_nodes`` and one ``--steps``).
+
+What the nodes install is the *wheel of the running cloudfit* (the one GCP VMs get), file-mounted at
+``WHEEL_MOUNT`` and checked against its SHA-256 before ``pip`` sees it — never a name from the package
+index (``cloudfit`` there is not this project: whoever publishes it would run code on every node).
+The bucket is unique per launch (``launch_id``), so two jobs of one model never share (or resume) one
+another's checkpoints; the checkpoint key is a SkyPilot *secret* (``CLOUDFIT_CHECKPOINT_KEY``, null in
+the YAML: ``sky launch --secret CLOUDFIT_CHECKPOINT_KEY`` passes it from the shell), never in the file.
+``cloudfit.executors.skypilot.emit`` writes the YAML, the wheel and the key file together.
 """
 
 from __future__ import annotations
@@ -40,16 +47,45 @@ def skypilot_accelerator(config: ClusterConfig) -> str | None:
     return None
 
 
-def _bucket_name(model: str) -> str:
-    stem = re.sub(r"[^a-z0-9-]+", "-", model.lower()).strip("-")[:40] or "job"
-    return f"cloudfit-{stem}-ckpt"
+WHEEL_MOUNT = "/cloudfit-wheel"
+_NO_WHEEL = ("echo 'cloudfit: this task carries no cloudfit wheel; write it with `cloudfit recommend --emit-skypilot` "
+             "(cloudfit.executors.skypilot.emit)' >&2\nexit 1\n")
+KEY_SECRET = "CLOUDFIT_CHECKPOINT_KEY"
 
 
-def skypilot_task(plan: Plan, *, bucket: str | None = None, steps_command: str | None = None,
-                  batch_size_per_device: int | None = None) -> dict[str, Any]:
-    """A SkyPilot task (as a dict, for YAML) that runs cloudfit's trainer on the plan's configs."""
+def bucket_name(model: str, launch_id: str) -> str:
+    """``cloudfit-<model>-<launch id>``: a bucket of this launch alone (≤ 63 characters)."""
+    stem = re.sub(r"[^a-z0-9-]+", "-", model.lower()).strip("-")[:30] or "job"
+    lid = re.sub(r"[^a-z0-9]+", "", launch_id.lower())[:16]
+    if len(lid) < 8:
+        raise UsageError("a SkyPilot task needs a launch id of at least 8 letters or digits (its bucket's name)")
+    return f"cloudfit-{stem}-{lid}"
+
+
+def setup_script(wheel_name: str, sha256: str, extra: str = "") -> str:
+    """The task's ``setup``: check the mounted wheel's SHA-256, then install that file (no index name)."""
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256 or "") or not re.fullmatch(r"[A-Za-z0-9_.+-]+\.whl", wheel_name or ""):
+        raise UsageError("the SkyPilot task needs the wheel's file name and SHA-256")
+    path = f"{WHEEL_MOUNT}/{wheel_name}"
+    return ("set -e\n"
+            f"echo '{sha256}  {path}' | sha256sum -c --status "
+            f"|| {{ echo 'cloudfit: {path} does not match its SHA-256 {sha256[:12]}…' >&2; exit 1; }}\n"
+            f"python -m pip install --quiet '{path}{extra}'\n")
+
+
+def skypilot_task(plan: Plan, *, wheel_name: str | None = None, wheel_sha256: str | None = None,
+                  wheel_path: str | None = None, launch_id: str | None = None, bucket: str | None = None,
+                  steps_command: str | None = None, batch_size_per_device: int | None = None) -> dict[str, Any]:
+    """A SkyPilot task (as a dict, for YAML) that runs cloudfit's trainer on the plan's configs.
+
+    ``wheel_*``: the wheel of the running cloudfit (name, SHA-256, local path SkyPilot uploads) — without
+    them the task's setup refuses to run (use ``cloudfit.executors.skypilot.emit``, which builds it);
+    ``launch_id``: this launch's identity (the bucket's name unless ``bucket`` is given; default: new)."""
+    import uuid
+
     from cloudfit.spot.checkpointing import planned_interval
-    from cloudfit.endpoints import pip_spec
+
+    launch_id = launch_id or uuid.uuid4().hex
 
     w = plan.workload
     cloud = plan.chosen.config.offering.cloud
@@ -93,12 +129,15 @@ def skypilot_task(plan: Plan, *, bucket: str | None = None, steps_command: str |
         "accelerators": f"{skypilot_accelerator(c)}:{c.offering.accelerators_per_node}",
         "use_spot": bool(c.spot),
     } for c in configs]
+    extra = "[hf]" if any(w.model.startswith(p) for p in ("bert", "gpt2")) else ""
     return {
-        "name": f"cloudfit-{re.sub(r'[^a-z0-9-]+', '-', w.model.lower()).strip('-') or 'job'}",
+        "name": f"cloudfit-{re.sub(r'[^a-z0-9-]+', '-', w.model.lower()).strip('-')[:30] or 'job'}-{launch_id[:8]}",
         "resources": {"ordered": ordered},
         "num_nodes": int(first.nodes),
-        "file_mounts": {CHECKPOINT_MOUNT: {"name": bucket or _bucket_name(w.model), "mode": "MOUNT"}},
-        "setup": f"python -m pip install --quiet {shlex.quote(pip_spec())}\n",
+        "secrets": {KEY_SECRET: None},
+        "file_mounts": {CHECKPOINT_MOUNT: {"name": bucket or bucket_name(w.model, launch_id), "mode": "MOUNT"},
+                        **({f"{WHEEL_MOUNT}/{wheel_name}": str(wheel_path)} if wheel_name else {})},
+        "setup": setup_script(wheel_name, wheel_sha256, extra) if wheel_name else _NO_WHEEL,
         "run": run,
     }
 

@@ -38,7 +38,8 @@ def gcp(fake):
 
     def make(**kw):
         opts = dict(project=PROJECT, endpoint=fake.endpoint, interval_s=0.1, grace_s=1.0, teardown_s=3.0,
-                    provision_slack_s=5.0, retry=Retry(base_s=0.005, cap_s=0.05))
+                    provision_slack_s=5.0, insert_settle_s=1.0,
+                    retry=Retry(base_s=0.005, cap_s=0.05))
         opts.update(kw)
         return GcpExecutor(**opts)
 

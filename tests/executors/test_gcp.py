@@ -356,7 +356,7 @@ def test_the_vms_get_this_very_cloudfit_as_a_wheel_in_metadata(fake, gcp, tmp_pa
     assert chunks and all(len(v) <= 256 * 1024 for _, v in chunks)
     data = base64.b64decode("".join(v for _, v in sorted(chunks, key=lambda kv: int(kv[0].rsplit("-", 1)[1]))))
     script = _meta(body, "startup-script")
-    assert f"WHEEL_SHA={hashlib.sha256(data).hexdigest()}" in script and "cloudfit==" not in script.split("PIP_SPEC=")[1][:40]
+    assert f"WHEEL_SHA={hashlib.sha256(data).hexdigest()}" in script and "cloudfit==" not in script.split("PIP_ARGS=")[1][:40]
     wheel = tmp_path / f"cloudfit-{__version__}-py3-none-any.whl"
     wheel.write_bytes(data)
     target = tmp_path / "site"
@@ -375,3 +375,98 @@ def test_the_runtime_wheel_is_reproducible():
     from cloudfit.executors.gcp.wheel import runtime_wheel
 
     assert runtime_wheel() == runtime_wheel()
+
+
+def _insert_raw(ex, name, zone, cluster, launch):
+    from google.cloud import compute_v1
+
+    body = compute_v1.Instance(name=name, machine_type=f"zones/{zone}/machineTypes/n1-highmem-8",
+                               labels={"cloudfit-cluster": cluster, "cloudfit-launch": launch})
+    ex.clients.instances.insert(project=PROJECT, zone=zone, instance_resource=body)
+
+
+def test_down_deletes_the_same_name_in_two_zones(fake, gcp):
+    """VMs are (zone, name): one name in two zones is two VMs (it shadowed one before)."""
+    ex = gcp()
+    ex.store.create_cluster("twin", "gcp", 5.0, {"project": PROJECT, "launch_id": "l1"})
+    for zone in ("us-central1-a", "us-central1-b"):
+        ex.store.intend("twin", "vm", "twin-0", zone=zone, price_per_hour=1.0)
+        _insert_raw(ex, "twin-0", zone, "twin", "l1")
+    _when(lambda: len(fake.vms("twin", statuses=("RUNNING",))) == 2)
+    ex.down("twin")
+    assert fake.vms() == [] and ex.store.resources("twin", live_only=True) == []
+
+
+def test_down_during_an_unanswered_insert_deletes_the_vm_that_then_appears(fake, gcp):
+    """A launcher killed inside an insert call leaves an intent row and a request the cloud still honours:
+    `down` used to mark the row deleted at once and forget the VM that appeared a moment later."""
+    ex = gcp(insert_settle_s=20.0)
+    ex.store.create_cluster("late", "gcp", 5.0, {"project": PROJECT, "launch_id": "l1"})
+    ex.store.intend("late", "vm", "late-0", zone="us-central1-b", price_per_hour=1.0)
+    fake.insert_delay_s = 1.5
+    t = threading.Thread(target=_insert_raw, args=(gcp(), "late-0", "us-central1-b", "late", "l1"))
+    t.start()
+    time.sleep(0.3)  # the call is in flight, unanswered
+    res = ex.down("late")
+    t.join()
+    assert fake.vms() == [] and res.pending == ()
+    assert ex.store.resources("late", live_only=True) == [] and ex.store.cluster("late").ended
+
+
+def test_every_vm_gets_the_plans_checkpoint_key_out_of_band_and_a_relaunch_continues_the_budget(fake, gcp):
+    """The key is the plan's (a relaunch resumes its checkpoints), drawn once, kept in the state store,
+    sent as instance metadata — never in the startup script, the preview, the labels or the cluster's info.
+    The relaunch's guard starts from what the first launch spent."""
+    ex = gcp()
+    s = spec("keyed", t4(), record={"plan_id": "p-1"})
+    pv = ex.preview(s)
+    r = ex.run(s)
+    assert r.reason == "completed"
+    key = ex.store.checkpoint_key("p-1")
+    assert len(key) == 64 and int(key, 16) >= 0
+    keys = {_meta(b, "cloudfit-checkpoint-key") for b in fake.inserted}
+    assert keys == {key}
+    assert all(key not in _meta(b, "startup-script") and key not in str(b["labels"]) for b in fake.inserted)
+    assert key not in repr(pv) and key not in str(ex.store.cluster("keyed").info)
+    first = ex.store.cluster("keyed").spend_usd
+    assert first > 0
+    again = ex.run(spec("keyed2", t4(), record={"plan_id": "p-1"}))
+    assert again.reason == "completed"
+    assert ex.store.cluster("keyed2").info["spent_before_usd"] == pytest.approx(first)
+    assert {_meta(b, "cloudfit-checkpoint-key") for b in fake.inserted} == {key}  # the same plan: the same key
+    ex.run(spec("other", t4(), record={"plan_id": "p-2"}))
+    assert len({_meta(b, "cloudfit-checkpoint-key") for b in fake.inserted}) == 2  # another plan: another key
+
+
+def test_pip_spec_secrets_are_stripped_everywhere_and_its_words_stay_words(cli, fake, tmp_path, monkeypatch):
+    """Issue 27: query-string secrets (a signed URL, ?token=) landed in metadata, --dry-run --json and
+    state.db; a multi-word spec reached pip as one argument; `git+ssh://git@…` lost its user."""
+    import json
+
+    from cloudfit.executors.state import StateStore
+    from tests.executors.plans import write_plan
+
+    spec_text = ("cloudfit==1.2 --extra-index-url 'https://pypi.example.com/simple?token=SEKRET1' "
+                 "'https://storage.googleapis.com/b/cloudfit.whl?X-Goog-Signature=SEKRET2&X-Goog-Credential=SEKRET3"
+                 "&X-Goog-Date=20260101' git+ssh://git@github.com/org/cloudfit.git https://u:SEKRET4@h.example/x.whl")
+    monkeypatch.setenv("CLOUDFIT_PIP_SPEC", spec_text)
+    plan = write_plan(tmp_path / "plan.json", [ClusterConfig(offering("us-central1-a", price=None), 1, True)],
+                      budget_usd=30)
+    args = ["--backend", "gcp", "--project", PROJECT, "--compute-endpoint", fake.endpoint]
+    r = cli("launch", str(plan), "--dry-run", "--json", "--name", "sek", *args)
+    assert r.exit_code == 0, r.output
+    assert "SEKRET" not in r.output and "git+ssh://git@github.com/org/cloudfit.git" in r.output
+    assert "X-Goog-Date=20260101" in r.output  # harmless parameters stay
+    r = cli("launch", str(plan), "--yes", "--name", "sek", "--steps", "20", "--check-interval", "0.1",
+            *args, "--checkpoint-dir", "gs://ckpt-bucket/s")
+    assert r.exit_code == 0, r.output
+    sent = json.dumps(fake.inserted)
+    assert "SEKRET" not in sent and "SEKRET" not in r.output
+    assert b"SEKRET" not in b"".join(p.read_bytes() for p in StateStore().path.parent.glob("state.db*"))
+    script = _meta(fake.inserted[0], "startup-script")
+    line = next(l for l in script.splitlines() if l.startswith("PIP_ARGS="))
+    words = subprocess.run(["bash", "-c", line + '\nprintf "%s\\n" "${PIP_ARGS[@]}"'], capture_output=True,
+                           text=True).stdout.splitlines()
+    assert words == ["cloudfit==1.2", "--extra-index-url", "https://pypi.example.com/simple",
+                     "https://storage.googleapis.com/b/cloudfit.whl?X-Goog-Date=20260101",
+                     "git+ssh://git@github.com/org/cloudfit.git", "https://h.example/x.whl"]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from cloudfit.executors.base import JobSpec, RunSpec
 from cloudfit.executors.local import LocalExecutor
@@ -99,3 +100,91 @@ def test_a_user_command_runs_under_torchrun(tmp_path):
     r = LocalExecutor(max_ranks=2).run(spec)
     assert r.reason == "completed"
     assert sorted(os.listdir(out)) == ["0", "1"] and (out / "1").read_text() == "2"
+
+
+def test_kill_down_relaunch_the_budget_is_the_plans(tmp_path):
+    """Issue 27: after the launcher was killed and the cluster brought down, the recorded spend was the
+    guard's last write (not the resource time: local `down` wrote none) and a relaunch of the same plan
+    started the budget again at $0. Now spend follows the process's lifetime and the relaunch continues
+    the plan's budget: the total never passes it."""
+    h100 = offering("asia-east1-c", "a3-highgpu-8g", "H100", 8, price=None)
+    config = ClusterConfig(h100, 1, False)  # $101.7/h: $0.028 a second
+    plan = write_plan(tmp_path / "plan.json", [config], samples=1e9)
+    budget = 0.75
+    sleep = ["--", sys.executable, "-c", "import time; time.sleep(600)"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    launcher = subprocess.Popen([sys.executable, "-m", "cloudfit", "launch", str(plan), "--budget", str(budget),
+                                 "--name", "first", *sleep], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    ex = LocalExecutor()
+    try:
+        [row] = _wait_for(lambda: [r for r in ex.store.resources("first") if r.info.get("pid")]
+                          if ex.store.find_cluster("first") else None)
+        started = _start_time(row.info["pid"])
+        time.sleep(4.0)
+    finally:
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+    time.sleep(2.0)  # the processes outlive their launcher and keep billing
+    assert run_cloudfit("down", "first", "--yes").returncode == 0
+    [proc] = [r for r in ex.store.resources("first") if r.kind == "process"]
+    lifetime_s = proc.deleted_at - started  # from the process table to the kill by `down`
+    first = ex.store.cluster("first").spend_usd
+    assert lifetime_s > 5.0 and first == pytest.approx(lifetime_s * config.price_per_hour / 3600, rel=0.02)
+    r = run_cloudfit("launch", str(plan), "--budget", str(budget), "--name", "again", *sleep,
+                     env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 4, r.stderr  # stopped by the budget that was left, not the whole budget again
+    again = ex.store.cluster("again")
+    assert again.info["spent_before_usd"] == pytest.approx(first, rel=1e-6)
+    assert 0 < again.spend_usd and first + again.spend_usd <= budget
+    r = run_cloudfit("launch", str(plan), "--budget", f"{first + again.spend_usd - 0.01:.4f}", "--name", "third", *sleep)
+    assert r.returncode == 2 and "earlier launch" in r.stderr and "Traceback" not in r.stderr  # nothing left of it
+
+
+def _start_time(pid: int) -> float:
+    """A process's start on the wall clock from /proc (psutil's create_time rounds the boot time to whole
+    seconds: up to 1 s off on this box)."""
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+_SIM_TRAINER = r"""
+import json, os, sys, time
+total, rate = int(sys.argv[1]), float(sys.argv[2])
+ck = os.path.join(os.environ["CLOUDFIT_CHECKPOINT_DIR"], "step")
+os.makedirs(os.path.dirname(ck), exist_ok=True)
+step = int(open(ck).read()) if os.path.exists(ck) else 0
+def report(state):
+    json.dump({"step": step, "total_steps": total, "checkpoint_step": step, "state": state},
+              open(os.environ["CLOUDFIT_PROGRESS_FILE"] + ".tmp", "w"))
+    os.replace(os.environ["CLOUDFIT_PROGRESS_FILE"] + ".tmp", os.environ["CLOUDFIT_PROGRESS_FILE"])
+while step < total:
+    if os.path.exists(os.environ["CLOUDFIT_STOP_FILE"]):
+        open(ck, "w").write(str(step)); report("stopped"); sys.exit(0)
+    time.sleep(1.0 / rate); step += 1; open(ck, "w").write(str(step)); report("running")
+report("completed")
+"""
+
+
+def test_the_local_backend_keeps_a_deadline_and_rehearses_the_switch(tmp_path):
+    """`--deadline` was accepted but ignored locally. A simulated trainer (10 steps/s, progress and a
+    checkpoint every step) on a spot config whose hazard makes staying miss while on-demand keeps it:
+    the launcher checkpoints, stops and resumes it charged at the on-demand price."""
+    from cloudfit.executors.deadline import DeadlineSpec
+
+    spot, od = ClusterConfig(offering(), 1, True), ClusterConfig(offering(), 1, False)
+    dl = DeadlineSpec(deadline_s=40.0, planned_step_s=0.1, restart_s=1.0, on_demand=od, planned_gpus=1,
+                      hazard_per_hour=36000.0, warmup_steps=2, window_steps=10)
+    job = JobSpec(steps=100, command=(sys.executable, "-c", _SIM_TRAINER, "100", "10"),
+                  checkpoint_dir=str(tmp_path / "ckpt"))
+    ex = LocalExecutor(max_ranks=1)
+    r = ex.run(RunSpec("ldl", (spot,), job, budget_usd=5.0, deadline=dl))
+    assert r.reason == "completed" and r.config == od, r
+    rec = ex.store.cluster("ldl")
+    [sw] = rec.info["switches"]
+    assert sw["kind"] == "on-demand" and "behind the deadline" in sw["reason"] and "on-demand needs" in sw["reason"]
+    assert rec.info["deadline"]["stay_needs_s"] is not None and rec.info["deadline"]["config"] == od.label()
+    prices = [p.price_per_hour for p in ex.store.resources("ldl")]
+    assert prices == [spot.price_per_hour, od.price_per_hour]  # charged at the on-demand price after the switch
+    assert 0 < rec.spend_usd <= 5.0 and ex.live("ldl") == []

@@ -78,3 +78,49 @@ def test_a_vm_whose_install_fails_reports_it_and_powers_off(tmp_path, monkeypatc
     assert p.returncode == 1
     assert md.guest["cloudfit/state"] == "failed" and "pip install" in md.guest["cloudfit/error"]
     assert (tmp_path / "powered-off").exists()  # not left running until its cap
+
+
+def test_a_finished_vm_deletes_itself_and_the_ranks_get_the_checkpoint_key(tmp_path):
+    """Before: a finished VM powered off and stayed TERMINATED, billing its disk until `cloudfit down`
+    (its launcher may be gone). The checkpoint key reaches every rank's environment from metadata."""
+    from google.cloud import compute_v1
+
+    from tests.executors.conftest import PROJECT
+    from tests.fakes.compute_server import FakeCompute
+
+    key = "ab" * 32
+    seen = tmp_path / "key"
+    cmd = (sys.executable, "-c", f"import os; open({str(seen)!r}, 'w').write(os.environ['CLOUDFIT_CHECKPOINT_KEY'])")
+    spec = RunSpec("boot", (ClusterConfig(offering(), 1, True),), JobSpec(command=cmd), 1.0)
+    script = render_startup_script(spec, spec.configs[0], str(tmp_path / "ckpt"))
+    assert key not in script
+    shutdown = tmp_path / "bin"
+    shutdown.mkdir()
+    (shutdown / "shutdown").write_text(f"#!/bin/sh\ntouch {tmp_path}/powered-off\n")
+    (shutdown / "shutdown").chmod(0o755)
+    with FakeCompute(op_delay_s=0.01) as fake:
+        from cloudfit.executors.gcp import make_clients
+
+        c = make_clients(PROJECT, fake.endpoint)
+        c.instances.insert(project=PROJECT, zone="us-central1-a", instance_resource=compute_v1.Instance(
+            name="boot-0", machine_type="zones/us-central1-a/machineTypes/n1-highmem-8", labels={"cloudfit-cluster": "boot"}))
+        deadline = time.monotonic() + 10
+        while fake.vms() != ["boot-0"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        md = FakeMetadata({"cloudfit-node-rank": "0", "cloudfit-nnodes": "1", "cloudfit-master-addr": "self",
+                           "cloudfit-checkpoint-key": key},
+                          paths={"instance/name": "boot-0", "instance/zone": "projects/123/zones/us-central1-a",
+                                 "project/project-id": PROJECT, "instance/service-accounts/default/token":
+                                 '{"access_token":"ya29.test","expires_in":3599,"token_type":"Bearer"}'})
+        env = {**os.environ, "CLOUDFIT_METADATA_URL": md.url, "CLOUDFIT_WORK_DIR": str(tmp_path / "work"),
+               "CLOUDFIT_LINGER_S": "0", "CLOUDFIT_COMPUTE_URL": f"{fake.endpoint}/compute/v1",
+               "PATH": f"{shutdown}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
+        try:
+            p = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
+        finally:
+            md.close()
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        assert md.guest["cloudfit/state"] == "completed"
+        assert fake.vms() == [] and not (tmp_path / "powered-off").exists()  # deleted, not left stopped
+        assert ("DELETE", f"/compute/v1/projects/{PROJECT}/zones/us-central1-a/instances/boot-0", 200) in fake.requests
+    assert seen.read_text() == key and key not in p.stdout + p.stderr

@@ -98,3 +98,64 @@ def test_a_corrupt_store_is_moved_aside_and_reported_in_one_line(tmp_path, damag
     assert st.StateStore(path).recovered is None  # reported once
     [aside] = [p for p in tmp_path.iterdir() if ".corrupt-" in p.name and not p.name.endswith(("-wal", "-shm"))]
     assert aside.stat().st_size > 0  # kept for inspection, not deleted
+
+
+_HOLDER = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+if sys.argv[2] == "exclusive":
+    db.execute("PRAGMA locking_mode=EXCLUSIVE")
+db.execute("BEGIN EXCLUSIVE")
+db.execute("INSERT INTO events (cluster, at, kind, message) VALUES ('x', 0, 'k', 'm')")
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("mode", ["writer", "exclusive"])
+def test_status_answers_at_once_while_another_process_holds_the_store(tmp_path, mode):
+    """Issue 25: `cloudfit status` waited 30 s and failed while another process held the store."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import run_cloudfit
+
+    home = tmp_path / "home"
+    st.StateStore(home / "state.db").create_cluster("held", "local", 1.0, {})
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(home / "state.db"), mode], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        t0 = time.monotonic()
+        r = run_cloudfit("status", env={"CLOUDFIT_HOME": str(home)}, timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        holder.kill()
+        holder.wait()
+    assert took < 20, took  # the old store waited its 30 s busy timeout
+    if mode == "writer":  # WAL: a reader never waits for a writer
+        assert r.returncode == 0 and "held" in r.stdout, r.stderr
+    else:  # nothing can be read: one line naming who holds it
+        assert r.returncode != 0 and "Traceback" not in r.stderr
+        [line] = r.stderr.strip().splitlines()
+        assert "locked by pid" in line and str(holder.pid) in line and "python" in line
+
+
+def test_a_later_status_writes_the_spend_of_a_cluster_whose_launcher_is_gone(tmp_path):
+    import time
+
+    from tests.conftest import run_cloudfit
+
+    home = tmp_path / "home"
+    s = st.StateStore(home / "state.db")
+    s.create_cluster("gone", "local", 5.0, {}, launcher_pid=None)
+    rid = s.intend("gone", "process", "gone", zone="localhost", price_per_hour=36.0, cap_s=600)
+    s.confirm(rid, info={"pid": 1})
+    s.deleted(rid, why="exited", at=time.time())
+    with s._tx() as db:  # it ran 100 s (launcher killed before it wrote any spend)
+        db.execute("UPDATE resources SET intent_at=intent_at-100 WHERE id=?", (rid,))
+    assert s.cluster("gone").spend_usd == 0.0
+    r = run_cloudfit("status", "--json", env={"CLOUDFIT_HOME": str(home)})
+    assert r.returncode == 0, r.stderr
+    assert s.cluster("gone").spend_usd == pytest.approx(1.0, rel=0.01)  # 100 s at $36/h, kept for the relaunch

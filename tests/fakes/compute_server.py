@@ -5,7 +5,7 @@
                                             client_options=ClientOptions(api_endpoint=fake.endpoint))
 
 Implements what cloudfit's GCP executor calls — instances insert / get / list (with ``filter``) /
-aggregatedList / delete / setMetadata / getGuestAttributes, zoneOperations get / wait / list — with
+aggregatedList / delete / setMetadata / reset / getGuestAttributes, zoneOperations get / wait / list — with
 Compute Engine's shapes: long-running operations that finish after ``op_delay_s``, errors inside
 the operation (``ZONE_RESOURCE_POOL_EXHAUSTED``, ``QUOTA_EXCEEDED``), HTTP errors in Google's JSON
 error format, spot preemption (the VM goes TERMINATED — or is deleted when its termination action
@@ -68,6 +68,7 @@ class FakeCompute:
     faults: list[_Fault] = field(default_factory=list)
     requests: list[tuple[str, str, int]] = field(default_factory=list)  # (method, path, status)
     inserted: list[dict[str, Any]] = field(default_factory=list)  # every accepted insert body
+    metadata_sets: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (VM, body) of each setMetadata
     guest: dict[tuple[str, str, str], dict[str, str]] = field(default_factory=dict)
     preempt_on_start: set[str] = field(default_factory=set)  # VM names preempted the moment they run (once each)
     _ids = itertools.count(1000)
@@ -322,11 +323,22 @@ class FakeCompute:
             if md.get("fingerprint") != inst["metadata"].get("fingerprint"):
                 return 412, _error(412, "Supplied fingerprint does not match current metadata fingerprint.",
                                    "conditionNotMet")
+            self.metadata_sets.append((name, json.loads(json.dumps(md))))
             inst["metadata"] = {"kind": "compute#metadata", "items": md.get("items", []),
                                 "fingerprint": f"fp-{next(self._ids)}"}
             if _meta(inst, "cloudfit-stop"):
                 self._stop_seen.setdefault(key, time.monotonic())
             return 200, self._new_op(project, zone, "setMetadata", name, target_id=inst["id"])
+        if verb == "reset" and method == "POST":  # a hard restart: the startup script (the job) runs again
+
+            def restarted(key=key):
+                if key in self.instances:
+                    self.instances[key]["status"] = "RUNNING"
+                    self._running_since[key] = time.monotonic()
+                    self.guest.pop(key, None)
+                    self._stop_seen.pop(key, None)
+
+            return 200, self._new_op(project, zone, "reset", name, on_done=restarted, target_id=inst["id"])
         if verb == "getGuestAttributes" and method == "GET":
             prefix = (query.get("queryPath") or [""])[0]
             attrs = {k: v for k, v in self.guest.get(key, {}).items() if k.startswith(prefix)}
@@ -494,8 +506,9 @@ class FakeMetadata:
     ``instance/attributes/KEY`` (GET), ``instance/network-interfaces/0/ip`` (GET) and
     ``instance/guest-attributes/NS/KEY`` (PUT, then readable in ``guest``)."""
 
-    def __init__(self, attributes: dict[str, str], ip: str = "127.0.0.1") -> None:
+    def __init__(self, attributes: dict[str, str], ip: str = "127.0.0.1", paths: dict[str, str] | None = None) -> None:
         self.attributes = dict(attributes)
+        self.paths = dict(paths or {})  # other GET paths after /computeMetadata/v1/ (instance/name, a token …)
         self.ip = ip
         self.guest: dict[str, str] = {}
         meta = self
@@ -517,6 +530,9 @@ class FakeMetadata:
                 path = urlparse(self.path).path
                 if path.endswith("/instance/network-interfaces/0/ip"):
                     return self._reply(200, meta.ip)
+                rel = path.split("/computeMetadata/v1/", 1)[-1]
+                if rel in meta.paths:
+                    return self._reply(200, meta.paths[rel])
                 key = path.rsplit("/instance/attributes/", 1)[-1] if "/instance/attributes/" in path else None
                 if key is not None and key in meta.attributes:
                     return self._reply(200, meta.attributes[key])

@@ -1,8 +1,9 @@
 """The SkyPilot task export (issue 14 item 9).
 
 Before: ``run`` passed ``--samples`` to the trainer (which requires ``--steps``), checkpoints went to a
-node-local folder, ``setup`` installed cloudfit unpinned, and a3-edgegpu-8g (which SkyPilot cannot
-attach) was emitted. Loaded with the real ``skypilot`` package when it is importable (skipped otherwise).
+node-local folder, ``setup`` installed ``cloudfit==<version>`` from the index (not there; a name anyone
+could claim), one bucket served every job of a model, and a3-edgegpu-8g (which SkyPilot cannot attach)
+was emitted. Loaded with the real ``skypilot`` package when it is importable (skipped otherwise).
 """
 
 from __future__ import annotations
@@ -40,11 +41,65 @@ def test_the_task_never_emits_shapes_skypilot_cannot_attach_and_orders_the_alter
     assert all(r["accelerators"] == "H100:8" for r in ordered)
 
 
-def test_setup_pins_the_planning_cloudfit_and_checkpoints_go_to_a_bucket():
-    task = skypilot_task(_plan(), bucket="my-ckpts")
-    assert f"cloudfit=={__version__}" in task["setup"]
-    assert task["file_mounts"] == {CHECKPOINT_MOUNT: {"name": "my-ckpts", "mode": "MOUNT"}}
-    assert f"--checkpoint-dir {CHECKPOINT_MOUNT}" in task["run"] and "--samples" not in task["run"]
+def test_checkpoints_go_to_a_bucket_of_this_launch_and_the_key_is_a_secret():
+    """Before: every job of a model shared `cloudfit-<model>-ckpt` (403 for all but the first user, or a
+    second job resuming the first one's checkpoint)."""
+    one, two = skypilot_task(_plan()), skypilot_task(_plan())
+    b1, b2 = (t["file_mounts"][CHECKPOINT_MOUNT]["name"] for t in (one, two))
+    assert b1 != b2 and b1.startswith("cloudfit-mlp-") and len(b1) <= 63
+    assert skypilot_task(_plan(), bucket="my-ckpts")["file_mounts"][CHECKPOINT_MOUNT] == {"name": "my-ckpts", "mode": "MOUNT"}
+    assert f"--checkpoint-dir {CHECKPOINT_MOUNT}" in one["run"] and "--samples" not in one["run"]
+    assert one["secrets"] == {"CLOUDFIT_CHECKPOINT_KEY": None}  # its value comes from the shell, never the file
+
+
+def test_setup_never_installs_a_name_from_the_package_index():
+    """Before: `pip install cloudfit==0.1.0` — not on the index, and whoever claims the name runs code
+    on every node. Without a wheel the setup refuses; with one it installs that file, checked."""
+    bare = skypilot_task(_plan())
+    assert "cloudfit==" not in bare["setup"] and "exit 1" in bare["setup"]
+    task = skypilot_task(_plan(), wheel_name="cloudfit-9-py3-none-any.whl", wheel_sha256="0" * 64,
+                         wheel_path="/x/cloudfit-9-py3-none-any.whl", launch_id="abcdef0123456789")
+    assert task["file_mounts"]["/cloudfit-wheel/cloudfit-9-py3-none-any.whl"] == "/x/cloudfit-9-py3-none-any.whl"
+    assert "sha256sum -c" in task["setup"] and "pip install --quiet '/cloudfit-wheel/cloudfit-9-py3-none-any.whl'" in task["setup"]
+
+
+def _fresh_venv(tmp_path):
+    """A fresh venv without pip (instant); pip comes from the base interpreter (system site packages)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    return venv
+
+
+def _run_setup(task, venv, mounts: dict[str, str]):
+    setup = task["setup"]
+    for remote, local in mounts.items():
+        setup = setup.replace(remote, local)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PATH=f"{venv / 'bin'}:{env['PATH']}", PIP_NO_DEPS="1", PIP_NO_INDEX="1",
+               PIP_DISABLE_PIP_VERSION_CHECK="1")
+    return subprocess.run(["bash", "-c", setup], env=env, capture_output=True, text=True, timeout=120), env
+
+
+def test_the_emitted_setup_installs_the_checked_wheel_in_a_fresh_venv(tmp_path):
+    from cloudfit.executors.skypilot import emit
+
+    out = emit(_plan(), tmp_path / "task.yaml")
+    task = yaml.safe_load(out.task.read_text())
+    assert out.key_file.stat().st_mode & 0o077 == 0 and len(out.key_file.read_text().strip()) == 64
+    assert out.key_file.read_text().strip() not in out.task.read_text()
+    [(remote, local)] = [(r, l) for r, l in task["file_mounts"].items() if r.startswith("/cloudfit-wheel/")]
+    assert Path(local) == out.wheel.resolve()
+    venv = _fresh_venv(tmp_path)
+    p, env = _run_setup(task, venv, {remote: local})
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = subprocess.run([str(venv / "bin" / "python"), "-c", "import cloudfit, cloudfit.train; print(cloudfit.__version__, cloudfit.__file__)"],
+                         env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert got.returncode == 0 and got.stdout.split()[0] == __version__ and str(venv) in got.stdout, got.stderr
+    out.wheel.write_bytes(out.wheel.read_bytes() + b"tampered")  # a swapped wheel is refused before pip sees it
+    p, _ = _run_setup(task, _fresh_venv(tmp_path / "2"), {remote: local})
+    assert p.returncode != 0 and "does not match its SHA-256" in p.stderr
+    again = emit(_plan(), tmp_path / "other.yaml")  # the same model again: another bucket
+    assert again.bucket != out.bucket
 
 
 def test_the_run_command_trains_locally_with_skypilot_environment(tmp_path):
@@ -60,8 +115,9 @@ def test_the_run_command_trains_locally_with_skypilot_environment(tmp_path):
 
 def test_the_yaml_loads_with_the_real_skypilot_package(tmp_path):
     sky = pytest.importorskip("sky", reason="skypilot is not installed (pip install skypilot)")
-    path = tmp_path / "task.yaml"
-    path.write_text(yaml.safe_dump(skypilot_task(_plan()), sort_keys=False))
+    from cloudfit.executors.skypilot import emit
+
+    path = emit(_plan(), tmp_path / "task.yaml").task
     task = sky.Task.from_yaml(str(path))
     assert task.num_nodes == 2
     assert len(task.resources) == 2 and {r.instance_type for r in task.resources} == {"a3-highgpu-8g"}

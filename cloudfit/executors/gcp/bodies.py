@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cloudfit import __version__
-from cloudfit.endpoints import pip_spec
 from cloudfit.errors import UsageError
 from cloudfit.executors.base import NodePlan, RunSpec
 from cloudfit.types import ClusterConfig
@@ -59,7 +58,9 @@ def split_bucket(checkpoint_dir: str) -> tuple[str, str]:
 def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: str, *, install=None,
                           version: str = __version__) -> str:
     """The startup script every node of ``config`` runs (identical on all nodes). ``install``: an
-    ``Install`` (``cloudfit.executors.gcp.wheel``); None installs ``pip_spec()``."""
+    ``Install`` (``cloudfit.executors.gcp.wheel``); None: ``install_source()``."""
+    from cloudfit.executors.gcp.wheel import install_source
+
     if checkpoint_dir.startswith("gs://"):
         bucket, local = split_bucket(checkpoint_dir)
     else:
@@ -72,13 +73,13 @@ def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: 
         entry = f"-m {spec.job.trainer} " + " ".join(shlex.quote(a) for a in args)
     wheel = install.wheel_name if install is not None and install.chunks else ""
     values = {"CLUSTER": spec.name, "NNODES": str(config.nodes), "NPROC": str(config.offering.accelerators_per_node),
-              "BUCKET": bucket, "CKPT": local, "PIP_SPEC": "" if wheel else pip_spec() if install is None else install.spec,
+              "BUCKET": bucket, "CKPT": local, "PIP_ARGS": "" if wheel else (install or install_source()).spec,
               "WHEEL_NAME": wheel, "WHEEL_SHA": install.sha256 if wheel else "",
               "WHEEL_EXTRA": "[hf]" if wheel and install.spec.endswith("[hf]") else "", "VERSION": version,
               "ENTRY": entry}
     text = (Path(__file__).with_name("startup.sh")).read_text()
-    for k, v in values.items():
-        text = text.replace("{{%s}}" % k, v if k == "ENTRY" else shlex.quote(v))
+    for k, v in values.items():  # ENTRY and PIP_ARGS are already shell words (quoted where needed)
+        text = text.replace("{{%s}}" % k, v if k in ("ENTRY", "PIP_ARGS") else shlex.quote(v))
     return text
 
 
@@ -137,8 +138,9 @@ class NodeSpec:
             ),
             service_accounts=[compute_v1.ServiceAccount(
                 email="default",
+                # compute: the finished VM deletes itself (startup.sh self_delete), disk and all
                 scopes=["https://www.googleapis.com/auth/devstorage.read_write",
-                        "https://www.googleapis.com/auth/logging.write"],
+                        "https://www.googleapis.com/auth/logging.write", "https://www.googleapis.com/auth/compute"],
             )],
         )
         if acc:

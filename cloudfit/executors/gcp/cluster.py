@@ -24,8 +24,13 @@ being created (re-computed for a config of another size). With a deadline (``Run
 supervisor's ``DeadlineWatch`` (``cloudfit.executors.deadline``: Can't Be Late's rule) may ``switch``
 a spot cluster that fell behind to on-demand — the job checkpoints and stops, the spot VMs go, the
 on-demand cluster (priced by the guard first) resumes from the checkpoint — and when a lost node cannot
-be replaced (no capacity), a large-model job resumes on the nodes left with a re-computed layout if
-the deadline still holds there. Each switch is recorded (``switches`` in the cluster's info, an event).
+be replaced (no capacity), a large-model job resumes on the surviving VMs themselves (new ranks and a
+re-computed layout in their metadata, then a reset: nothing re-inserted into the zone that refused) if
+the deadline still holds there. A finished VM deletes itself (``startup.sh``); every VM gets the plan's
+checkpoint key as instance metadata (``cloudfit-checkpoint-key``), read into the ranks' environment:
+whoever can write the checkpoint bucket but cannot read the project's instance metadata cannot plant a
+checkpoint the ranks accept (the trainers verify the HMAC); project viewers with compute.instances.get
+can read it, as they can the VMs themselves. Each switch is recorded (``switches`` in the cluster's info, an event).
 """
 
 from __future__ import annotations
@@ -40,9 +45,10 @@ from typing import Any, Callable, Sequence
 from cloudfit.errors import BudgetExceeded, LaunchError, UsageError
 from cloudfit.executors import state as st
 from cloudfit.executors.base import (
-    LABEL, NO_CAPACITY, DownResult, Event, EventSink, Poll, Preview, RunResult, RunSpec, Timing, supervise, taken_over,
+    LABEL, NO_CAPACITY, DownResult, Event, EventSink, Poll, Preview, RunResult, RunSpec, Timing, carried_budget,
+    supervise, taken_over,
 )
-from cloudfit.executors.budget import Guard, PriceSchedule
+from cloudfit.executors.budget import Guard, PriceSchedule, check_launchable
 from cloudfit.executors.gcp.bodies import (
     DEFAULT_IMAGE, LAUNCH_LABEL, NodeSpec, node_name, render_startup_script, split_bucket,
 )
@@ -55,7 +61,8 @@ from cloudfit.errors import QuotaError, StockoutError
 from cloudfit.types import ClusterConfig
 
 CAPACITY_ERRORS = (StockoutError, QuotaError, NotOfferedError)
-PREVIEW_LAUNCH_ID = "new-uuid-at-launch"  # what --dry-run shows for the label every launch draws afresh
+PREVIEW_LAUNCH_ID = "new-uuid-at-launch"
+KEY_METADATA = "cloudfit-checkpoint-key"  # instance metadata the startup script reads into the ranks' environment  # what --dry-run shows for the label every launch draws afresh
 
 
 class GcpExecutor:
@@ -65,6 +72,7 @@ class GcpExecutor:
 
     #: Default timing of real VMs (tests shrink it): guard interval, stop grace, stop → gone, insert → RUNNING.
     INTERVAL_S, GRACE_S, TEARDOWN_S, PROVISION_SLACK_S, MIN_BILLED_S = 30.0, 60.0, 180.0, 600.0, 60.0
+    INSERT_SETTLE_S = 120.0  # how long after an unanswered insert `down` watches for its VM
 
     @classmethod
     def billing_bounds(cls) -> tuple[float, float]:
@@ -74,7 +82,7 @@ class GcpExecutor:
     def __init__(self, *, project: str | None = None, endpoint: str | None = None, store: st.StateStore | None = None,
                  image: str = DEFAULT_IMAGE, interval_s: float = INTERVAL_S, grace_s: float = GRACE_S,
                  teardown_s: float = TEARDOWN_S, provision_slack_s: float = PROVISION_SLACK_S,
-                 min_billed_s: float = MIN_BILLED_S, retry: Retry | None = None,
+                 min_billed_s: float = MIN_BILLED_S, insert_settle_s: float = INSERT_SETTLE_S, retry: Retry | None = None,
                  clients: Clients | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self._project, self._endpoint = project, endpoint or os.environ.get(ENV_ENDPOINT) or None
@@ -84,6 +92,7 @@ class GcpExecutor:
         self.timing = Timing(interval_s=interval_s, teardown_s=teardown_s, grace_s=grace_s)
         self.provision_slack_s = provision_slack_s
         self.min_billed_s = min_billed_s
+        self.insert_settle_s = insert_settle_s
         self.retry = retry or Retry()
         # The guard's clock (tests run it faster than real time; the guard only needs it to be monotonic).
         self.clock, self.sleep = clock, sleep
@@ -109,7 +118,12 @@ class GcpExecutor:
         return [PriceSchedule.constant(config.price_per_hour / config.nodes)] * config.nodes
 
     def node_specs(self, spec: RunSpec, config: ClusterConfig, cap_s: float, *, stop_at: float | None,
-                   master_ip: str | None, launch_id: str, install=None) -> list[NodeSpec]:
+                   master_ip: str | None, launch_id: str, install=None, key: str = "") -> list[NodeSpec]:
+        """One ``NodeSpec`` per node. ``key``: the checkpoint HMAC key, carried as the metadata value
+        ``cloudfit-checkpoint-key`` among the attachments (sent, never shown by --dry-run)."""
+        attach = dict(install.chunks) if install is not None else {}
+        if key:
+            attach[KEY_METADATA] = key
         labels = {LABEL: spec.name, **{k: v for k, v in spec.labels.items()}}
         out = []
         for i in range(config.nodes):
@@ -120,7 +134,7 @@ class GcpExecutor:
                 md["cloudfit-stop-at"] = f"{stop_at:.0f}"
             out.append(NodeSpec(node_name(spec.name, i), config.offering.zone, i, config, int(cap_s),
                                 {**labels, "cloudfit-node": str(i), LAUNCH_LABEL: launch_id}, md, self.image,
-                                attachments=dict(install.chunks) if install is not None else {}))
+                                attachments=attach))
         return out
 
     def preview(self, spec: RunSpec) -> Preview:
@@ -145,8 +159,10 @@ class GcpExecutor:
 
     def run(self, spec: RunSpec, on_event: EventSink | None = None) -> RunResult:
         emit = on_event or (lambda e: None)
-        guard = self._guard(spec.budget_usd)
-        guard.check_launchable(self._schedules(spec.configs[0]))  # before anything exists
+        budget, prior = carried_budget(self.store, spec, min_billed_s=self.min_billed_s,
+                                       teardown_s=self.timing.teardown_s + self.provision_slack_s)
+        guard = self._guard(budget)
+        check_launchable(guard, self._schedules(spec.configs[0]), prior, spec.budget_usd)  # before anything exists
         ckpt = spec.job.checkpoint_dir
         if not ckpt or not ckpt.startswith("gs://"):
             raise UsageError("--backend gcp needs --checkpoint-dir gs://BUCKET/PATH (checkpoints must outlive "
@@ -159,15 +175,17 @@ class GcpExecutor:
             **spec.record, "project": clients.project, "endpoint": clients.endpoint, "checkpoint_dir": ckpt,
             "job": {"model": spec.job.model, "steps": spec.job.steps, "command": list(spec.job.command)},
             "configs": [c.label() for c in spec.configs], "launch_id": launch_id, "install": install.describe,
+            "plan_id": spec.record.get("plan_id"), "spent_before_usd": prior,
         }, launcher_pid=os.getpid(), launcher_started=_proc_start())
-        cluster = _GcpCluster(self, spec, guard, emit, launch_id=launch_id, install=install)
+        cluster = _GcpCluster(self, spec, guard, emit, launch_id=launch_id, install=install,
+                              key=self.store.checkpoint_key(spec.record.get("plan_id") or spec.name))
         started = self.clock()
+        from cloudfit.executors.deadline import DeadlineLog, DeadlineWatch
+
         watch = None
         if spec.deadline is not None:
-            from cloudfit.executors.deadline import DeadlineWatch
-
             watch = DeadlineWatch(spec.deadline, spec.job.steps, margin_s=self.timing.interval_s, t0=started)
-            cluster.watch = watch
+        cluster.watch, cluster.log = watch, DeadlineLog(self.store, spec.name, watch, self.clock)
         reason, last = "failed", Poll()
         try:
             cluster.launch(0)
@@ -204,9 +222,10 @@ class GcpExecutor:
 
     # ---------------------------------------------------------------- down / live
 
-    def labelled(self, name: str) -> dict[str, tuple[str, str, str]]:
-        """``{vm name: (zone, status, launch id)}`` for every VM labelled ``cloudfit-cluster=name`` in the project
-        (launch id ``""`` when the VM carries none)."""
+    def labelled(self, name: str) -> dict[tuple[str, str], tuple[str, str]]:
+        """``{(zone, vm name): (status, launch id)}`` for every VM labelled ``cloudfit-cluster=name`` in the
+        project (launch id ``""`` when the VM carries none). Keyed by zone too: the same name in two zones
+        is two VMs."""
         from google.cloud import compute_v1
 
         c = self.clients
@@ -216,21 +235,24 @@ class GcpExecutor:
         for scope, scoped in pages:
             for inst in scoped.instances:
                 if inst.labels.get(LABEL) == name:  # trust, but verify the server-side filter
-                    out[inst.name] = (scope.rsplit("/", 1)[-1], inst.status, inst.labels.get(LAUNCH_LABEL, ""))
+                    out[(scope.rsplit("/", 1)[-1], inst.name)] = (inst.status, inst.labels.get(LAUNCH_LABEL, ""))
         return out
 
     def live(self, name: str) -> list[str]:
-        return sorted(self.labelled(name))
+        return sorted(vm for _, vm in self.labelled(name))
 
     def down(self, name: str, *, all_with_label: bool = False) -> DownResult:
         """Delete the VMs of ``name``'s recorded launches (every launch of that name in this state
         store); VMs that carry the cluster label but belong to another launch (another state folder,
-        another laptop) are left alone and reported, unless ``all_with_label``."""
+        another laptop) are left alone and reported, unless ``all_with_label``. An insert the store
+        recorded but nobody saw answered (a launcher killed mid-call) may still land: ``down`` watches
+        for it up to ``insert_settle_s`` and deletes it when it appears; one still unseen stays recorded
+        (``DownResult.pending``) for the next ``down``/``status``."""
         rec = self.store.find_cluster(name)
         launches = self.store.launch_ids(name)
         found = self.labelled(name)
-        mine = {vm: zone for vm, (zone, _, lid) in found.items() if all_with_label or (lid and lid in launches)}
-        foreign = tuple(sorted(vm for vm in found if vm not in mine))
+        mine = [k for k, (_, lid) in found.items() if all_with_label or (lid and lid in launches)]
+        foreign = tuple(sorted(vm for (zone, vm) in found if (zone, vm) not in mine))
         if rec is None and not mine:
             if foreign:
                 raise UsageError(
@@ -240,20 +262,53 @@ class GcpExecutor:
                              f"in project {self.clients.project}")
         if rec is not None and not rec.ended:
             self.store.update_cluster(name, status=st.STOPPING, reason="down")
-        known = {r.name for r in self.store.resources(name)} if rec else set()
-        deleted, gone = _Deleter(self).delete_all(mine)
+        known = {(r.zone, r.name) for r in self.store.resources(name)} if rec else set()
+        deleted, gone = _Deleter(self).delete_all([(vm, zone) for zone, vm in mine])
+        landed = self._settle_inserts(name, set(mine), launches, all_with_label)
+        deleted += landed
+        mine = set(mine) | set(landed)
+        pending = []
         for r in self.store.resources(name, live_only=True):
-            if r.name not in mine:
+            if r.kind == "vm" and r.state == st.INTENT and (r.zone, r.name) not in mine and self._may_land(r):
+                pending.append(f"{r.name} ({r.zone})")  # an unanswered insert: not forgotten
+                continue
+            if (r.zone, r.name) not in mine:
                 gone.append(r.name)  # recorded, but no VM of this launch carries its name: never created, or gone
             self.store.deleted(r.id, why="down")
-        if rec is not None and not rec.ended:
-            spend = st.estimate_spend(self.store.resources(name), teardown_s=self.timing.teardown_s + self.provision_slack_s)
-            self.store.update_cluster(name, status=st.ENDED, reason="down", spend_usd=spend)
-            self.store.event(name, "down", f"deleted by `cloudfit down`: {len(deleted)} VM(s)")
-        untracked = tuple(sorted(v for v in deleted if v not in known))
-        deleted = [v for v in deleted if v in known]
-        return DownResult(name, tuple(sorted(deleted)), tuple(sorted(set(gone))), untracked, foreign)
+        if rec is not None:
+            spend = self.store.refresh_spend(name, min_billed_s=self.min_billed_s,
+                                             teardown_s=self.timing.teardown_s + self.provision_slack_s)
+            if not rec.ended and not pending:
+                self.store.update_cluster(name, status=st.ENDED, reason="down")
+                self.store.event(name, "down", f"deleted by `cloudfit down`: {len(deleted)} VM(s), spent ${spend:.4f}")
+            elif pending:
+                self.store.event(name, "down", f"{len(pending)} insert(s) unanswered: run `cloudfit down {name}` again")
+        untracked = tuple(sorted(vm for zone, vm in deleted if (zone, vm) not in known))
+        deleted_known = [vm for zone, vm in deleted if (zone, vm) in known]
+        return DownResult(name, tuple(sorted(deleted_known)), tuple(sorted(set(gone))), untracked, foreign,
+                          tuple(pending))
 
+    def _may_land(self, r) -> bool:
+        """An insert recorded as intended (never confirmed) may still create its VM this long after."""
+        return time.time() - r.intent_at < self.insert_settle_s
+
+    def _settle_inserts(self, name: str, seen: set, launches: set, all_with_label: bool) -> list[tuple[str, str]]:
+        """Watch for VMs of unanswered inserts of ``name`` (recorded intents no listing showed yet) and delete
+        them as they appear; ``[(zone, vm)]`` deleted."""
+        out: list[tuple[str, str]] = []
+        until = time.monotonic() + self.insert_settle_s
+        while True:
+            waiting = {(r.zone, r.name) for r in self.store.resources(name, live_only=True)
+                       if r.kind == "vm" and r.state == st.INTENT and self._may_land(r)} - seen
+            if not waiting or time.monotonic() >= until:
+                return out
+            time.sleep(min(1.0, self.timing.interval_s))
+            found = self.labelled(name)
+            landed = [k for k in waiting if k in found and (all_with_label or found[k][1] in launches)]
+            if landed:
+                d, _ = _Deleter(self).delete_all([(vm, zone) for zone, vm in landed])
+                out += d
+                seen |= set(landed)
 
 class _NoCapacity(Exception):
     pass
@@ -274,12 +329,14 @@ class _Deleter:
     def __init__(self, ex: GcpExecutor) -> None:
         self.ex = ex
 
-    def delete_all(self, targets: dict[str, str]) -> tuple[list[str], list[str]]:
+    def delete_all(self, targets) -> tuple[list[tuple[str, str]], list[str]]:
+        """``targets``: ``(vm, zone)`` pairs (a name is unique only within its zone). Returns
+        ``([(zone, vm) deleted], [vm already gone])``."""
         from google.api_core import exceptions as gex
 
         c = self.ex.clients
         pending, deleted, gone = [], [], []
-        for vm, zone in targets.items():
+        for vm, zone in dict.fromkeys(targets):
             try:
                 op = self.ex.retry.call(f"deleting {vm}", c.instances.delete, project=c.project, zone=zone, instance=vm)
                 pending.append((vm, zone, op.name))
@@ -294,7 +351,7 @@ class _Deleter:
             err = op_error(done)
             if err and err[0] not in ("RESOURCE_NOT_FOUND",):
                 raise LaunchError(f"deleting {vm} failed: {err[0]}: {err[1]}")
-            deleted.append(vm)
+            deleted.append((zone, vm))
         return deleted, gone
 
 
@@ -316,6 +373,7 @@ class _GcpCluster:
     emit: EventSink
     launch_id: str = ""
     install: Any = None  # cloudfit.executors.gcp.wheel.Install
+    key: str = field(default="", repr=False)  # the checkpoint HMAC key (metadata only)
     config_index: int = 0
     nodes: dict[str, _Node] = field(default_factory=dict)
     preemptions: int = 0
@@ -325,7 +383,7 @@ class _GcpCluster:
     configs: list = field(default_factory=list)  # the plan's configs, plus any the deadline rule moved to
     watch: Any = None  # cloudfit.executors.deadline.DeadlineWatch (None: no deadline to keep)
     switches: list[str] = field(default_factory=list)
-    _deadline_written: float = -float("inf")
+    log: Any = None  # cloudfit.executors.deadline.DeadlineLog (with watch)
 
     def __post_init__(self) -> None:
         self.configs = list(self.spec.configs)
@@ -337,26 +395,11 @@ class _GcpCluster:
     # ---------------------------------------------------------------- the deadline rule
 
     def deadline_seen(self, d) -> None:
-        """Write the prediction where `cloudfit status` reads it (at most every 2 s of wall time)."""
-        now = time.monotonic()
-        if now - self._deadline_written < 2.0 and d.action == "stay":
-            return
-        self._deadline_written = now
-        since = self.ex.clock() - self.watch.t0
-        self.ex.store.update_cluster(self.spec.name, info={"deadline": {
-            **{k: v for k, v in d.data.items()}, "predicted_finish_at": time.time() - since + d.predicted_finish_s
-            if d.predicted_finish_s is not None else None,
-            "deadline_at": time.time() - since + self.watch.spec.deadline_s, "slack_s": d.slack_s,
-            "config": self.config.label()}})
+        """Write the prediction where `cloudfit status` reads it."""
+        self.log.seen(d, self.config)
 
     def _record_switch(self, kind: str, to: ClusterConfig, why: str) -> None:
-        line = f"{kind}: {self.config.label()} → {to.label()}: {why}"
-        self.switches.append(line)
-        rec = self.ex.store.find_cluster(self.spec.name)
-        prior = list(rec.info.get("switches", [])) if rec is not None else []
-        prior.append({"at": time.time(), "kind": kind, "from": self.config.label(), "to": to.label(), "reason": why})
-        self.ex.store.update_cluster(self.spec.name, info={"switches": prior})
-        self.ex.store.event(self.spec.name, "switch", line)
+        self.switches.append(self.log.switch(kind, self.config, to, why))
 
     def _checkpoint_and_stop(self) -> bool:
         """Ask the job to checkpoint and exit (up to the grace time); True if it completed meanwhile."""
@@ -388,12 +431,10 @@ class _GcpCluster:
                                                            "zone": self.config.offering.zone})
 
     def switch(self, d) -> None:
-        """Can't Be Late: move a spot cluster that fell behind to on-demand (for good)."""
+        """Move a spot cluster that fell behind to the alternative the rule chose (for good)."""
         from cloudfit.executors.deadline import on_demand_config
 
-        to = self.watch.spec.on_demand if self.watch.spec.on_demand is not None else on_demand_config(self.configs, self.config)
-        if to.nodes != self.config.nodes or to.offering.machine_type != self.config.offering.machine_type:
-            to = on_demand_config(self.configs, self.config)
+        to = d.to if d.to is not None else on_demand_config(self.configs, self.config)
         if self._checkpoint_and_stop():  # finished while stopping: nothing to move
             return
         self._record_switch("on-demand", to, d.reason)
@@ -429,7 +470,7 @@ class _GcpCluster:
 
     def _create_all(self, cap: float) -> None:
         specs = self.ex.node_specs(self.spec, self.config, cap, stop_at=self.stop_at, master_ip=None,
-                                   launch_id=self.launch_id, install=self.install)
+                                   launch_id=self.launch_id, install=self.install, key=self.key)
         keys = [s.name for s in specs]
         try:
             # Node 0 first: its internal IP is every node's rendezvous address.
@@ -549,7 +590,7 @@ class _GcpCluster:
         listed = {i.name: i for i in self.ex.retry.call("listing the cluster", c.instances.list, request=req)}
         progress: dict[str, Any] = {}
         state = "running"
-        head = node_name(self.spec.name, 0)
+        head = self._head()
         if head in listed:
             try:
                 # like list filters, query_path is accepted only inside a request object
@@ -587,6 +628,7 @@ class _GcpCluster:
     def replace(self, lost: Sequence[str]) -> None:
         now = self.ex.clock()
         preempted = self._preempted(lost)
+        ranks = {name: self.nodes[name].spec.index for name in lost}  # (after a re-shard, names ≠ ranks)
         for name in lost:
             n = self.nodes[name]
             life = next((l for l in reversed(self.guard.lives) if l.key == name), None)
@@ -597,18 +639,20 @@ class _GcpCluster:
                 self.preemptions += 1
             self.emit(Event("preempted" if why == "preempted" else "lost", f"{name} was {why}; recreating it"))
             # A TERMINATED VM still exists: delete it before re-creating the name.
-            _Deleter(self.ex).delete_all({name: n.spec.zone})
+            _Deleter(self.ex).delete_all([(name, n.spec.zone)])
             self.guard.end(name, self.ex.clock())
             self.ex.store.deleted(n.rid, why=why)
             del self.nodes[name]
         for name in lost:
-            index = int(name.rsplit("-", 1)[1])
+            index = ranks[name]
             # What the lost VM did not use is what its replacement may spend (BudgetExceeded if too little).
             cap = self.guard.reserve([name], self.ex._schedules(self.config)[:1], self.ex.clock())
-            head_ip = self.nodes[node_name(self.spec.name, 0)].ip if node_name(self.spec.name, 0) in self.nodes else None
+            head = self._head()
+            head_ip = self.nodes[head].ip if head in self.nodes else None
             old_ip = None
-            spec = self.ex.node_specs(self.spec, self.config, cap, stop_at=self.stop_at, master_ip=None,
-                                      launch_id=self.launch_id, install=self.install)[index]
+            spec = dataclasses.replace(self.ex.node_specs(self.spec, self.config, cap, stop_at=self.stop_at, master_ip=None,
+                                                          launch_id=self.launch_id, install=self.install,
+                                                          key=self.key)[index], name=name)
             if index == 0:
                 old_ip = self._old_ip(name)  # keep node 0's address: it is everyone's rendezvous point
             try:
@@ -647,9 +691,41 @@ class _GcpCluster:
         lay = label(self.spec.job.llm.layout_for(smaller))
         self._record_switch("fewer-nodes", smaller, f"no capacity to replace {n_lost} node(s) ({err}); "
                                                     f"re-sharded layout {lay} ({mem}); {why}")
-        self.emit(Event("shrink", f"resuming on {left} node(s) with layout {lay} from the checkpoint"))
-        self._move_to(smaller)
+        self.emit(Event("shrink", f"resuming on the {left} surviving node(s) with layout {lay} from the checkpoint"))
+        self._reshard_in_place(smaller)
         return True
+
+    def _head(self) -> str:
+        """The VM of rank 0 (the rendezvous host; the one reporting progress)."""
+        return next((name for name, n in self.nodes.items() if n.spec.index == 0), node_name(self.spec.name, 0))
+
+    def _reshard_in_place(self, to: ClusterConfig) -> None:
+        """Resume on the surviving VMs themselves: their metadata gets the new ranks, node count and
+        startup script (the re-sharded layout), then a reset reruns it. Nothing is deleted, nothing is
+        inserted into the zone that just refused capacity; the survivors keep their budget caps."""
+        from google.cloud import compute_v1
+
+        c = self.ex.clients
+        survivors = sorted(self.nodes.values(), key=lambda n: n.spec.index)
+        self.configs.insert(self.config_index + 1, to)
+        self.config_index += 1
+        self.script = render_startup_script(self.spec, to, self.spec.job.checkpoint_dir or "", install=self.install)
+        specs = self.ex.node_specs(self.spec, to, survivors[0].spec.cap_s, stop_at=self.stop_at,
+                                   master_ip=survivors[0].ip, launch_id=self.launch_id, install=self.install, key=self.key)
+        for n, new in zip(survivors, specs):
+            inst = self.ex.retry.call(f"reading {n.spec.name}", c.instances.get, project=c.project, zone=n.spec.zone,
+                                      instance=n.spec.name)
+            items = {i.key: i.value for i in inst.metadata.items if i.key != "cloudfit-stop"}
+            items.update({**new.metadata, "startup-script": self.script})
+            md = compute_v1.Metadata(fingerprint=inst.metadata.fingerprint,
+                                     items=[compute_v1.Items(key=k, value=v) for k, v in sorted(items.items())])
+            self.ex.retry.call(f"re-sharding {n.spec.name}", c.instances.set_metadata, project=c.project,
+                               zone=n.spec.zone, instance=n.spec.name, metadata_resource=md)
+            op = self.ex.retry.call(f"restarting {n.spec.name}", c.instances.reset, project=c.project,
+                                    zone=n.spec.zone, instance=n.spec.name)
+            _wait(self.ex, n.spec.zone, op.name, f"restarting {n.spec.name}")
+            n.spec = dataclasses.replace(new, name=n.spec.name, cap_s=n.spec.cap_s)
+        self.ex.store.update_cluster(self.spec.name, info={"config": to.to_dict(), "zone": to.offering.zone})
 
     def _old_ip(self, name: str) -> str | None:
         for r in reversed(self.ex.store.resources(self.spec.name)):
@@ -676,28 +752,28 @@ class _GcpCluster:
 
     def teardown(self) -> None:
         """Delete every VM this cluster created (and any other VM with its label in its zones)."""
-        targets = {name: n.spec.zone for name, n in self.nodes.items()}
+        targets = [(name, n.spec.zone) for name, n in self.nodes.items()]
         store_ok = True
         try:
             for r in self.ex.store.resources(self.spec.name, live_only=True):
                 if r.kind == "vm":
-                    targets.setdefault(r.name, r.zone)
+                    targets.append((r.name, r.zone))  # (name, zone): a move to another zone reuses names
         except LaunchError:  # the state store broke under us: still delete what this process knows it created
             store_ok = False
         if not targets:
             return
         deleted, gone = _Deleter(self.ex).delete_all(targets)
         now = self.ex.clock()
-        for name in targets:
+        for name, _ in targets:
             if self.guard.is_live(name):
                 self.guard.end(name, now)
         if store_ok:
             for r in self.ex.store.resources(self.spec.name, live_only=True):
-                if r.name in targets:
+                if (r.name, r.zone) in targets:
                     self.ex.store.deleted(r.id, why="deleted")
         self.nodes.clear()
         if deleted:
-            self.emit(Event("deleted", f"deleted {', '.join(sorted(deleted))}"))
+            self.emit(Event("deleted", f"deleted {', '.join(sorted(vm for _, vm in deleted))}"))
 
 
 def _wait(ex: "GcpExecutor", zone: str, op_name: str, what: str, timeout_s: float = 1800.0):

@@ -7,12 +7,27 @@ set -uo pipefail
 MD=${CLOUDFIT_METADATA_URL:-http://metadata.google.internal/computeMetadata/v1}
 md() { curl -sf -H "Metadata-Flavor: Google" "$MD/instance/attributes/$1"; }
 guest() { curl -sf -X PUT --data "$2" -H "Metadata-Flavor: Google" "$MD/instance/guest-attributes/cloudfit/$1" >/dev/null || true; }
+# A VM that is done deletes itself (boot disk included) through the Compute API with its own service
+# account: only powered off, it would stay TERMINATED and bill its disk until `cloudfit down` — and its
+# launcher may be gone. Powering off is the fallback when the delete call fails.
+self_delete() {
+  local api token name zone project
+  api=${CLOUDFIT_COMPUTE_URL:-https://compute.googleapis.com/compute/v1}
+  token=$(curl -sf -H "Metadata-Flavor: Google" "$MD/instance/service-accounts/default/token" \
+    | sed -n 's/.*"access_token" *: *"\([^"]*\)".*/\1/p')
+  name=$(curl -sf -H "Metadata-Flavor: Google" "$MD/instance/name")
+  zone=$(curl -sf -H "Metadata-Flavor: Google" "$MD/instance/zone")
+  project=$(curl -sf -H "Metadata-Flavor: Google" "$MD/project/project-id")
+  [ -n "$token" ] && [ -n "$name" ] && [ -n "$zone" ] && [ -n "$project" ] || return 1
+  curl -sf -X DELETE -H "Authorization: Bearer $token" "$api/projects/$project/zones/${zone##*/}/instances/$name" >/dev/null
+}
+end_vm() { [ -n "${CLOUDFIT_NO_SHUTDOWN:-}" ] || self_delete || shutdown -h now; }
 # A node that cannot start its job says why (guest attributes the launcher reads, which then deletes
-# the cluster) and powers off: it must not sit idle and billed until its max_run_duration.
+# the cluster) and goes: it must not sit idle and billed until its max_run_duration.
 fail() {
   guest error "$1"; guest state failed; echo "cloudfit: $1" >&2
   sleep "${CLOUDFIT_LINGER_S:-120}"
-  [ -n "${CLOUDFIT_NO_SHUTDOWN:-}" ] || shutdown -h now
+  end_vm
   exit 1
 }
 
@@ -21,7 +36,7 @@ NNODES={{NNODES}}
 NPROC={{NPROC}}
 BUCKET={{BUCKET}}
 CKPT={{CKPT}}
-PIP_SPEC={{PIP_SPEC}}
+PIP_ARGS=({{PIP_ARGS}})
 WHEEL_NAME={{WHEEL_NAME}}
 WHEEL_SHA={{WHEEL_SHA}}
 WHEEL_EXTRA={{WHEEL_EXTRA}}
@@ -31,6 +46,10 @@ if [ "$NODE_RANK" = 0 ]; then  # node 0 hosts the rendezvous at its own internal
   MASTER=$(curl -sf -H "Metadata-Flavor: Google" "$MD/instance/network-interfaces/0/ip")
 fi
 STOP_AT=$(md cloudfit-stop-at)
+# The key that signs and verifies checkpoints: from instance metadata into the ranks' environment only
+# (never the bucket, never echoed). Whoever can write the bucket but not read this VM's metadata cannot
+# plant a checkpoint the ranks would load.
+CKPT_KEY=$(md cloudfit-checkpoint-key || true)
 WORK=${CLOUDFIT_WORK_DIR:-/var/lib/cloudfit}
 STOP_FILE=$WORK/STOP
 PROGRESS=$WORK/progress.json  # on local disk: read by the watcher below, never written through FUSE
@@ -64,12 +83,12 @@ if [ "$("$PY" -c 'import cloudfit; print(cloudfit.__version__)' 2>/dev/null)" !=
     while chunk=$(md "cloudfit-wheel-$i") && [ -n "$chunk" ]; do printf '%s' "$chunk" >> "$WORK/wheel.b64"; i=$((i + 1)); done
     base64 -d "$WORK/wheel.b64" > "$WORK/$WHEEL_NAME" || fail "cannot decode the cloudfit wheel from instance metadata"
     echo "$WHEEL_SHA  $WORK/$WHEEL_NAME" | sha256sum -c --status || fail "the cloudfit wheel in instance metadata is corrupt"
-    PIP_SPEC="$WORK/$WHEEL_NAME$WHEEL_EXTRA"
+    PIP_ARGS=("$WORK/$WHEEL_NAME$WHEEL_EXTRA")
   fi
-  "$PY" -m pip install --quiet "$PIP_SPEC" || "$PY" -m pip install --quiet --break-system-packages "$PIP_SPEC" \
-    || fail "pip install $PIP_SPEC failed"
+  "$PY" -m pip install --quiet "${PIP_ARGS[@]}" || "$PY" -m pip install --quiet --break-system-packages "${PIP_ARGS[@]}" \
+    || fail "pip install ${PIP_ARGS[*]} failed"
 fi
-"$PY" -c "import cloudfit.train" 2>/dev/null || fail "cloudfit does not import after installing $PIP_SPEC"
+"$PY" -c "import cloudfit.train" 2>/dev/null || fail "cloudfit does not import after installing ${PIP_ARGS[*]}"
 
 # Watcher: a stop request (metadata cloudfit-stop) or the stop time turns into the stop file the
 # trainer checks every step; progress is reported as guest attributes for the launcher.
@@ -85,7 +104,8 @@ fi
 WATCHER=$!
 
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 CLOUDFIT_CLUSTER="$CLUSTER" CLOUDFIT_CHECKPOINT_DIR="$CKPT" \
-  CLOUDFIT_STOP_FILE="$STOP_FILE" CLOUDFIT_PROGRESS_FILE="$PROGRESS" CLOUDFIT_LOCAL_CHECKPOINT_DIR="$LOCAL_CKPT"
+  CLOUDFIT_STOP_FILE="$STOP_FILE" CLOUDFIT_PROGRESS_FILE="$PROGRESS" CLOUDFIT_LOCAL_CHECKPOINT_DIR="$LOCAL_CKPT" \
+  CLOUDFIT_CHECKPOINT_KEY="$CKPT_KEY"
 guest state running
 code=1
 # A preempted peer makes torchrun fail here; it is recreated by the launcher, so try again and
@@ -109,8 +129,7 @@ else
   guest state failed
 fi
 kill "$WATCHER" 2>/dev/null
-# Give the launcher time to read the result; then stop billing even if nobody is watching
-# (a stopped VM bills only its disk until `cloudfit down` deletes it).
+# Give the launcher time to read the result; then stop billing even if nobody is watching.
 sleep "${CLOUDFIT_LINGER_S:-120}"
-[ -n "${CLOUDFIT_NO_SHUTDOWN:-}" ] || shutdown -h now
+end_vm
 exit "$code"

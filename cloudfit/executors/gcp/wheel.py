@@ -16,6 +16,7 @@ import base64
 import hashlib
 import io
 import os
+import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,7 @@ class Install:
     """What the VMs install and from where (``--dry-run`` shows it)."""
 
     source: str  # "wheel in instance metadata" | "CLOUDFIT_PIP_SPEC"
-    spec: str  # the pip argument on the VM (a path to the reassembled wheel, or the user's spec)
+    spec: str  # the pip arguments on the VM, shell-quoted (the reassembled wheel's path, or the user's spec)
     describe: str  # one line for people
     wheel_name: str = ""
     sha256: str = ""
@@ -87,13 +88,60 @@ def runtime_wheel(package_dir: Path | None = None, version: str = __version__) -
     return f"cloudfit-{version}-py3-none-any.whl", buf.getvalue()
 
 
+#: Query parameters that carry credentials (signed URLs, tokens): dropped before a spec is stored anywhere.
+_SECRET_PARAM = re.compile(r"(?i)(signature|sig|token|secret|password|passwd|pwd|credential|auth|key)")
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*)://([^/@\s]+)@")
+
+
+def _strip_word(word: str) -> str:
+    """One pip argument without credentials: ``user:password@`` and token users go (an ssh URL keeps its
+    user, ``git@``: a key authenticates it, the name is no secret), and so do query parameters named
+    like a secret (``X-Goog-Signature``, ``X-Goog-Credential``, ``token``, ``sig`` …)."""
+    def userinfo(m: re.Match) -> str:
+        scheme, info = m.group(1), m.group(2)
+        if "ssh" in scheme.lower():
+            return f"{scheme}://{info.split(':', 1)[0]}@"
+        return f"{scheme}://"
+
+    word = _USERINFO.sub(userinfo, word)
+    if "?" not in word or "://" not in word:
+        return word
+    head, _, rest = word.partition("?")
+    query, hash_, frag = rest.partition("#")
+    kept = [kv for kv in query.split("&") if kv and not _SECRET_PARAM.search(kv.split("=", 1)[0])]
+    return head + ("?" + "&".join(kept) if kept else "") + hash_ + frag
+
+
+def pip_words(raw: str) -> list[str]:
+    """``$CLOUDFIT_PIP_SPEC`` as the pip arguments it means (split like a shell would: a spec with
+    options, e.g. ``cloudfit==1.2 --extra-index-url URL``, is several words), credentials stripped."""
+    import shlex
+
+    try:
+        words = shlex.split(raw)
+    except ValueError as e:
+        raise UsageError(f"${_env_name()} is not a valid list of pip arguments ({e})") from None
+    if not words:
+        raise UsageError(f"${_env_name()} is empty")
+    return [_strip_word(w) for w in words]
+
+
+def _env_name() -> str:
+    from cloudfit.endpoints import ENV_PIP_SPEC
+
+    return ENV_PIP_SPEC
+
+
 def install_source(model: str = "") -> Install:
     """How the VMs get cloudfit: ``$CLOUDFIT_PIP_SPEC`` when set, else this install's wheel in metadata."""
-    from cloudfit.endpoints import ENV_PIP_SPEC, pip_spec
+    import shlex
+
+    from cloudfit.endpoints import ENV_PIP_SPEC
 
     hf = any(model.startswith(p) for p in HF_MODELS)
-    if os.environ.get(ENV_PIP_SPEC):
-        spec = pip_spec()
+    if os.environ.get(ENV_PIP_SPEC, "").strip():
+        words = pip_words(os.environ[ENV_PIP_SPEC])
+        spec = shlex.join(words)
         return Install(ENV_PIP_SPEC, spec, f"the VMs install {spec} (from ${ENV_PIP_SPEC})")
     name, data = runtime_wheel()
     text = base64.b64encode(data).decode()
