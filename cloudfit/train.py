@@ -63,6 +63,7 @@ class CNN:
     name, prog = "cnn", PROG
     smoke_args = ["--model", "mlp", "--batch-size", "16", "--data-pool", "2", "--lr", "0.05",
                   "--progress-every-s", "0"]
+    smoke_steps = 400  # a few seconds on 2 CPU ranks
 
     def parser(self) -> argparse.ArgumentParser:
         from cloudfit.runtime.loop import Parser

@@ -540,6 +540,7 @@ class LLM:
     smoke_args = ["--dim", "32", "--heads", "4", "--kv-heads", "2", "--layers", "2", "--vocab", "64",
                   "--seq-len", "16", "--micro-batch", "4", "--lr", "1e-2", "--warmup-steps", "2",
                   "--progress-every-s", "0"]
+    smoke_steps = 100
 
     def parser(self) -> argparse.ArgumentParser:
         return _parser()

@@ -27,7 +27,7 @@ FAMILIES: dict[str, str] = {
 }
 
 
-def family(name: str) -> Any:
+def load_family(name: str) -> Any:
     """The registered family ``name`` (its module's ``FAMILY``)."""
     return importlib.import_module(FAMILIES[name]).FAMILY
 

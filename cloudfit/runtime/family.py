@@ -7,7 +7,8 @@ A family is a module with a ``FAMILY`` object having
   :func:`cloudfit.runtime.control.add_shared_args`), ``check(args)`` → the parsed arguments checked
   (raises :class:`BadInput`) before any process group exists;
 * ``build(args, ranks)`` → a :class:`Job`: the model built and parallelised, its optimizer, a step;
-* ``smoke_args`` → arguments of a tiny, fast run (the runtime contract test trains every family with them).
+* ``smoke_args`` → arguments of a tiny, fast run, and ``smoke_steps`` → a step count that lasts a few
+  seconds with them (the runtime contract test trains every family so).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Family(Protocol):
     name: str
     prog: str
     smoke_args: list[str]
+    smoke_steps: int
 
     def parser(self) -> Any: ...
 
