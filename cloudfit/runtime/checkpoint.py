@@ -14,6 +14,7 @@ done, and only then is the marker written (no rank waits on a FUSE-mounted bucke
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cloudfit.atomic import atomic_open
 from cloudfit.runtime import integrity
 from cloudfit.runtime.family import BadInput, Job
 
@@ -153,9 +155,8 @@ class Store:
         if self.ranks.rank == 0:
             files = {k: v for digests, _ in gathered for k, v in digests.items()}
             marker = integrity.sign(self.key, {**p.marker, "eval_loss": eval_loss, "time": time.time()}, files)
-            from cloudfit.runtime.progress import write_json_atomic
-
-            write_json_atomic(step_dir(self.shared, p.step) / MARKER, marker)
+            with atomic_open(step_dir(self.shared, p.step) / MARKER) as fh:  # whole or absent
+                json.dump(marker, fh)
             prune(self.shared, self.keep)
         dist.barrier()
         self.last_write_s = time.perf_counter() - p.t0

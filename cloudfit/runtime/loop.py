@@ -39,7 +39,10 @@ def parse(family: Family, argv: list[str] | None) -> argparse.Namespace:
 def main(family: Family, argv: list[str] | None = None) -> int:
     import faulthandler
 
-    faulthandler.enable()  # a rank that dies of a signal (e.g. SIGSEGV in a collective) leaves its Python stacks in the log
+    try:  # a rank that dies of a signal (e.g. SIGSEGV in a collective) leaves its Python stacks in the log
+        faulthandler.enable()
+    except (OSError, ValueError):  # stderr is no file (captured, in a notebook)
+        pass
     rank = int(os.environ.get("RANK", 0))
     try:
         args = parse(family, argv)
@@ -48,7 +51,17 @@ def main(family: Family, argv: list[str] | None = None) -> int:
     except BadInput as e:
         if rank == 0:
             print(f"{family.prog}: {e}", file=sys.stderr, flush=True)
+        _abandon_group()
         return control.EXIT_BAD_INPUT
+
+
+def _abandon_group() -> None:
+    """Leave the process group after a refusal (every rank refuses together: the decisions are collective)."""
+    if "torch" in sys.modules:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 class _Run:
