@@ -63,7 +63,7 @@ class CNN:
     name, prog = "cnn", PROG
     smoke_args = ["--model", "mlp", "--batch-size", "16", "--data-pool", "2", "--lr", "0.05",
                   "--progress-every-s", "0"]
-    smoke_steps = 400  # a few seconds on 2 CPU ranks
+    smoke_steps = 200  # a few seconds on 2 CPU ranks
 
     def parser(self) -> argparse.ArgumentParser:
         from cloudfit.runtime.loop import Parser
@@ -120,7 +120,17 @@ class CNN:
             backward_and_step(loss, opt, scaler)
             return float(loss.detach()) / r.world
 
-        return Job(model=model, optimizer=opt, step=step, samples_per_step=batch * r.world,
+        def eval_loss() -> float:
+            """The loss on one fixed batch (the same on every rank): equal at a save and at its resume."""
+            torch.manual_seed(a.seed + 1)
+            data = zm.make_batch(batch, r.device)
+            model.eval()
+            with torch.no_grad():
+                loss = float(zm.loss(model, data))
+            model.train()
+            return loss
+
+        return Job(model=model, optimizer=opt, step=step, samples_per_step=batch * r.world, eval_loss=eval_loss,
                    describe={"model": zm.name, "batch_size_per_rank": batch}, marker={"model_name": zm.name},
                    check_resume=_same_model(zm.name))
 

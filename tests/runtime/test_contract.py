@@ -41,6 +41,7 @@ def test_kill_9_resumes_with_no_step_lost_or_doubled_and_the_loss_goes_down(trai
     prog = trainer.progress()
     assert prog["state"] == "completed" and prog["step"] == n and prog["restart"] == 1 and prog["resumes"] == 1
     assert prog["resumed_from_step"] == resumed_from
+    assert prog["eval_loss_at_resume"] == pytest.approx(prog["eval_loss_at_save"], abs=1e-5)  # the weights came back
     per_step = second[-1].get("samples_per_step") or prog["samples_seen"] / n
     assert prog["samples_seen"] == n * per_step  # counted once per step, across the restart
     losses = [first[s] for s in sorted(first)] + [m["loss"] for m in second]

@@ -106,31 +106,6 @@ def test_fsdp2_loss_goes_down_and_dcp_checkpoints_are_complete(tmp_path):
 
 
 @pytest.mark.slow
-def test_killed_rank_restarts_on_the_same_world_size_and_resumes(tmp_path):
-    """torchrun's elastic agent restarts the group after SIGKILL; the ranks load the newest complete
-    checkpoint and redo the lost steps exactly (same data, same weights and Adam moments)."""
-    p = torchrun(tmp_path, 2, ["--steps", "30", "--checkpoint-every", "8"], max_restarts=1)
-    wait_for_step(tmp_path, p, 12)
-    kill_one_rank(p)
-    assert finish(p) == 0, logs(tmp_path)
-    ms = metrics(tmp_path)
-    first = {m["step"]: m["loss"] for m in ms if m["restart"] == 0}
-    second = {m["step"]: m["loss"] for m in ms if m["restart"] == 1}
-    assert second, "no steps after the restart"
-    resumed_from = min(second) - 1
-    assert resumed_from > 0 and resumed_from % 8 == 0 and resumed_from < max(first), (resumed_from, max(first))
-    redone = sorted(set(first) & set(second))
-    assert redone and all(abs(first[s] - second[s]) < 1e-4 for s in redone), [(first[s], second[s]) for s in redone]
-    assert max(second) == 30
-    losses = [second[s] for s in sorted(second)]
-    assert mean(losses[-3:]) < mean(losses[:3]) < mean(first[s] for s in (1, 2, 3)), losses
-    prog = json.loads((tmp_path / "progress.json").read_text())
-    assert prog["state"] == "completed" and prog["restart"] == 1 and prog["resumes"] == 1
-    assert prog["resumed_from_step"] == resumed_from
-    assert prog["eval_loss_at_resume"] == pytest.approx(prog["eval_loss_at_save"], abs=1e-5)
-
-
-@pytest.mark.slow
 def test_tp_fsdp_2d_mesh_then_resume_on_fewer_ranks_resharded(tmp_path):
     """tp=2 × fsdp=2 on 4 ranks (a 2-D mesh) loses a rank; the job comes back on 2 ranks as fsdp=2 and
     DCP re-shards the checkpoint: same weights (equal eval loss), and the loss keeps going down."""
