@@ -19,7 +19,7 @@ from typing import Any
 
 from cloudfit.runtime import control, integrity
 from cloudfit.runtime.checkpoint import Store
-from cloudfit.runtime.family import BadInput, Family, Job
+from cloudfit.runtime.family import BadInput, Family
 from cloudfit.runtime.progress import Progress, Rate
 
 
