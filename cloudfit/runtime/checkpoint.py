@@ -130,6 +130,10 @@ class Store:
                 shutil.copyfile(local / name, tmp)
                 os.replace(tmp, dest / name)
                 (local / name).unlink(missing_ok=True)
+            try:
+                local.rmdir()  # the last rank of this machine to finish removes the folder
+            except OSError:
+                pass
         except OSError as e:  # reported in progress; the marker is not written, so nobody resumes from it
             p.error = f"upload of step {p.step} failed: {e}"
 

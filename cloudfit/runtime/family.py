@@ -3,9 +3,10 @@
 A family is a module with a ``FAMILY`` object having
 
 * ``name`` (registry key), ``prog`` (the module run by torchrun, e.g. ``cloudfit.train``);
-* ``parser()`` → an argparse parser (the runtime adds the shared checkpoint/progress/stop flags with
-  :func:`cloudfit.runtime.control.add_shared_args`), ``check(args)`` → the parsed arguments checked
-  (raises :class:`BadInput`) before any process group exists;
+* ``parser()`` → a :class:`cloudfit.runtime.loop.Parser` with the family's flags and the shared
+  checkpoint/progress/stop flags (:func:`cloudfit.runtime.control.add_shared_args`, with the family's
+  defaults); ``check(args)`` → the parsed arguments checked (raises :class:`BadInput`) before any
+  process group exists;
 * ``build(args, ranks)`` → a :class:`Job`: the model built and parallelised, its optimizer, a step;
 * ``smoke_args`` → arguments of a tiny, fast run, and ``smoke_steps`` → a step count that lasts a few
   seconds with them (the runtime contract test trains every family so).

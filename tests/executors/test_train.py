@@ -78,4 +78,4 @@ def test_ranks_write_to_local_disk_and_upload_in_the_background(tmp_path, monkey
     done = train.checkpoints(tmp_path / "shared")
     assert done[0][0] == 100 and len(done) == 2  # the final one was uploaded (and sealed) before exit
     assert progress["checkpoint_step"] == 100 and "upload_error" not in progress
-    assert not list((tmp_path / "shared").rglob(".*.part")) and not list((tmp_path / "local").rglob("*.distcp"))
+    assert not list((tmp_path / "shared").rglob(".*.part")) and not list((tmp_path / "local").iterdir())
