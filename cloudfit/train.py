@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from cloudfit.errors import ProfileError
+from cloudfit.runtime import main as run_family
 from cloudfit.runtime.checkpoint import complete_checkpoints
 from cloudfit.runtime.control import add_shared_args, control_args  # noqa: F401  (re-exported for the launchers)
 from cloudfit.runtime.family import BadInput, Job
@@ -145,10 +147,14 @@ def _same_model(name: str):
 FAMILY = CNN()
 
 
-def main(argv: list[str] | None = None) -> int:
-    from cloudfit.runtime import main as run
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The trainer's arguments, checked (:class:`BadInput` when wrong)."""
+    from cloudfit.runtime.loop import parse
 
-    return run(FAMILY, argv)
+    return parse(FAMILY, argv)
+
+
+main = partial(run_family, FAMILY)  # main(argv=None) → exit code
 
 
 if __name__ == "__main__":

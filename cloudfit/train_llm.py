@@ -35,9 +35,11 @@ import argparse
 import os
 import sys
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from cloudfit.runtime import main as run_family
 from cloudfit.runtime.checkpoint import MARKER, complete_checkpoints  # noqa: F401  (re-exported)
 from cloudfit.runtime.checkpoint import prune as _prune  # noqa: F401
 from cloudfit.runtime.control import add_shared_args, control_args
@@ -595,12 +597,7 @@ def _resume_check(cfg, layout: Layout, world: int, notes: list[str]):
 
 
 FAMILY = LLM()
-
-
-def main(argv: list[str] | None = None) -> int:
-    from cloudfit.runtime import main as run
-
-    return run(FAMILY, argv)
+main = partial(run_family, FAMILY)  # main(argv=None) → exit code
 
 
 if __name__ == "__main__":
