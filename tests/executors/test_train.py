@@ -79,3 +79,16 @@ def test_ranks_write_to_local_disk_and_upload_in_the_background(tmp_path, monkey
     assert done[0][0] == 100 and len(done) == 2  # the final one was uploaded (and sealed) before exit
     assert progress["checkpoint_step"] == 100 and "upload_error" not in progress
     assert not list((tmp_path / "shared").rglob(".*.part")) and not list((tmp_path / "local").iterdir())
+
+
+def test_bad_usage_and_another_models_checkpoint_are_one_line_and_exit_2(tmp_path, capsys):
+    base = ["--steps", "2", "--checkpoint-dir", str(tmp_path / "ck"), "--progress-every-s", "0"]
+    assert train.main(["--model", "mlp", "--batch-size", "0", *base]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["cloudfit.train: --batch-size must be ≥ 1 (got 0)"]
+    assert train.main(["--model", "mlp", "--steps", "two", "--checkpoint-dir", "x"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1  # argparse's usage is not printed
+    assert train.main(["--model", "mlp", "--batch-size", "4", *base]) == 0
+    capsys.readouterr()
+    assert train.main(["--model", "resnet32", "--batch-size", "2", *base]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds model mlp, not resnet32" in err[0], err
