@@ -16,6 +16,7 @@ import pytest
 from cloudfit import runtime
 from cloudfit.runtime import integrity
 from cloudfit.runtime.checkpoint import MARKER, complete_checkpoints
+from tests.runtime.ranks import Trainer
 
 KEY = "ab" * 32
 
@@ -58,7 +59,7 @@ def _refused(trainer, capsys, needle: str, *args: str) -> str:
 def test_a_planted_metadata_pickle_is_refused_and_nothing_runs(trainer, saved, capsys, tmp_path):
     pwned = tmp_path / "pwned"
     (saved / ".metadata").write_bytes(pickle.dumps(_Payload(pwned)))
-    line = _refused(trainer, capsys, f"{saved / '.metadata'}: signature does not verify")
+    _refused(trainer, capsys, f"{saved / '.metadata'}: signature does not verify")
     assert not pwned.exists()
 
 
@@ -123,3 +124,21 @@ def test_the_marker_signs_every_file_and_itself(tmp_path):
     assert integrity.verify_files(key, tmp_path, marker["files"], [".metadata"]) is None
     (tmp_path / "x.metadata").write_bytes(b"meta")  # the same bytes under another name: its own digest
     assert integrity.file_digest(key, tmp_path / "x.metadata") != files[".metadata"]
+
+
+def test_on_two_ranks_every_rank_refuses_together_with_one_line(tmp_path):
+    """The ranks split the shard files to verify; a bad one on any rank stops them all (rank 0 says it once)."""
+    t = Trainer("cnn", tmp_path)
+    env = {integrity.ENV_KEY: KEY}
+    p = t.torchrun("--steps", "2", env=env)
+    assert t.finish(p) == 0, t.logs()
+    [(_, path)] = complete_checkpoints(t.ckpt)
+    shards = sorted(path.glob("*.distcp"))
+    assert len(shards) == 2
+    shard = shards[0]  # rank 1 verifies it (rank 0: the metadata and the other shard)
+    shard.write_bytes(b"\0" + shard.read_bytes()[1:])
+    p = t.torchrun("--steps", "4", env=env)
+    assert t.finish(p) != 0  # torchrun reports the failed ranks
+    said = [line for line in t.logs().splitlines() if "signature does not verify" in line]
+    assert said == [f"cloudfit.train: checkpoint file {shard}: signature does not verify: refused "
+                    "(nothing in it was loaded)"], t.logs()
