@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "cloudfit"
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("ground", frozenset({"types", "errors", "units", "atomic", "resources", "endpoints", "workload", "cache"})),
     ("catalog", frozenset({"catalog"})),  # offerings, accelerator specs and canonical names, prices
-    ("models", frozenset({"profiling", "perf", "spot", "train", "plot", "llm", "llm_model", "train_llm"})),  # measure, predict, preemption, LLMs
+    ("models", frozenset({"profiling", "perf", "spot", "train", "plot", "llm", "llm_model", "train_llm", "runtime"})),  # measure, predict, preemption, LLMs
     ("search", frozenset({"search"})),  # pure ranking: launches nothing
     ("plan", frozenset({"plan", "executors"})),  # plans and the executors that run them (siblings)
     ("active", frozenset({"active", "explore", "launcher"})),  # plan + a passed-in executor; notebook trade-offs
@@ -33,7 +33,7 @@ FORBIDDEN: frozenset[tuple[str, str]] = frozenset({
 })
 #: Units allowed to call print(): the command line, and the training script run on the VMs
 #: (its stdout is the job's log).
-PRINTERS = frozenset({"cli", "__main__", "train", "train_llm"})
+PRINTERS = frozenset({"cli", "__main__", "train", "train_llm", "runtime"})
 
 RANK = {unit: i for i, (_, units) in enumerate(LAYERS) for unit in units}
 

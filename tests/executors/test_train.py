@@ -1,37 +1,39 @@
-"""cloudfit's trainer (issue 14): checkpoints at the priced interval, throttled progress, safe loads.
+"""cloudfit's CNN trainer (issue 14, on the shared runtime since issue 25): checkpoints at the priced
+interval, re-estimated from the measured write, throttled progress, local writes with background uploads.
 
-Before: a checkpoint every 50 steps (~7 s) whatever the plan priced, the progress file rewritten
-about once a second through gcsfuse, and ``torch.load(weights_only=False)`` on files from a shared bucket.
+Before issue 14: a checkpoint every 50 steps (~7 s) whatever the plan priced, the progress file rewritten
+about once a second through gcsfuse. (Safe loads: tests/runtime/test_integrity.py.)
 """
 
 from __future__ import annotations
 
 import json
-import pickle
 from pathlib import Path
 
 import pytest
 
 from cloudfit import train
+from cloudfit.runtime import progress as progress_mod
+from cloudfit.runtime.checkpoint import Store
 from cloudfit.spot.checkpointing import MIN_INTERVAL_S, young_daly_s
 
 
-def _run(tmp_path: Path, *extra: str, steps: int = 300, monkeypatch=None) -> tuple[list[Path], int, dict]:
-    saved: list[Path] = []
+def _run(tmp_path: Path, *extra: str, steps: int = 300, monkeypatch=None) -> tuple[list[tuple[int, Path]], int, dict]:
+    """Train the MLP in this process; (step, folder written) per checkpoint, progress writes, last progress."""
+    saved: list[tuple[int, Path]] = []
     writes = {"n": 0}
-    real_save, real_write = train.save_checkpoint, train.write_json_atomic
+    real_save, real_write = Store.save, progress_mod.write_json_atomic
 
-    def save(folder, step, state, keep=2):
-        p = real_save(folder, step, state, keep)
-        saved.append(p)
-        return p
+    def save(self, job, step, marker):
+        saved.append((step, self.local or self.shared))
+        return real_save(self, job, step, marker)
 
     def write(path, obj):
         writes["n"] += 1
         real_write(path, obj)
 
-    monkeypatch.setattr(train, "save_checkpoint", save)
-    monkeypatch.setattr(train, "write_json_atomic", write)
+    monkeypatch.setattr(Store, "save", save)
+    monkeypatch.setattr(progress_mod, "write_json_atomic", write)
     rc = train.main(["--model", "mlp", "--steps", str(steps), "--checkpoint-dir", str(tmp_path / "shared"),
                      "--progress-file", str(tmp_path / "progress.json"), *extra])
     assert rc == 0
@@ -40,8 +42,9 @@ def _run(tmp_path: Path, *extra: str, steps: int = 300, monkeypatch=None) -> tup
 
 def test_checkpoints_follow_the_planned_interval_not_a_step_count(tmp_path, monkeypatch):
     saved, _, progress = _run(tmp_path, "--checkpoint-interval-s", "600", monkeypatch=monkeypatch)
-    assert [p.name for p in saved] == ["ckpt-000000300.pt"]  # 300 fast steps: only the final checkpoint
+    assert [s for s, _ in saved] == [300]  # 300 fast steps: only the final checkpoint
     assert progress["checkpoint_interval_s"] == 600 and progress["state"] == "completed"
+    assert [s for s, _ in train.checkpoints(tmp_path / "shared")] == [300]
 
 
 def test_the_interval_is_re_estimated_from_the_measured_write(tmp_path, monkeypatch):
@@ -49,7 +52,7 @@ def test_the_interval_is_re_estimated_from_the_measured_write(tmp_path, monkeypa
     saved, _, progress = _run(tmp_path, "--checkpoint-interval-s", "0.01", "--hazard-per-hour", str(hazard),
                               steps=400, monkeypatch=monkeypatch)
     # the first write comes after 0.01 s; then Young/Daly for the measured write time, far beyond this run
-    assert len(saved) == 2 and saved[-1].name == "ckpt-000000400.pt"
+    assert len(saved) == 2 and saved[-1][0] == 400
     w = progress["checkpoint_write_s"]
     assert progress["checkpoint_interval_s"] == pytest.approx(young_daly_s(hazard, w), rel=2e-2)  # w is rounded in the file
     assert progress["checkpoint_interval_s"] >= MIN_INTERVAL_S
@@ -63,34 +66,29 @@ def test_young_daly_matches_the_planner_for_the_issue_example():
 
 
 def test_progress_is_written_at_most_every_n_seconds(tmp_path, monkeypatch):
-    _, writes, progress = _run(tmp_path, "--progress-every-s", "1000", steps=2000, monkeypatch=monkeypatch)
-    assert writes == 2 and progress["step"] == 2000  # the start and the end, nothing in between
+    saved, writes, progress = _run(tmp_path, "--progress-every-s", "1000", steps=500, monkeypatch=monkeypatch)
+    # the start, the (final) checkpoint and the end: nothing in between
+    assert saved == [(500, tmp_path / "shared")] and writes == 3 and progress["step"] == 500
 
 
-def test_rank_0_writes_to_local_disk_and_uploads_in_the_background(tmp_path, monkeypatch):
-    saved, _, _ = _run(tmp_path, "--local-checkpoint-dir", str(tmp_path / "local"), "--checkpoint-interval-s", "0.01",
-                       monkeypatch=monkeypatch)
-    assert saved and all(p.parent == tmp_path / "local" for p in saved)  # no rank wrote through the shared folder
-    assert [s for s, _ in train.checkpoints(tmp_path / "shared")][0] == 300  # the final one was uploaded before exit
-    assert not list((tmp_path / "shared").glob(".*.part"))
+def test_ranks_write_to_local_disk_and_upload_in_the_background(tmp_path, monkeypatch):
+    saved, _, progress = _run(tmp_path, "--local-checkpoint-dir", str(tmp_path / "local"), "--checkpoint-interval-s",
+                              "0.01", steps=100, monkeypatch=monkeypatch)
+    assert len(saved) > 1 and all(folder == tmp_path / "local" for _, folder in saved)  # nobody wrote to the bucket
+    done = train.checkpoints(tmp_path / "shared")
+    assert done[0][0] == 100 and len(done) == 2  # the final one was uploaded (and sealed) before exit
+    assert progress["checkpoint_step"] == 100 and "upload_error" not in progress
+    assert not list((tmp_path / "shared").rglob(".*.part")) and not list((tmp_path / "local").iterdir())
 
 
-class _Boom:
-    def __reduce__(self):
-        import os
-
-        return (os.system, (f"touch {MARKER}",))
-
-
-MARKER = Path("/nonexistent")
-
-
-def test_a_planted_checkpoint_cannot_run_code(tmp_path, monkeypatch):
-    global MARKER
-    MARKER = tmp_path / "pwned"
-    _run(tmp_path, steps=20, monkeypatch=monkeypatch)  # a genuine checkpoint at step 20
-    evil = tmp_path / "shared" / "ckpt-000000999.pt"
-    evil.write_bytes(pickle.dumps({"model": _Boom()}))
-    step, state = train.newest_readable(tmp_path / "shared")
-    assert not MARKER.exists()  # weights_only=True refused the payload
-    assert step == 20 and "model" in state
+def test_bad_usage_and_another_models_checkpoint_are_one_line_and_exit_2(tmp_path, capsys):
+    base = ["--steps", "2", "--checkpoint-dir", str(tmp_path / "ck"), "--progress-every-s", "0"]
+    assert train.main(["--model", "mlp", "--batch-size", "0", *base]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["cloudfit.train: --batch-size must be ≥ 1 (got 0)"]
+    assert train.main(["--model", "mlp", "--steps", "two", "--checkpoint-dir", "x"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1  # argparse's usage is not printed
+    assert train.main(["--model", "mlp", "--batch-size", "4", *base]) == 0
+    capsys.readouterr()
+    assert train.main(["--model", "resnet32", "--batch-size", "2", *base]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds model mlp, not resnet32" in err[0], err

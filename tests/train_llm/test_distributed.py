@@ -9,70 +9,26 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from cloudfit.train_llm import MARKER, complete_checkpoints
+from tests.runtime.ranks import Trainer, finish, kill_one_rank, logs, metrics
 
 SHAPE = ["--shape", "llama3-8b", "--shrink", "--seq-len", "32", "--micro-batch", "4", "--lr", "3e-3",
          "--warmup-steps", "3", "--progress-interval-s", "0"]
 
 
 def torchrun(tmp: Path, nproc: int, args: list[str], *, max_restarts: int = 0) -> subprocess.Popen:
-    env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           f"--max-restarts={max_restarts}", "--monitor-interval=0.2", "-m", "cloudfit.train_llm",
-           "--checkpoint-dir", str(tmp / "ckpt"), "--metrics-file", str(tmp / "metrics.jsonl"),
-           "--progress-file", str(tmp / "progress.json"), *SHAPE, *args]
-    log = open(tmp / f"torchrun-{time.monotonic_ns()}.log", "w")
-    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def finish(proc: subprocess.Popen, timeout: float = 240) -> int:
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise
-
-
-def logs(tmp: Path) -> str:
-    return "\n".join(p.read_text()[-3000:] for p in sorted(tmp.glob("torchrun-*.log")))
-
-
-def metrics(tmp: Path) -> list[dict]:
-    path = tmp / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return Trainer("llm", tmp, base=SHAPE).torchrun(*args, nproc=nproc, max_restarts=max_restarts)
 
 
 def wait_for_step(tmp: Path, proc: subprocess.Popen, step: int, timeout: float = 120) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if any(m["step"] >= step for m in metrics(tmp)):
-            return
-        assert proc.poll() is None, f"the job ended before step {step}:\n{logs(tmp)}"
-        time.sleep(0.05)
-    raise AssertionError(f"step {step} not reached in {timeout} s:\n{logs(tmp)}")
-
-
-def kill_one_rank(proc: subprocess.Popen) -> int:
-    workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
-               if "cloudfit.train_llm" in " ".join(c.cmdline())]
-    assert workers, "no worker processes found"
-    victim = workers[-1]
-    victim.send_signal(signal.SIGKILL)
-    return victim.pid
+    Trainer("llm", tmp, base=SHAPE).wait_until(proc, lambda: any(m["step"] >= step for m in metrics(tmp)),
+                                               f"step {step}", timeout)
 
 
 def mean(xs):
@@ -106,38 +62,13 @@ def test_fsdp2_loss_goes_down_and_dcp_checkpoints_are_complete(tmp_path):
 
 
 @pytest.mark.slow
-def test_killed_rank_restarts_on_the_same_world_size_and_resumes(tmp_path):
-    """torchrun's elastic agent restarts the group after SIGKILL; the ranks load the newest complete
-    checkpoint and redo the lost steps exactly (same data, same weights and Adam moments)."""
-    p = torchrun(tmp_path, 2, ["--steps", "30", "--checkpoint-every", "8"], max_restarts=1)
-    wait_for_step(tmp_path, p, 12)
-    kill_one_rank(p)
-    assert finish(p) == 0, logs(tmp_path)
-    ms = metrics(tmp_path)
-    first = {m["step"]: m["loss"] for m in ms if m["restart"] == 0}
-    second = {m["step"]: m["loss"] for m in ms if m["restart"] == 1}
-    assert second, "no steps after the restart"
-    resumed_from = min(second) - 1
-    assert resumed_from > 0 and resumed_from % 8 == 0 and resumed_from < max(first), (resumed_from, max(first))
-    redone = sorted(set(first) & set(second))
-    assert redone and all(abs(first[s] - second[s]) < 1e-4 for s in redone), [(first[s], second[s]) for s in redone]
-    assert max(second) == 30
-    losses = [second[s] for s in sorted(second)]
-    assert mean(losses[-3:]) < mean(losses[:3]) < mean(first[s] for s in (1, 2, 3)), losses
-    prog = json.loads((tmp_path / "progress.json").read_text())
-    assert prog["state"] == "completed" and prog["restart"] == 1 and prog["resumes"] == 1
-    assert prog["resumed_from_step"] == resumed_from
-    assert prog["eval_loss_at_resume"] == pytest.approx(prog["eval_loss_at_save"], abs=1e-5)
-
-
-@pytest.mark.slow
 def test_tp_fsdp_2d_mesh_then_resume_on_fewer_ranks_resharded(tmp_path):
     """tp=2 × fsdp=2 on 4 ranks (a 2-D mesh) loses a rank; the job comes back on 2 ranks as fsdp=2 and
     DCP re-shards the checkpoint: same weights (equal eval loss), and the loss keeps going down."""
     p = torchrun(tmp_path, 4, ["--tp", "2", "--dp-shard", "2", "--ac", "selective", "--steps", "24",
                                "--checkpoint-every", "6"])
     wait_for_step(tmp_path, p, 8, timeout=180)
-    kill_one_rank(p)
+    kill_one_rank(p, "cloudfit.train_llm")
     assert finish(p) != 0  # no restarts allowed: the 4-rank job is gone
     before = metrics(tmp_path)
     assert {m["layout"] for m in before} == {"fsdp=2,tp=2,pp=1,cp=1,ac=selective,mb=4,ga=1"}

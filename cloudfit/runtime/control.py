@@ -1,0 +1,120 @@
+"""The flags every family shares, the checkpoint cadence, and the stop signals.
+
+Checkpoints come every ``--checkpoint-every`` steps and/or every ``--checkpoint-interval-s`` seconds
+of training (the Young/Daly interval the plan priced; rank 0's clock, the ranks agree each step).
+With ``--hazard-per-hour`` (the cluster's revocation rate) the interval is re-estimated after each
+write from the write time measured (``cloudfit.spot.checkpointing.young_daly_s``). A checkpoint is
+also taken at a stop request and at the end.
+
+A stop request is ``--stop-file`` appearing (the launcher's budget guard) or ``--stop-at`` (a Unix
+time: the launch's time limit) passing: the ranks agree at the next step, checkpoint, and end with
+state ``stopped``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from cloudfit.runtime.family import BadInput
+
+#: Exit codes of a trainer run as a plain process. Under torchrun a stopped rank exits 0 (torchrun
+#: restarts a worker group whose rank exits non-zero) and the launcher turns the progress file's
+#: ``stop_reason`` into its own exit code, the same numbers (``cloudfit launch``'s table).
+EXIT_OK, EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_TIMEOUT = 0, 2, 4, 5
+STOP_EXIT = {"stop-file": EXIT_BUDGET, "stop-at": EXIT_TIMEOUT}
+
+
+def control_args(progress_file: str | None, stop_file: str | None, stop_at: float | None) -> list[str]:
+    """The progress and stop flags every trainer takes (``--progress-file``, ``--stop-file``, ``--stop-at``)."""
+    args = ["--progress-file", progress_file] if progress_file else []
+    if stop_file:
+        args += ["--stop-file", stop_file]
+    if stop_at is not None:
+        args += ["--stop-at", f"{stop_at:.0f}"]
+    return args
+
+
+def add_shared_args(p: argparse.ArgumentParser, *, interval_s: float | None, progress_every_s: float) -> None:
+    """Add the runtime's flags to a family's parser (``interval_s``, ``progress_every_s``: its defaults)."""
+    c = p.add_argument_group("checkpoints, progress and stopping (every family)")
+    c.add_argument("--steps", type=int, required=True, help="total optimizer steps (across restarts)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--checkpoint-dir", default=os.environ.get("CLOUDFIT_CHECKPOINT_DIR"),
+                   required="CLOUDFIT_CHECKPOINT_DIR" not in os.environ,
+                   help="shared by all ranks (default: $CLOUDFIT_CHECKPOINT_DIR)")
+    c.add_argument("--checkpoint-every", type=int, default=None, help="steps between checkpoints")
+    c.add_argument("--checkpoint-interval-s", type=float, default=interval_s,
+                   help="seconds of training between checkpoints (the plan's Young/Daly interval)")
+    c.add_argument("--hazard-per-hour", type=float, default=0.0,
+                   help="cluster revocation rate: re-estimate the interval from each measured write (0: keep it)")
+    c.add_argument("--local-checkpoint-dir", default=os.environ.get("CLOUDFIT_LOCAL_CHECKPOINT_DIR"),
+                   help="write here first, then upload to --checkpoint-dir in the background")
+    c.add_argument("--keep", type=int, default=2, help="complete checkpoints kept")
+    c.add_argument("--progress-file", default=os.environ.get("CLOUDFIT_PROGRESS_FILE"),
+                   help="default: $CLOUDFIT_PROGRESS_FILE, else CHECKPOINT_DIR/progress.json")
+    c.add_argument("--progress-every-s", "--progress-interval-s", dest="progress_every_s", type=float,
+                   default=progress_every_s, help="write the progress file at most this often")
+    c.add_argument("--metrics-file", default=None, help="JSON lines, one per step (rank 0)")
+    c.add_argument("--stop-file", default=os.environ.get("CLOUDFIT_STOP_FILE"),
+                   help="stop gracefully when this file exists (default: $CLOUDFIT_STOP_FILE)")
+    c.add_argument("--stop-at", type=float, default=None, help="stop gracefully at this Unix time")
+
+
+def check_shared_args(a: argparse.Namespace) -> None:
+    for k in ("steps", "keep"):
+        if getattr(a, k) < 1:
+            raise BadInput(f"--{k} must be ≥ 1 (got {getattr(a, k)})")
+    if a.checkpoint_every is not None and a.checkpoint_every < 1:
+        raise BadInput(f"--checkpoint-every must be ≥ 1 (got {a.checkpoint_every})")
+    if a.checkpoint_interval_s is not None and not a.checkpoint_interval_s > 0:
+        raise BadInput(f"--checkpoint-interval-s must be > 0 (got {a.checkpoint_interval_s})")
+    if not (a.progress_every_s >= 0 and a.hazard_per_hour >= 0 and math.isfinite(a.hazard_per_hour)):
+        raise BadInput("--progress-every-s and --hazard-per-hour must be ≥ 0")
+    if a.stop_at is not None and not math.isfinite(a.stop_at):
+        raise BadInput(f"--stop-at must be a Unix time (got {a.stop_at})")
+
+
+class Cadence:
+    """When to checkpoint: every K steps and/or every ``interval_s`` seconds of training."""
+
+    def __init__(self, a: argparse.Namespace) -> None:
+        self.every, self.hazard = a.checkpoint_every, a.hazard_per_hour
+        self.interval_s = a.checkpoint_interval_s
+        self.last = time.monotonic()
+
+    def by_clock(self) -> bool:
+        """Rank 0's opinion (the ranks agree on it): the interval has passed since the last write."""
+        return self.interval_s is not None and time.monotonic() - self.last >= self.interval_s
+
+    def by_step(self, step: int) -> bool:
+        return bool(self.every) and step % self.every == 0
+
+    def written(self, write_s: float) -> None:
+        from cloudfit.spot.checkpointing import young_daly_s
+
+        if self.interval_s is not None and not self.every and self.hazard > 0:
+            self.interval_s = young_daly_s(self.hazard, write_s)  # re-estimated from the measured write
+        self.last = time.monotonic()
+
+    def fields(self) -> dict[str, Any]:
+        return {"checkpoint_interval_s": None if self.interval_s is None else round(self.interval_s, 3)}
+
+
+class Stop:
+    """The stop requests this rank sees: ``--stop-file`` exists, ``--stop-at`` passed."""
+
+    def __init__(self, a: argparse.Namespace) -> None:
+        self.file = Path(a.stop_file) if a.stop_file else None
+        self.at = a.stop_at
+
+    def reason(self) -> str | None:
+        if self.file is not None and self.file.exists():
+            return "stop-file"
+        if self.at is not None and time.time() >= self.at:
+            return "stop-at"
+        return None

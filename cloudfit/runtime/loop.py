@@ -1,0 +1,195 @@
+"""The training loop every family shares.
+
+``main(family, argv)``: parse (the family's flags and the shared ones), join the ranks, build the
+family's job, resume from the newest checkpoint (verified, re-sharded), then step: after every step
+one small all-reduce carries the mean loss and the ranks' agreement on stopping, checkpointing and
+pending uploads. Checkpoint at the cadence, at a stop request and at the end; write progress and
+metrics lines; leave. Exit codes: 0 (completed; and a stop under torchrun), 2 (bad input, a
+checkpoint that does not verify), 4/5 (a plain process stopped by the stop file / ``--stop-at``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from cloudfit.runtime import control, integrity
+from cloudfit.runtime.checkpoint import Store
+from cloudfit.runtime.family import BadInput, Family
+from cloudfit.runtime.progress import Progress, Rate
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit 2 (raised as :class:`BadInput`)."""
+
+    def error(self, message: str) -> None:
+        raise BadInput(message)
+
+
+def parse(family: Family, argv: list[str] | None) -> argparse.Namespace:
+    a = family.parser().parse_args(argv)
+    control.check_shared_args(a)
+    return family.check(a)
+
+
+def main(family: Family, argv: list[str] | None = None) -> int:
+    import faulthandler
+
+    try:  # a rank that dies of a signal (e.g. SIGSEGV in a collective) leaves its Python stacks in the log
+        faulthandler.enable()
+    except (OSError, ValueError):  # stderr is no file (captured, in a notebook)
+        pass
+    rank = int(os.environ.get("RANK", 0))
+    try:
+        args = parse(family, argv)
+        key = integrity.checkpoint_key()
+        return _Run(family, args, key).run()
+    except BadInput as e:
+        if rank == 0:
+            print(f"{family.prog}: {e}", file=sys.stderr, flush=True)
+        _abandon_group()
+        return control.EXIT_BAD_INPUT
+
+
+def _abandon_group() -> None:
+    """Leave the process group after a refusal (every rank refuses together: the decisions are collective)."""
+    if "torch" in sys.modules:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class _Run:
+    def __init__(self, family: Family, args: argparse.Namespace, key: bytes) -> None:
+        self.family, self.args, self.key = family, args, key
+
+    def run(self) -> int:
+        import torch
+
+        from cloudfit.runtime.ranks import join, leave
+
+        self.ranks = r = join()
+        self._same_key()
+        torch.manual_seed(self.args.seed)  # the same initial weights on every rank
+        self.job = self.family.build(self.args, r)
+        self.store = Store(self.args, r, self.key)
+        self.cadence, self.stop = control.Cadence(self.args), control.Stop(self.args)
+        self._resume()
+        try:
+            reason = self._loop()
+        finally:
+            self.progress.close()
+        leave(r)
+        return control.STOP_EXIT[reason] if reason else control.EXIT_OK
+
+    def _same_key(self) -> None:
+        import torch.distributed as dist
+
+        prints: list[Any] = [None] * self.ranks.world
+        dist.all_gather_object(prints, integrity.fingerprint(self.key))
+        if len(set(prints)) > 1:
+            raise BadInput(f"the ranks hold different checkpoint keys: set ${integrity.ENV_KEY} on every node")
+
+    def _resume(self) -> None:
+        job, a, r = self.job, self.args, self.ranks
+        found = self.store.newest()
+        prior: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        t_restore = None
+        if found is not None:
+            step, path, prior = found
+            if job.check_resume is not None:
+                job.check_resume(prior, path)
+            t0 = time.perf_counter()
+            self.store.load(job, path, prior)
+            t_restore = time.perf_counter() - t0
+            if job.eval_loss is not None:
+                extra = {"eval_loss_at_save": prior.get("eval_loss"), "eval_loss_at_resume": job.eval_loss()}
+        self.start = int(prior.get("step", 0))
+        self.resumes = int(prior.get("resumes", -1)) + 1 if found is not None else 0
+        self.seen = {"samples_seen": int(prior.get("samples_seen", 0)), "tokens_seen": int(prior.get("tokens_seen", 0))}
+        path = Path(a.progress_file) if a.progress_file else Path(a.checkpoint_dir) / "progress.json"
+        self.progress = Progress(path, a.progress_every_s, Path(a.metrics_file) if a.metrics_file else None,
+                                 r.rank == 0, {
+            "trainer": self.family.prog, **job.describe, "step": self.start, "total_steps": a.steps,
+            "world_size": r.world, "device": str(r.device), "restart": r.restart, "resumes": self.resumes,
+            "resumed_from_step": self.start, "resumed_from_layout": prior.get("layout"),
+            "restore_seconds": t_restore, "checkpoint_step": self.start if found is not None else None,
+            "checkpoint_seconds": None, "checkpoint_write_s": None, "checkpoint_bytes": None,
+            "samples_per_second": None, "tokens_per_second": None, "loss": None, **self.seen,
+            "notes": job.notes, "key_fingerprint": integrity.fingerprint(self.key), **self.cadence.fields(), **extra})
+
+    def _agree(self, loss_share: float) -> tuple[float, str | None, bool, bool]:
+        """One all-reduce: the step's mean loss, a stop request (and why), a checkpoint due, an upload busy."""
+        import torch
+        import torch.distributed as dist
+
+        reason = self.stop.reason()
+        due = self.ranks.rank == 0 and self.cadence.by_clock()
+        t = torch.tensor([loss_share, reason == "stop-file", reason == "stop-at", due, self.store.busy()],
+                         dtype=torch.float64, device=self.ranks.device)
+        dist.all_reduce(t)
+        v = t.tolist()
+        why = "stop-file" if v[1] > 0 else "stop-at" if v[2] > 0 else None
+        return v[0], why, v[3] > 0, v[4] > 0
+
+    def _loop(self) -> str | None:
+        job, a, r, p = self.job, self.args, self.ranks, self.progress
+        p.report(force=True)
+        step, rate = self.start, Rate(self.start)
+        reason = None
+        sync = (lambda: __import__("torch").cuda.synchronize()) if r.cuda else None
+        while step < a.steps:
+            share = job.step(step)
+            step += 1
+            self.seen["samples_seen"] += job.samples_per_step
+            self.seen["tokens_seen"] += job.tokens_per_step or 0
+            loss, why, due, busy = self._agree(share)
+            per_s = rate.per_second(step, job.tokens_per_step or job.samples_per_step, sync)
+            p.line(step=step, loss=loss, world_size=r.world, restart=r.restart, resumes=self.resumes, **job.line)
+            if job.tokens_per_step:
+                speed = {"tokens_per_second": per_s,
+                         "samples_per_second": None if per_s is None else per_s * job.samples_per_step / job.tokens_per_step}
+            else:
+                speed = {"samples_per_second": per_s}
+            p.report(step=step, loss=loss, **speed, **self.seen)
+            if self.store.pending is not None and not busy:
+                self._sealed()
+            if why and step < a.steps:
+                reason = why
+                break
+            if step < a.steps and not busy and self.store.pending is None and (due or self.cadence.by_step(step)):
+                self._checkpoint(step)
+        if self.store.pending is not None:
+            self._sealed()
+        if p.fields.get("checkpoint_step") != step:
+            self._checkpoint(step)
+            if self.store.pending is not None:
+                self._sealed()
+        p.report(force=True, step=step, state="stopped" if reason else "completed", stop_reason=reason)
+        return reason
+
+    def _marker(self, step: int) -> dict[str, Any]:
+        return {"step": step, "resumes": self.resumes, "world_size": self.ranks.world, **self.seen, **self.job.marker}
+
+    def _checkpoint(self, step: int) -> None:
+        self.store.save(self.job, step, self._marker(step))
+        if self.store.local is None:
+            self._sealed()
+
+    def _sealed(self) -> None:
+        ev = self.job.eval_loss() if self.job.eval_loss is not None else None
+        step = self.store.seal(ev)
+        if step is None:
+            self.progress.report(force=True, upload_error=self.store.upload_error)
+            return
+        write_s = self.store.last_write_s or 0.0
+        self.cadence.written(write_s)
+        size = self.store.size(step) if self.ranks.rank == 0 else None
+        self.progress.report(force=True, checkpoint_step=step, checkpoint_seconds=write_s,
+                             checkpoint_write_s=round(write_s, 4), checkpoint_bytes=size, **self.cadence.fields())
