@@ -104,8 +104,9 @@ fi
 WATCHER=$!
 
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 CLOUDFIT_CLUSTER="$CLUSTER" CLOUDFIT_CHECKPOINT_DIR="$CKPT" \
-  CLOUDFIT_STOP_FILE="$STOP_FILE" CLOUDFIT_PROGRESS_FILE="$PROGRESS" CLOUDFIT_LOCAL_CHECKPOINT_DIR="$LOCAL_CKPT" \
-  CLOUDFIT_CHECKPOINT_KEY="$CKPT_KEY"
+  CLOUDFIT_STOP_FILE="$STOP_FILE" CLOUDFIT_PROGRESS_FILE="$PROGRESS" CLOUDFIT_LOCAL_CHECKPOINT_DIR="$LOCAL_CKPT"
+# no key in metadata (a VM not made by `cloudfit launch`): the trainer keeps its own key outside the checkpoints
+[ -n "$CKPT_KEY" ] && export CLOUDFIT_CHECKPOINT_KEY="$CKPT_KEY"
 guest state running
 code=1
 # A preempted peer makes torchrun fail here; it is recreated by the launcher, so try again and

@@ -30,6 +30,9 @@ MAX_METADATA_BYTES = 480_000  # of the 512 KB per instance, leave room for the s
 #: none of it (tests/executors/test_wheel_closure.py checks that against their import closure).
 EXCLUDE = ("perf/model.json", "_shipped/", "cli/", "__main__.py", "search/", "plan/", "active/", "llm/",
            "catalog/refresh.py", "explore.py", "plot.py")
+#: Kept although their folder is excluded: the LLM shapes that profiles (profiling/io, which the trainers import)
+#: read lazily (tests/executors/test_wheel_closure.py proves the closure).
+KEEP = ("llm/__init__.py", "llm/hardware.py", "llm/layout.py", "llm/stats.py", "llm/zoo.py")
 TRAINING_REQUIRES = ("numpy>=1.26", "transformers>=4.44; extra == 'hf'")
 HF_MODELS = ("bert", "gpt2")
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -55,7 +58,7 @@ def _files(root: Path) -> list[tuple[str, bytes]]:
         inner = path.relative_to(root).as_posix()
         if path.is_dir() or "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo"):
             continue
-        if any(inner == e or inner.startswith(e) for e in EXCLUDE):
+        if inner not in KEEP and any(inner == e or inner.startswith(e) for e in EXCLUDE):
             continue
         out.append((rel, path.read_bytes()))
     return out
