@@ -23,7 +23,7 @@ from cloudfit.cli.render import console, money, print_json
 BUDGET_MARGIN = 1.25
 #: ``launch`` exit codes for runs the guard stopped (the README's table).
 EXIT_BUDGET, EXIT_TIMEOUT = 4, 5
-LAUNCH_BACKENDS = ("local", "gcp")
+LAUNCH_BACKENDS = ("local", "gcp", "sky")
 
 ProjectOpt = typer.Option(None, "--project", help="Google Cloud project (default: from application-default credentials).")
 EndpointOpt = typer.Option(None, "--compute-endpoint", envvar="CLOUDFIT_COMPUTE_ENDPOINT",
@@ -71,7 +71,7 @@ def _sigterm_as_interrupt():
 def launch(
     ctx: typer.Context,
     plan_path: Optional[Path] = typer.Argument(None, metavar="[PLAN.json]", help="A plan from `cloudfit recommend --out`.", dir_okay=False),
-    backend: str = typer.Option("local", "--backend", help="local (a rehearsal on this machine) or gcp (Compute Engine)."),
+    backend: str = typer.Option("local", "--backend", help="local (a rehearsal on this machine), gcp (Compute Engine) or sky (other clouds through SkyPilot)."),
     budget: Optional[str] = typer.Option(None, "--budget", help=f"Spend at most this many USD (default: the plan's budget, else its P90 cost × {BUDGET_MARGIN})."),
     name: Optional[str] = typer.Option(None, "--name", help="Cluster name (VM names and labels derive from it)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be created and the cost cap; create nothing."),
@@ -155,7 +155,7 @@ def launch(
         else:
             _render_preview(preview, plan, from_model)
         return
-    needs_ok = backend == "gcp" or from_model
+    needs_ok = backend in ("gcp", "sky") or from_model
     if needs_ok and not yes:
         if as_json or not sys.stdin.isatty():
             raise UsageError("refusing to launch without confirmation: pass --yes (stdin is not a terminal)")
@@ -234,8 +234,9 @@ def _spec_and_executor(plan, backend, budget_usd, name, command, project, endpoi
         ranks = max(1, min(configs[0].accelerators, executor.max_ranks))
         batch = w.batch_size_per_device or (None if command else info["cpu_batch_size"])
     else:
-        executor = get_executor("gcp", project=project, endpoint=endpoint, image=image, interval_s=check_interval,
-                                store=store)
+        executor = (get_executor("sky", interval_s=check_interval, store=store) if backend == "sky" else
+                    get_executor("gcp", project=project, endpoint=endpoint, image=image, interval_s=check_interval,
+                                 store=store))
         ranks = configs[0].accelerators
         batch = w.batch_size_per_device or (None if command else info["default_batch_size"])
     if steps is None:
@@ -276,8 +277,9 @@ def _llm_spec_and_executor(plan, backend, budget_usd, name, project, endpoint, c
                       world_size=world_of(degrees), precision="fp32", checkpoint_interval_s=interval_s)
         record["rehearsal"] = {"planned": llm.planned_text, "rehearsed": label(degrees), "notes": notes}
     else:
-        executor = get_executor("gcp", project=project, endpoint=endpoint, image=image, interval_s=check_interval,
-                                store=store)
+        executor = (get_executor("sky", interval_s=check_interval, store=store) if backend == "sky" else
+                    get_executor("gcp", project=project, endpoint=endpoint, image=image, interval_s=check_interval,
+                                 store=store))
         job = JobSpec(model=llm.shape or "llm", steps=steps, checkpoint_dir=checkpoint_dir,
                       checkpoint_every=checkpoint_every, llm=llm, precision="bf16", checkpoint_interval_s=interval_s)
         record["layout"] = {"planned": llm.planned_text, "runs": label(llm.degrees), "notes": list(llm.notes)}
@@ -548,7 +550,7 @@ def down(
         ex: Any = get_executor("gcp", project=project or info.get("project"), endpoint=endpoint or info.get("endpoint"),
                                store=store)
     else:
-        ex = get_executor("local", store=store)
+        ex = get_executor(backend, store=store)
     res = ex.down(name, all_with_label=all_with_label)
     rec = store.find_cluster(name)
     if rec is not None and rec.ended and not res.foreign:  # nothing of it left running: off the status list
