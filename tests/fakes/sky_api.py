@@ -143,6 +143,7 @@ class FakeSky:
         self.calls: list[tuple] = []
         self.launched: list[dict] = []  # every task config launched (managed or not)
         self._n = 0
+        self._job_n = 0  # SkyPilot numbers jobs 1, 2, … apart from requests
 
     # ---------------------------------------------------------------- plumbing
 
@@ -200,8 +201,8 @@ class FakeSky:
                 b[1] = now
 
     def _new_job(self, name: str, task: Task, managed: bool) -> Job:
-        self._n += 1
-        job = Job(self._n, name, task, managed, time.monotonic(), preempt_at=list(self.preempt_at), fail_at=self.fail_at)
+        self._job_n += 1
+        job = Job(self._job_n, name, task, managed, time.monotonic(), preempt_at=list(self.preempt_at), fail_at=self.fail_at)
         self.jobs[job.job_id] = job
         self.launched.append(task.config)
         return job
