@@ -70,6 +70,13 @@ def test_cli_launch_of_an_aws_plan_without_the_extra_exits_2_in_one_line(cli, tm
     r = cli("launch", str(out), "--backend", "sky", "--yes")
     assert r.exit_code == 2 and "pip install 'cloudfit[sky]'" in r.output
     assert len(r.output.strip().splitlines()) == 1
+    FakeSky().install(monkeypatch)  # with SkyPilot: the dry run shows the task pinned to the plan's AWS config
+    r = cli("launch", str(out), "--backend", "sky", "--dry-run", "--json")
+    assert r.exit_code == 0, r.output
+    pv = json.loads(r.output)["preview"]
+    res = pv["nodes"][0]["detail"]["task"]["resources"]["ordered"]
+    chosen = json.loads(out.read_text())["chosen"]["config"]["offering"]
+    assert res[0]["cloud"] == "aws" and res[0]["instance_type"] == chosen["machine_type"] and pv["backend"] == "sky"
     for backend in ("local", "gcp"):  # the native backends still refuse another cloud's plan, naming sky
         r = cli("launch", str(out), "--backend", backend, "--yes")
         assert r.exit_code == 2 and "this plan is for aws" in r.output and "--backend sky" in r.output
