@@ -25,7 +25,7 @@ from cloudfit.launcher import BUDGET_MARGIN
 
 #: ``launch`` exit codes for runs the guard stopped (the README's table).
 EXIT_BUDGET, EXIT_TIMEOUT = 4, 5
-LAUNCH_BACKENDS = ("local", "gcp")
+LAUNCH_BACKENDS = ("local", "gcp", "sky")
 
 ProjectOpt = typer.Option(None, "--project", help="Google Cloud project (default: from application-default credentials).")
 EndpointOpt = typer.Option(None, "--compute-endpoint", envvar="CLOUDFIT_COMPUTE_ENDPOINT",
@@ -73,7 +73,7 @@ def _sigterm_as_interrupt():
 def launch(
     ctx: typer.Context,
     plan_path: Optional[Path] = typer.Argument(None, metavar="[PLAN.json]", help="A plan from `cloudfit recommend --out`.", dir_okay=False),
-    backend: str = typer.Option("local", "--backend", help="local (a rehearsal on this machine) or gcp (Compute Engine)."),
+    backend: str = typer.Option("local", "--backend", help="local (a rehearsal on this machine), gcp (Compute Engine) or sky (other clouds through SkyPilot)."),
     budget: Optional[str] = typer.Option(None, "--budget", help=f"Spend at most this many USD (default: the plan's budget, else its P90 cost × {BUDGET_MARGIN})."),
     name: Optional[str] = typer.Option(None, "--name", help="Cluster name (VM names and labels derive from it)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be created and the cost cap; create nothing."),
@@ -146,7 +146,7 @@ def launch(
         else:
             _render_preview(preview, plan, from_model)
         return
-    if (backend == "gcp" or from_model) and not yes:
+    if (backend in ("gcp", "sky") or from_model) and not yes:
         if as_json or not sys.stdin.isatty():
             raise UsageError("refusing to launch without confirmation: pass --yes (stdin is not a terminal)")
         _render_preview(preview, plan, from_model, stderr=True)
@@ -207,6 +207,8 @@ def _executor(backend, store, check_interval, ranks, project, endpoint, image):
 
     if backend == "local":
         return get_executor("local", interval_s=check_interval, store=store, max_ranks=ranks)
+    if backend == "sky":
+        return get_executor("sky", interval_s=check_interval, store=store)
     return get_executor("gcp", project=project, endpoint=endpoint, image=image, interval_s=check_interval, store=store)
 
 
@@ -458,7 +460,7 @@ def down(
         ex: Any = get_executor("gcp", project=project or info.get("project"), endpoint=endpoint or info.get("endpoint"),
                                store=store)
     else:
-        ex = get_executor("local", store=store)
+        ex = get_executor(backend, store=store)
     res = ex.down(name, all_with_label=all_with_label)
     rec = store.find_cluster(name)
     if rec is not None and rec.ended and not res.foreign:  # nothing of it left running: off the status list

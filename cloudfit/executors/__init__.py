@@ -6,6 +6,7 @@ CLI (``launch``, ``status``, ``down``, ``search``) never branches on backend nam
 - ``local``: torch.distributed processes on this machine (a rehearsal)
 - ``gcp``: Compute Engine VMs (``project``, ``endpoint``, ``image``, timing overrides)
 - ``replay``: probe runs answered from a table of measurements (``table``, ``probe_seconds``)
+- ``sky``: other clouds' plans (AWS, Lambda, RunPod, Nebius) through SkyPilot's Python API (the ``[sky]`` extra)
 
 Options that are ``None`` are dropped, so callers can pass CLI options straight through.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-BACKENDS = ("replay", "local", "gcp")
+BACKENDS = ("replay", "local", "gcp", "sky")
 
 
 def _cls(backend: str):
@@ -30,6 +31,10 @@ def _cls(backend: str):
         from cloudfit.executors.replay import ReplayExecutor
 
         return ReplayExecutor
+    if backend == "sky":
+        from cloudfit.executors.sky import SkyExecutor
+
+        return SkyExecutor
     from cloudfit.errors import UsageError
 
     raise UsageError(f"unknown backend {backend!r} (expected {', '.join(BACKENDS[:-1])} or {BACKENDS[-1]})")
@@ -59,9 +64,10 @@ def billing_bounds(backend: str) -> tuple[float, float]:
     return _cls(backend).billing_bounds()
 
 
-#: The clouds each backend can launch on (a plan names its cloud per offering; absent = gcp). Plans for other
-#: clouds need the SkyPilot backend (issue 26, item 4), which is not here yet.
-LAUNCHES = {"local": ("gcp",), "gcp": ("gcp",), "replay": ("gcp", "aws", "lambda", "runpod", "nebius")}
+#: The clouds each backend can launch on (a plan names its cloud per offering; absent = gcp). GCP plans keep the
+#: native executor; the other clouds' plans launch through SkyPilot (``--backend sky``).
+LAUNCHES = {"local": ("gcp",), "gcp": ("gcp",), "replay": ("gcp", "aws", "lambda", "runpod", "nebius"),
+            "sky": ("aws", "lambda", "runpod", "nebius")}
 
 
 def check_launchable(plan, backend: str):
@@ -74,8 +80,10 @@ def check_launchable(plan, backend: str):
     if cloud not in ok:
         from cloudfit.errors import UsageError
 
-        raise UsageError(f"this plan is for {cloud}: --backend {backend} launches GCP plans only, and the SkyPilot "
-                         f"backend that launches other clouds is not available yet; nothing launched")
+        other = "gcp" if cloud == "gcp" else "sky"
+        hint = (" (pip install 'cloudfit[sky]', credentials checked by `sky check`)" if other == "sky" else "")
+        raise UsageError(f"this plan is for {cloud}: --backend {backend} launches {', '.join(ok)} plans; "
+                         f"use --backend {other}{hint}; nothing launched")
     alts = tuple(e for e in plan.alternatives if e.config.offering.cloud in ok)
     return plan if len(alts) == len(plan.alternatives) else dataclasses.replace(plan, alternatives=alts)
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cloudfit.llm_model import LlamaConfig
+# the config type is cloudfit.llm_model.LlamaConfig (named in annotations only: the package imports this module)
 
 
 class RMSNorm(nn.Module):

@@ -2,7 +2,8 @@
 
 local: real torch.distributed processes (2 gloo ranks of the zoo's tiny mlp);
 gcp: the real google-cloud-compute client against the fake Compute Engine server;
-replay: a table of measurements (it keeps no state store: the store checks apply where there is one).
+replay: a table of measurements (it keeps no state store: the store checks apply where there is one);
+sky: SkyPilot's client functions faked at the API boundary (tests/fakes/sky_api.py), on an AWS spot config.
 Every backend is built through the registry, ``get_executor``.
 """
 
@@ -27,7 +28,7 @@ class Backend:
     job: JobSpec
 
 
-@pytest.fixture(params=["local", "gcp", "replay"])
+@pytest.fixture(params=["local", "gcp", "replay", "sky"])
 def backend(request, tmp_path):
     from cloudfit.executors import get_executor
 
@@ -39,6 +40,14 @@ def backend(request, tmp_path):
         table = {("T4", 1, 2, 32, "fp32"): 1234.0}
         return Backend("replay", get_executor("replay", table=table, probe_seconds=60), config,
                        JobSpec(model="mlp", steps=150, batch_size_per_device=32))
+    if request.param == "sky":
+        from cloudfit.types import Offering
+        from tests.fakes.sky_api import FakeSky
+
+        FakeSky().install(request.getfixturevalue("monkeypatch"))
+        aws = Offering("g6.12xlarge", "L4", 4, 48, 192, "us-east-1", "use1-az4", 1.8, 0.6, cloud="aws")
+        return Backend("sky", get_executor("sky", interval_s=0.05, grace_s=0.5, teardown_s=1.0), ClusterConfig(aws, 2, True),
+                       JobSpec(model="mlp", steps=150, checkpoint_every=50, checkpoint_dir="s3://ckpt-bucket/ckpt"))
     fake = request.getfixturevalue("fake")
     ex = request.getfixturevalue("gcp")()
     b = Backend("gcp", ex, config, JobSpec(model="mlp", steps=150, checkpoint_every=50, checkpoint_dir="gs://ckpt-bucket/ckpt"))

@@ -1,0 +1,285 @@
+"""The sky backend's calls at SkyPilot's API boundary (a fake of its client functions, tests/fakes/sky_api.py),
+the one-line refusal without the extra, and the emitted tasks in the real SkyPilot package (when installed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cloudfit.errors import LaunchError, UsageError
+from cloudfit.executors import check_launchable, get_executor
+from cloudfit.executors.base import JobSpec, RunSpec
+from cloudfit.executors.deadline import DeadlineSpec
+from cloudfit.types import ClusterConfig, Offering
+from tests.executors.plans import make_plan, offering
+from tests.fakes.sky_api import FakeSky
+
+REPO = Path(__file__).resolve().parents[2]
+AWS_L4 = Offering("g6.12xlarge", "L4", 4, 48, 192, "us-east-1", "use1-az4", 4.6, 0.9, cloud="aws")
+AWS_H100 = Offering("p5.48xlarge", "H100", 8, 192, 2048, "us-east-1", "use1-az4", 98.32, 30.0, cloud="aws")
+LAMBDA = Offering("gpu_1x_h100_pcie", "H100-PCIe", 1, 26, 200, "us-east-1", "us-east-1", 3.29, None, cloud="lambda")
+RUNPOD = Offering("1x_A100-80GB_SECURE", "A100-80GB-PCIe", 1, 8, 117, "US", "US-TX-3", 1.39, None, cloud="runpod")
+NEBIUS = Offering("gpu-h100-sxm_1gpu-16vcpu-200gb", "H100", 1, 16, 200, "eu-north1", "eu-north1", 2.95, 1.25, cloud="nebius")
+JOB = JobSpec(model="mlp", steps=150, checkpoint_every=50, checkpoint_dir="s3://ckpt-bucket/ckpt")
+
+
+def _ex(**kw):
+    opts = dict(interval_s=0.03, grace_s=0.3, teardown_s=1.0)
+    opts.update(kw)
+    return get_executor("sky", **opts)
+
+
+def _spec(name, configs, budget=50.0, job=JOB, **kw):
+    return RunSpec(name, tuple(configs), job, budget, **kw)
+
+
+@pytest.fixture
+def fake_sky(monkeypatch):
+    def make(**kw):
+        f = FakeSky(**kw)
+        f.install(monkeypatch)
+        return f
+
+    return make
+
+
+# ------------------------------------------------------------------ without the extra, and the refusals
+
+def test_without_skypilot_one_line_names_the_extra_and_nothing_is_recorded(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sky", None)  # `import sky` raises ImportError
+    ex = _ex()
+    for call in (lambda: ex.run(_spec("nosky", [ClusterConfig(AWS_L4, 1, True)])),
+                 lambda: ex.preview(_spec("nosky", [ClusterConfig(AWS_L4, 1, True)])), lambda: ex.down("nosky")):
+        with pytest.raises(UsageError, match=r"pip install 'cloudfit\[sky\]'.*nothing launched") as e:
+            call()
+        assert "\n" not in str(e.value)
+    assert ex.store.find_cluster("nosky") is None
+
+
+def test_cli_launch_of_an_aws_plan_without_the_extra_exits_2_in_one_line(cli, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "sky", None)
+    out = tmp_path / "plan.json"
+    r = cli("recommend", "--model", "resnet50", "--samples", "5e7", "--deadline", "24h", "--clouds", "gcp,aws",
+            "--out", str(out))
+    assert r.exit_code == 0 and json.loads(out.read_text())["chosen"]["config"]["offering"]["cloud"] == "aws"
+    r = cli("launch", str(out), "--backend", "sky", "--yes")
+    assert r.exit_code == 2 and "pip install 'cloudfit[sky]'" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    FakeSky().install(monkeypatch)  # with SkyPilot: the dry run shows the task pinned to the plan's AWS config
+    r = cli("launch", str(out), "--backend", "sky", "--dry-run", "--json")
+    assert r.exit_code == 0, r.output
+    pv = json.loads(r.output)["preview"]
+    res = pv["nodes"][0]["detail"]["task"]["resources"]["ordered"]
+    chosen = json.loads(out.read_text())["chosen"]["config"]["offering"]
+    assert res[0]["cloud"] == "aws" and res[0]["instance_type"] == chosen["machine_type"] and pv["backend"] == "sky"
+    for backend in ("local", "gcp"):  # the native backends still refuse another cloud's plan, naming sky
+        r = cli("launch", str(out), "--backend", backend, "--yes")
+        assert r.exit_code == 2 and "this plan is for aws" in r.output and "--backend sky" in r.output
+
+
+def test_sky_launches_other_clouds_gcp_keeps_its_executor():
+    aws_plan = make_plan([ClusterConfig(AWS_L4, 1, True), ClusterConfig(offering(), 1, True),
+                          ClusterConfig(LAMBDA, 1, False)])
+    kept = check_launchable(aws_plan, "sky")
+    assert [e.config.offering.cloud for e in kept.alternatives] == ["lambda"]  # the GCP fallback is gcp's
+    with pytest.raises(UsageError, match="this plan is for gcp.*--backend gcp"):
+        check_launchable(make_plan([ClusterConfig(offering(), 1, True)]), "sky")
+    for backend in ("local", "gcp"):
+        with pytest.raises(UsageError, match="this plan is for aws.*--backend sky.*nothing launched"):
+            check_launchable(aws_plan, backend)
+
+
+# ------------------------------------------------------------------ the task
+
+def test_task_pins_every_config_and_runs_the_same_torchrun_command(fake_sky):
+    from cloudfit.executors.sky import task_config
+
+    spec = _spec("pin", [ClusterConfig(NEBIUS, 1, True), ClusterConfig(LAMBDA, 1, False), ClusterConfig(RUNPOD, 1, False),
+                         ClusterConfig(AWS_H100, 1, True)])
+    t = task_config(spec, spec.configs, launch_id="abc123456789", cap_s=3600, stop_at=1e9)
+    assert t["resources"]["ordered"] == [
+        {"cloud": "nebius", "region": "eu-north1", "instance_type": NEBIUS.machine_type, "accelerators": "H100:1", "use_spot": True},
+        {"cloud": "lambda", "region": "us-east-1", "instance_type": "gpu_1x_h100_pcie", "accelerators": "H100:1", "use_spot": False},
+        {"cloud": "runpod", "region": "US", "instance_type": "1x_A100-80GB_SECURE", "accelerators": "A100-80GB:1",
+         "use_spot": False, "zone": "US-TX-3"}]  # the 8-GPU p5 is another shape: not in one task
+    assert t["num_nodes"] == 1 and t["file_mounts"] == {"/cloudfit-ckpt": {"source": "s3://ckpt-bucket/ckpt", "mode": "MOUNT"}}
+    run = t["run"]
+    assert "timeout --signal=TERM --kill-after=60 3600 python -m torch.distributed.run" in run
+    assert "-m cloudfit.train --model mlp --steps 150 --checkpoint-dir /cloudfit-ckpt" in run and "--stop-at 1000000000" in run
+    own = task_config(_spec("pin", spec.configs, job=JobSpec(model="mlp", steps=3)), spec.configs, launch_id="abc123456789")
+    assert own["file_mounts"]["/cloudfit-ckpt"] == {"name": "pin-abc12345-ckpt", "mode": "MOUNT"}  # unique per launch
+    with pytest.raises(UsageError, match="bucket URI"):
+        task_config(_spec("pin", spec.configs, job=JobSpec(model="mlp", steps=3, checkpoint_dir="/tmp/x")), spec.configs,
+                    launch_id="x")
+
+
+# ------------------------------------------------------------------ launching
+
+def test_on_demand_cluster_completes_autostops_and_is_downed(fake_sky):
+    f = fake_sky()
+    ex = _ex()
+    r = ex.run(_spec("od", [ClusterConfig(LAMBDA, 1, False)]))
+    assert r.reason == "completed" and r.steps == 150 and r.config.offering.cloud == "lambda"
+    assert ("launch", "od", 1, True) in f.calls and ("down", "od") in f.calls and not f.clusters
+    assert not [c for c in f.calls if c[0] == "jobs.launch"]  # on demand: a cluster, not a managed job
+    assert ex.store.cluster("od").reason == "completed" and ex.live("od") == []
+
+
+def test_stockout_and_quota_move_to_the_next_alternative_and_the_half_made_cluster_is_deleted(fake_sky):
+    f = fake_sky(unavailable={("aws", "g6.12xlarge")})
+    ex = _ex()
+    events = []
+    r = ex.run(_spec("fb", [ClusterConfig(AWS_L4, 1, False), ClusterConfig(LAMBDA, 1, False)]), on_event=events.append)
+    assert r.reason == "completed" and r.config.offering.cloud == "lambda"
+    assert len(r.fallbacks) == 1 and "Failed to acquire resources" in r.fallbacks[0]
+    assert [c[:2] for c in f.calls if c[0] in ("launch", "down")][:2] == [("launch", "fb"), ("down", "fb")]
+    rows = ex.store.resources("fb")
+    assert [x.state for x in rows][0] == "failed" and not any(x.live for x in rows)
+    assert any(e.kind == "fallback" for e in events)
+
+
+def test_no_alternative_available_raises_one_line_and_leaves_nothing(fake_sky):
+    f = fake_sky(unavailable={("aws", "g6.12xlarge", True), ("nebius", NEBIUS.machine_type)})
+    ex = _ex()
+    with pytest.raises(LaunchError, match="no alternative .* SkyPilot"):
+        ex.run(_spec("none", [ClusterConfig(AWS_L4, 1, True), ClusterConfig(NEBIUS, 1, True)]))
+    assert ex.store.cluster("none").reason == "no-capacity" and ex.store.cluster("none").spend_usd == 0
+    assert not f.clusters and ex.live("none") == []
+
+
+def test_preempted_managed_job_recovers_and_the_guard_prices_the_new_nodes(fake_sky):
+    f = fake_sky(preempt_at=(0.15,), job_s=0.4)
+    ex = _ex(min_billed_s=0.0)
+    r = ex.run(_spec("pre", [ClusterConfig(AWS_L4, 2, True)]))
+    assert r.reason == "completed" and r.preemptions == 1 and r.steps == 150
+    assert [c[0] for c in f.calls].count("jobs.launch") == 1  # SkyPilot recovered it: cloudfit launched once
+    assert any(k == "lost" and "recovery 1" in m for _, k, m in ex.store.events("pre"))
+    assert ex.live("pre") == []
+
+
+def test_managed_job_that_fails_ends_the_run_as_failed(fake_sky):
+    fake_sky(fail_at=0.1, job_s=5.0)
+    ex = _ex()
+    r = ex.run(_spec("bad", [ClusterConfig(AWS_L4, 1, True)]))
+    assert r.reason == "failed" and "failed" in r.detail and ex.live("bad") == []
+
+
+def test_skypilots_reported_cost_stops_the_run_before_the_guard_alone_would(fake_sky):
+    f = fake_sky(job_s=30.0, cost_factor=2e4)  # SkyPilot bills far more than the catalog price
+    ex = _ex(min_billed_s=0.0)
+    r = ex.run(_spec("cost", [ClusterConfig(AWS_L4, 1, True)], budget=2.0))
+    assert r.reason == "budget" and r.steps < 150 and r.elapsed_s < 5
+    assert ("jobs.cancel", None, [1]) in f.calls and ex.live("cost") == []
+    assert ex.store.cluster("cost").info["sky_cost_usd"] > 0
+
+
+@pytest.mark.xfail(reason="written for the old deadline rule; under issue 27's (measured window, switch only when "
+                          "on-demand keeps the deadline) the sky executor's check margin leaves this 0.5 s job no "
+                          "switch: to be re-staged on simulated time", strict=False)
+def test_deadline_moves_a_late_spot_job_to_an_on_demand_cluster(fake_sky):
+    f = fake_sky(job_s=1.0)
+    ex = _ex(min_billed_s=0.0)
+    spot, od = ClusterConfig(AWS_L4, 1, True), ClusterConfig(AWS_L4, 1, False)
+    # the plan expected 4× the speed the spot job runs at: staying misses the deadline, on-demand at the planned
+    # speed keeps it (issue 27's rule switches only then)
+    d = DeadlineSpec(deadline_s=0.5, planned_step_s=0.25 / 150, restart_s=0.05, on_demand=od, planned_gpus=4,
+                     warmup_steps=1, window_steps=5, confirm=1)
+    r = ex.run(_spec("late", [spot], deadline=d))
+    assert r.reason == "completed" and not r.config.spot and "on-demand" in r.detail
+    kinds = [c[0] for c in f.calls]
+    assert kinds.index("jobs.launch") < kinds.index("jobs.cancel") < kinds.index("launch")
+    assert ex.live("late") == []
+
+
+def test_down_cancels_managed_jobs_and_downs_clusters_through_skypilot(fake_sky):
+    f = fake_sky(job_s=30.0)
+    ex = _ex()
+    from cloudfit.executors.sky import _SkyCluster
+    from cloudfit.executors.budget import Guard
+
+    spec = _spec("dn", [ClusterConfig(AWS_L4, 1, True)])
+    ex.store.create_cluster("dn", "sky", 50.0, {})
+    c = _SkyCluster(ex, sys.modules["sky"], spec, ex._guard(50.0), lambda e: None, "lid")
+    c.launch(0)  # the launcher dies here: nothing tears it down
+    assert ex.live("dn") == ["managed-job-1"]
+    res = ex.down("dn")
+    assert res.deleted == ("managed-job-1",) and ex.live("dn") == [] and ex.store.cluster("dn").reason == "down"
+    assert ex.down("dn").deleted == ()  # twice is harmless
+    with pytest.raises(UsageError, match="no cluster named"):
+        ex.down("never")
+    assert isinstance(c.guard, Guard)
+
+
+# ------------------------------------------------------------------ the real SkyPilot package
+
+def _sky_python() -> str | None:
+    """A Python that imports ``sky``: this one, or $CLOUDFIT_SKY_PYTHON (a separate venv with skypilot)."""
+    for py in (sys.executable, os.environ.get("CLOUDFIT_SKY_PYTHON")):
+        if py and subprocess.run([py, "-c", "import sky"], capture_output=True).returncode == 0:
+            return py
+    return None
+
+
+_LOAD = """
+import json, sys
+import sky
+from sky import catalog
+out = []
+for cfg in json.load(open(sys.argv[1])):
+    task = sky.Task.from_yaml_config(cfg)
+    res = []
+    for r in task.resources:
+        acc = catalog.get_accelerators_from_instance_type(r.instance_type, clouds=str(r.cloud).lower())
+        res.append([str(r.cloud).lower(), r.region, r.zone, r.instance_type, r.accelerators, acc, bool(r.use_spot)])
+    out.append({"num_nodes": task.num_nodes, "resources": res, "mounts": sorted(task.storage_mounts)})
+print(json.dumps(out))
+"""
+
+
+def _seed_catalogs(home: Path) -> None:
+    """SkyPilot fetches its catalog from GitHub; offline, give it the transcribed rows of the same catalog (v8)."""
+    import csv
+
+    cols = ["InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "SpotPrice", "Region",
+            "AvailabilityZone", "GpuInfo"]
+    for cloud, name in (("aws", "aws_v8_vms_gpu_subset"), ("lambda", "lambda_v8_vms_gpu_subset"),
+                        ("nebius", "nebius_v8_vms_gpu"), ("runpod", "runpod_v8_vms_gpu_subset")):
+        rows = list(csv.DictReader((REPO / "data" / "raw" / "catalog" / f"{name}.csv").open()))
+        d = home / ".sky" / "catalogs" / "v8" / cloud
+        d.mkdir(parents=True)
+        with (d / "vms.csv").open("w", newline="") as fh:
+            w = csv.DictWriter(fh, cols, extrasaction="ignore")
+            w.writeheader()
+            w.writerows({c: r.get(c) or "" for c in cols} for r in rows)
+
+
+def test_emitted_tasks_load_in_the_real_skypilot_package_with_exactly_the_plans_resources(tmp_path):
+    from cloudfit.executors.sky import task_config
+
+    py = _sky_python()
+    if py is None:
+        pytest.skip("skypilot is not installed (pip install 'cloudfit[sky]', or set CLOUDFIT_SKY_PYTHON)")
+    groups = [[ClusterConfig(AWS_H100, 2, True)], [ClusterConfig(LAMBDA, 1, False), ClusterConfig(RUNPOD, 1, False),
+                                                   ClusterConfig(NEBIUS, 1, True)]]
+    tasks = [task_config(_spec("real", g), g, launch_id="0123456789ab", cap_s=600) for g in groups]
+    path = tmp_path / "tasks.json"
+    path.write_text(json.dumps(tasks))
+    _seed_catalogs(tmp_path / "home")
+    p = subprocess.run([py, "-c", _LOAD, str(path)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "HOME": str(tmp_path / "home"), "PYTHONPATH": ""})
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    for g, t in zip(groups, got):
+        assert t["num_nodes"] == g[0].nodes and t["mounts"] == ["/cloudfit-ckpt"]
+        assert len(t["resources"]) == len(g)
+        for c, (cloud, region, zone, itype, acc, catalog_acc, spot) in zip(g, sorted(
+                t["resources"], key=lambda r: [x.offering.machine_type for x in g].index(r[3]))):
+            o = c.offering
+            assert (cloud, region, itype, spot) == (o.cloud, o.region, o.machine_type, c.spot)
+            assert zone == (o.zone if o.cloud == "runpod" else None)
+            assert acc == catalog_acc and sum(acc.values()) == o.accelerators_per_node  # SkyPilot's own name
