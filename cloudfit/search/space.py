@@ -85,8 +85,26 @@ class Space:
 
     @property
     def log_sigma(self) -> np.ndarray:
-        """Std-dev of log throughput implied by the calibrated 10–90% band."""
-        return _log_sigma(self.low, self.high)
+        """Std-dev of log throughput implied by the calibrated 10–90% band (computed once per space)."""
+        if "log_sigma" not in self._cache:
+            self._cache["log_sigma"] = _log_sigma(self.low, self.high)
+        return self._cache["log_sigma"]
+
+    @property
+    def startup_s(self) -> np.ndarray:
+        """Seconds from launch until every node trains (``cloudfit.spot.capacity.startup_seconds``), per
+        candidate; computed once per space (once per price group: it depends on nodes and spot alone)."""
+        if "startup_s" not in self._cache:
+            from cloudfit import spot
+            from cloudfit.spot import capacity
+
+            ov = spot.DEFAULT_OVERHEADS
+            groups = self.price_groups
+            first, inverse = groups if groups is not None else (slice(None), slice(None))
+            s = capacity.startup_seconds(self.nodes[first], self.spot[first],
+                                         {True: ov.start_spot_s, False: ov.start_on_demand_s})
+            self._cache["startup_s"] = s[inverse]
+        return self._cache["startup_s"]
 
     def assess(self, problem, ids: np.ndarray | None = None) -> "Priced":
         """Expected hours/cost, P90 and P(on time) for the candidates ``ids`` (default: all) under
@@ -144,9 +162,10 @@ class Space:
 
         nodes, is_spot = self.nodes[sel], self.spot[sel]
         ov = spot.DEFAULT_OVERHEADS
+        whole = isinstance(sel, slice) and sel == slice(None)  # the columns every deadline shares: once per space
         a = spot.assess(  # compute_hours[sel] and log_sigma[sel], without computing every row first
             compute_hours=_compute_hours(self.workload.samples, self.samples_per_second[sel]),
-            log_sigma=_log_sigma(self.low[sel], self.high[sel]),
+            log_sigma=self.log_sigma if whole else _log_sigma(self.low[sel], self.high[sel]),
             nodes=self.nodes[sel],
             spot=self.spot[sel],
             hazard_per_node_hour=self.hazard_per_node_hour[sel],
@@ -154,7 +173,8 @@ class Space:
             checkpoint_bytes=self.checkpoint_bytes,
             deadline_hours=deadline_hours,
             groups=groups,
-            startup_s=capacity.startup_seconds(nodes, is_spot, {True: ov.start_spot_s, False: ov.start_on_demand_s}),
+            startup_s=self.startup_s if whole else
+            capacity.startup_seconds(nodes, is_spot, {True: ov.start_spot_s, False: ov.start_on_demand_s}),
         )
         price = self.price_per_hour[sel]
         teardown = price * (TEARDOWN_S / 3600.0)
