@@ -118,8 +118,8 @@ def _space(workload: Workload, profile: Profile, cat: Catalog, profile_file: str
 
 def _derived(space: Space) -> Space:
     """``space`` with the columns every plan derives from it alone (GPUs per node, zones offering each
-    candidate, the throughput band's log sigma, start-up seconds) computed once, so that they are stored with it."""
-    space.gpus_per_node, space.zones_offering, space.log_sigma, space.startup_s  # noqa: B018 (into space._cache)
+    candidate) computed once, so that they are stored with it."""
+    space.gpus_per_node, space.zones_offering  # noqa: B018 (filled into space._cache)
     return space
 
 

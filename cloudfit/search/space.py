@@ -85,26 +85,8 @@ class Space:
 
     @property
     def log_sigma(self) -> np.ndarray:
-        """Std-dev of log throughput implied by the calibrated 10–90% band (computed once per space)."""
-        if "log_sigma" not in self._cache:
-            self._cache["log_sigma"] = _log_sigma(self.low, self.high)
-        return self._cache["log_sigma"]
-
-    @property
-    def startup_s(self) -> np.ndarray:
-        """Seconds from launch until every node trains (``cloudfit.spot.capacity.startup_seconds``), per
-        candidate; computed once per space (once per price group: it depends on nodes and spot alone)."""
-        if "startup_s" not in self._cache:
-            from cloudfit import spot
-            from cloudfit.spot import capacity
-
-            ov = spot.DEFAULT_OVERHEADS
-            groups = self.price_groups
-            first, inverse = groups if groups is not None else (slice(None), slice(None))
-            s = capacity.startup_seconds(self.nodes[first], self.spot[first],
-                                         {True: ov.start_spot_s, False: ov.start_on_demand_s})
-            self._cache["startup_s"] = s[inverse]
-        return self._cache["startup_s"]
+        """Std-dev of log throughput implied by the calibrated 10–90% band."""
+        return _log_sigma(self.low, self.high)
 
     def assess(self, problem, ids: np.ndarray | None = None) -> "Priced":
         """Expected hours/cost, P90 and P(on time) for the candidates ``ids`` (default: all) under
@@ -162,34 +144,37 @@ class Space:
 
         nodes, is_spot = self.nodes[sel], self.spot[sel]
         ov = spot.DEFAULT_OVERHEADS
-        whole = isinstance(sel, slice) and sel == slice(None)  # the columns every deadline shares: once per space
-        a = spot.assess(  # compute_hours[sel] and log_sigma[sel], without computing every row first
-            compute_hours=_compute_hours(self.workload.samples, self.samples_per_second[sel]),
-            log_sigma=self.log_sigma if whole else _log_sigma(self.low[sel], self.high[sel]),
-            nodes=self.nodes[sel],
-            spot=self.spot[sel],
-            hazard_per_node_hour=self.hazard_per_node_hour[sel],
-            price_per_hour=self.price_per_hour[sel],
-            checkpoint_bytes=self.checkpoint_bytes,
-            deadline_hours=deadline_hours,
-            groups=groups,
-            startup_s=self.startup_s if whole else
-            capacity.startup_seconds(nodes, is_spot, {True: ov.start_spot_s, False: ov.start_on_demand_s}),
-        )
+        start = {True: ov.start_spot_s, False: ov.start_on_demand_s}
+        if groups is not None:  # the preemption model's inputs of one candidate per group (all a group shares)
+            first, inverse = groups
+            r = first if isinstance(sel, slice) and sel == slice(None) else np.arange(len(self))[sel][first]
+            a = spot.assess_groups(
+                compute_hours=_compute_hours(self.workload.samples, self.samples_per_second[r]),
+                log_sigma=_log_sigma(self.low[r], self.high[r]), nodes=self.nodes[r], spot=self.spot[r],
+                hazard_per_node_hour=self.hazard_per_node_hour[r],
+                startup_s=capacity.startup_seconds(self.nodes[r], self.spot[r], start),
+                price_per_hour=self.price_per_hour[sel], inverse=inverse, checkpoint_bytes=self.checkpoint_bytes,
+                deadline_hours=deadline_hours)
+        else:
+            a = spot.assess(  # compute_hours[sel] and log_sigma[sel], without computing every row first
+                compute_hours=_compute_hours(self.workload.samples, self.samples_per_second[sel]),
+                log_sigma=_log_sigma(self.low[sel], self.high[sel]), nodes=nodes, spot=is_spot,
+                hazard_per_node_hour=self.hazard_per_node_hour[sel], price_per_hour=self.price_per_hour[sel],
+                checkpoint_bytes=self.checkpoint_bytes, deadline_hours=deadline_hours,
+                startup_s=capacity.startup_seconds(nodes, is_spot, start))
         price = self.price_per_hour[sel]
         teardown = price * (TEARDOWN_S / 3600.0)
         cols = {f.name: getattr(a, f.name) for f in fields(a)}
         cols["cost_usd"] = cols["cost_usd"] + teardown
         cols["cost_p90_usd"] = cols["cost_p90_usd"] + teardown
         # stockouts: waiting for capacity adds time (not billed) and deadline risk (spot/capacity.py)
-        gpus = self.gpus_per_node[sel] * nodes
         if groups is not None:  # rows of a price group share shape, nodes, spot and hours: one wait per group
             first, inverse = groups
-            w, w90, f = capacity.wait_terms(gpus[first], is_spot[first], cols["hours"][first], deadline_hours,
-                                            self.zones_offering[sel][first])
+            w, w90, f = capacity.wait_terms(self.gpus_per_node[r] * self.nodes[r], self.spot[r], cols["hours"][first],
+                                            deadline_hours, self.zones_offering[r])
             wait, wait90, factor = w[inverse], w90[inverse], f[inverse]
         else:
-            wait, wait90, factor = capacity.wait_terms(gpus, is_spot, cols["hours"], deadline_hours,
+            wait, wait90, factor = capacity.wait_terms(self.gpus_per_node[sel] * nodes, is_spot, cols["hours"], deadline_hours,
                                                        self.zones_offering[sel])
         cols["hours"] = cols["hours"] + wait
         cols["hours_p90"] = cols["hours_p90"] + wait90

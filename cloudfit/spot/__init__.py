@@ -87,6 +87,7 @@ from cloudfit.spot.model import (
     AssessmentRow,
     Overheads,
     assess,
+    assess_groups,
     assess_one,
     optimal_interval_hours,
 )
@@ -94,5 +95,5 @@ from cloudfit.spot.simulate import SimulationResult, simulate
 
 __all__ = [
     "DEFAULT_OVERHEADS", "Assessment", "AssessmentRow", "HazardInfo", "Overheads", "SimulationResult",
-    "assess", "assess_one", "hazard_info", "hazards", "load_params", "optimal_interval_hours", "simulate",
+    "assess", "assess_groups", "assess_one", "hazard_info", "hazards", "load_params", "optimal_interval_hours", "simulate",
 ]

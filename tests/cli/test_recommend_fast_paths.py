@@ -4,7 +4,6 @@ handlers and keeps the exit code; the per-space start-up and log-sigma columns a
 
 from __future__ import annotations
 
-import inspect
 import os
 import subprocess
 import sys
@@ -84,19 +83,21 @@ def test_recommend_exits_quickly_with_its_output_exit_code_and_atexit_handlers(t
     assert usage.returncode == 2 and usage.stderr.count("\n") == 1
 
 
-def test_the_per_space_columns_are_the_per_row_ones():
-    from cloudfit import catalog, spot
+def test_the_whole_space_pass_from_group_inputs_is_the_per_row_pass():
+    """``Space._assess`` with the price groups reads each group's inputs once (``spot.assess_groups``): the same
+    numbers, column for column, as pricing every candidate on its own."""
+    from dataclasses import fields
+
+    from cloudfit import catalog
     from cloudfit.plan.planner import load_workload_profile
-    from cloudfit.search.space import _log_sigma, build_space
-    from cloudfit.spot import capacity
+    from cloudfit.search.space import build_space
     from cloudfit.workload import make_workload
 
-    w = make_workload(model="resnet50", samples=3e7, deadline="12h", max_nodes=8)
-    s = build_space(w, load_workload_profile(w), catalog.load())
-    ov = spot.DEFAULT_OVERHEADS
-    rows = capacity.startup_seconds(s.nodes, s.spot, {True: ov.start_spot_s, False: ov.start_on_demand_s})
-    assert s.price_groups is not None and np.array_equal(s.startup_s, rows)
-    assert np.array_equal(s.log_sigma, _log_sigma(s.low, s.high))
-    a, b = s._assess(12.0, slice(None), s.price_groups), s._assess(12.0, np.arange(len(s)))
-    assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("hours", "cost_usd", "p_on_time", "hours_p90"))
-    assert inspect.signature(type(s)) is not None
+    for kw in (dict(max_nodes=8), dict(max_nodes=4, spot="only", regions=["us-*"])):
+        w = make_workload(model="resnet50", samples=3e7, deadline="12h", **kw)
+        s = build_space(w, load_workload_profile(w), catalog.load())
+        assert s.price_groups is not None and len(s.price_groups[0]) < len(s)
+        for deadline in (12.0, 2.0, None):
+            a, b = s._assess(deadline, slice(None), s.price_groups), s._assess(deadline, np.arange(len(s)))
+            for f in fields(a):
+                assert np.array_equal(getattr(a, f.name), getattr(b, f.name)), (kw, deadline, f.name)
