@@ -11,13 +11,13 @@ library so that ``recommend`` starts fast. ``catalog_csv``/``write_catalog`` wri
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from cloudfit.cache import sha256
 from cloudfit.catalog import hardware
 from cloudfit.errors import CatalogError, UnknownAcceleratorError, UsageError
 from cloudfit.types import CLOUDS, ClusterConfig, Offering
@@ -128,7 +128,7 @@ def _union(parts: list[Catalog]) -> Catalog:
     """One catalog of several files' offerings; its digest covers every part, its path names them all."""
     if len(parts) == 1:
         return parts[0]
-    digest = "sha256:" + hashlib.sha256("".join(c.digest for c in parts).encode()).hexdigest()
+    digest = "sha256:" + sha256("".join(c.digest for c in parts).encode()).hexdigest()
     return Catalog(tuple(o for c in parts for o in c.offerings), PATH_SEPARATOR.join(c.path for c in parts), digest)
 
 
@@ -157,7 +157,7 @@ def _parse_file(p: Path) -> Catalog:
         raw = p.read_bytes()
     except OSError as e:
         raise CatalogError(f"{p}: cannot read catalog ({e.strerror or e})") from None
-    digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+    digest = "sha256:" + sha256(raw).hexdigest()
     from cloudfit import cache
 
     k = cache.key("catalog", str(p), digest)  # parsed before from these bytes: read back (~1 ms, not ~5)
