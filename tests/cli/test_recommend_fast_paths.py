@@ -101,3 +101,36 @@ def test_the_whole_space_pass_from_group_inputs_is_the_per_row_pass():
             a, b = s._assess(deadline, slice(None), s.price_groups), s._assess(deadline, np.arange(len(s)))
             for f in fields(a):
                 assert np.array_equal(getattr(a, f.name), getattr(b, f.name)), (kw, deadline, f.name)
+
+
+def test_a_space_read_back_needs_no_catalog_parse_and_the_fingerprint_is_loads(monkeypatch, tmp_path):
+    import shutil
+
+    from cloudfit import catalog
+    from cloudfit.catalog import loader
+    from cloudfit.plan import recommend
+    from cloudfit.plan.io import plan_to_dict
+    from cloudfit.resources import default_catalog
+    from cloudfit.workload import make_workload
+
+    own = tmp_path / "mine.csv"
+    shutil.copy(default_catalog(), own)
+    for path, clouds in ((None, None), (None, ["gcp", "aws", "lambda"]), (None, ["aws"]), (str(own), None),
+                         (str(own), ["gcp"])):
+        cat = catalog.load(path, clouds=clouds)
+        assert catalog.fingerprint(path, clouds=clouds) == (cat.path, cat.digest)
+    monkeypatch.setattr(loader, "_PARSED", {})
+    w = make_workload(model="resnet50", samples=3e7, deadline="12h", max_nodes=2, accelerators=["T4", "L4"])
+    first = plan_to_dict(recommend(w))
+    parsed = []
+    real = loader._parse_file
+    monkeypatch.setattr(loader, "_PARSED", {})
+    monkeypatch.setattr(loader, "_parse_file", lambda p: (parsed.append(p), real(p))[1])
+    again = plan_to_dict(recommend(w))
+    assert parsed == []  # read back: the catalog was hashed, not parsed
+    for d in (first, again):
+        d["provenance"].pop("created_at")
+    assert again == first
+    own.write_text(own.read_text().replace(",0.", ",0.0", 1))  # other bytes: another space (parsed, built)
+    recommend(w, catalog=own)
+    assert parsed
