@@ -424,8 +424,11 @@ def assess_rows(W, sig, Lam, S, C, R, deadline_hours: float | None, inverse: np.
 def bill(price_per_hour: np.ndarray, hours: np.ndarray) -> np.ndarray:
     """USD for running at ``price_per_hour`` for ``hours`` (``assess``'s cost columns; a free VM
     costs 0 even for a run that never ends)."""
-    with np.errstate(all="ignore"):
-        return np.where(price_per_hour > 0, price_per_hour * hours, 0.0)
+    price, hours = np.asarray(price_per_hour), np.asarray(hours)
+    out = np.zeros(np.broadcast_shapes(price.shape, hours.shape), dtype=np.result_type(price, hours, 0.0))
+    with np.errstate(all="ignore"):  # multiplied only where the price is > 0 (one pass, not three)
+        np.multiply(price, hours, out=out, where=price > 0)
+    return out
 
 
 def _groups(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
