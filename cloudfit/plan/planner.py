@@ -150,9 +150,9 @@ def _space(workload: Workload, profile: Profile, cat: Catalog, profile_file: str
 
 
 def _derived(space: Space) -> Space:
-    """``space`` with the columns every plan derives from it alone (GPUs per node, zones offering each
-    candidate) computed once, so that they are stored with it."""
-    space.gpus_per_node, space.zones_offering  # noqa: B018 (filled into space._cache)
+    """``space`` with the per-shape columns every plan derives from it alone (GPUs per VM, zones offering
+    each shape) computed once, so that they are stored with it (the per-candidate arrays are cheap from them)."""
+    space.shape_columns()
     return space
 
 

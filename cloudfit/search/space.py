@@ -170,8 +170,9 @@ class Space:
         # stockouts: waiting for capacity adds time (not billed) and deadline risk (spot/capacity.py)
         if groups is not None:  # rows of a price group share shape, nodes, spot and hours: one wait per group
             first, inverse = groups
-            w, w90, f = capacity.wait_terms(self.gpus_per_node[r] * self.nodes[r], self.spot[r], cols["hours"][first],
-                                            deadline_hours, self.zones_offering[r])
+            gpus, zones = self.gpus_and_zones(r)
+            w, w90, f = capacity.wait_terms(gpus * self.nodes[r], self.spot[r], cols["hours"][first], deadline_hours,
+                                            zones)
             wait, wait90, factor = w[inverse], w90[inverse], f[inverse]
         else:
             wait, wait90, factor = capacity.wait_terms(self.gpus_per_node[sel] * nodes, is_spot, cols["hours"], deadline_hours,
@@ -186,8 +187,7 @@ class Space:
     def gpus_per_node(self) -> np.ndarray:
         """GPUs per VM of every candidate."""
         if "gpus_per_node" not in self._cache:
-            per_shape = np.array([s.accelerators_per_node for s in self.shapes], dtype=np.int64)
-            self._cache["gpus_per_node"] = per_shape[self.shape]
+            self._cache["gpus_per_node"] = self.shape_columns()[0][self.shape]
         return self._cache["gpus_per_node"]
 
     @property
@@ -195,6 +195,19 @@ class Space:
         """How many zones of the (filtered) catalog offer each candidate's VM shape (with a spot price,
         for spot candidates): the zones launch can fall back between."""
         if "zones_offering" not in self._cache:
+            self._cache["zones_offering"] = self.gpus_and_zones(slice(None))[1]
+        return self._cache["zones_offering"]
+
+    def gpus_and_zones(self, rows) -> tuple[np.ndarray, np.ndarray]:
+        """``gpus_per_node[rows]`` and ``zones_offering[rows]``, from the per-shape columns alone."""
+        gpus, od, sp = self.shape_columns()
+        shape = self.shape[rows]
+        return gpus[shape], np.where(self.spot[rows], sp[shape], od[shape])
+
+    def shape_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per VM shape (``shapes``): GPUs per VM, and the zones of the (filtered) catalog that offer it,
+        on demand and with a spot price — what ``gpus_per_node`` and ``zones_offering`` index (computed once)."""
+        if "per_shape" not in self._cache:
             offs = self.catalog.offerings
             od = np.zeros(len(self.shapes), dtype=np.int64)
             sp = np.zeros(len(self.shapes), dtype=np.int64)
@@ -207,8 +220,9 @@ class Space:
             # a cloud whose catalog lists every region whatever is in stock offers one place to fall back to
             real = np.array([clouds.get(s.cloud).zones_are_real for s in self.shapes], dtype=bool)
             od, sp = np.where(real, od, np.minimum(od, 1)), np.where(real, sp, np.minimum(sp, 1))
-            self._cache["zones_offering"] = np.where(self.spot, sp[self.shape], od[self.shape])
-        return self._cache["zones_offering"]
+            gpus = np.array([s.accelerators_per_node for s in self.shapes], dtype=np.int64)
+            self._cache["per_shape"] = (gpus, od, sp)
+        return self._cache["per_shape"]
 
     def config(self, i: int) -> ClusterConfig:
         return ClusterConfig(self.catalog.offerings[int(self.offering[i])], int(self.nodes[i]), bool(self.spot[i]))
