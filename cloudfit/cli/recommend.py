@@ -2,9 +2,7 @@
 
 # No `from __future__ import annotations`: typer reads the options' annotations, and string ones would be
 # compiled and evaluated one by one (~1 ms) on every run.
-import gc
 import os
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -65,71 +63,56 @@ def recommend(
     wide: bool = typer.Option(False, "--wide", help="Show every column of the table whatever the terminal width."),
 ) -> None:
     """Recommend the cluster to train on: cheapest under --deadline, fastest under --budget."""
-    with _collector_paused():
-        from cloudfit.cli import render
+    from cloudfit.cli import render
 
-        render.QUICK_EXIT = plot is None  # no thread, no child process; plan/SkyPilot files are written atomically
-        from cloudfit.cli.recommend_llm import is_llm_request
-        from cloudfit.errors import UsageError
+    render.QUICK_EXIT = plot is None  # no thread, no child process; plan/SkyPilot files are written atomically
+    from cloudfit.cli.recommend_llm import is_llm_request
+    from cloudfit.errors import UsageError
 
-        if plot is not None:  # check before any work: a .gif would otherwise get PNG bytes
-            from cloudfit.plot import image_format
+    if plot is not None:  # check before any work: a .gif would otherwise get PNG bytes
+        from cloudfit.plot import image_format
 
-            image_format(plot)
-        if top < 1:
-            raise UsageError(f"--top must be at least 1, got {top}")
-        if search not in ("exhaustive", "bayes"):
-            raise UsageError(f"--search must be exhaustive or bayes, got {search!r}")
-        limits = dict(deadline=deadline, budget=budget, objective=objective, regions=opts.split(regions),
-                      accelerators=opts.split(accelerators), spot=opts.spot_mode(spot, spot_only), max_nodes=max_nodes,
-                      confidence=confidence, max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices,
-                      clouds=None if clouds is None else opts.split(clouds))
-        if is_llm_request(model=model, profile=profile, tokens=tokens, config=config, layout=layout):
-            from cloudfit.cli.recommend_llm import token_workload  # a large-model token workload
+        image_format(plot)
+    if top < 1:
+        raise UsageError(f"--top must be at least 1, got {top}")
+    if search not in ("exhaustive", "bayes"):
+        raise UsageError(f"--search must be exhaustive or bayes, got {search!r}")
+    limits = dict(deadline=deadline, budget=budget, objective=objective, regions=opts.split(regions),
+                  accelerators=opts.split(accelerators), spot=opts.spot_mode(spot, spot_only), max_nodes=max_nodes,
+                  confidence=confidence, max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices,
+                  clouds=None if clouds is None else opts.split(clouds))
+    if is_llm_request(model=model, profile=profile, tokens=tokens, config=config, layout=layout):
+        from cloudfit.cli.recommend_llm import token_workload  # a large-model token workload
 
-            workload = token_workload(
-                model=model, profile=profile, samples=samples, epochs=epochs, dataset_size=dataset_size, tokens=tokens,
-                seq_len=seq_len, finetune=finetune, lora_rank=lora_rank, config=config, layout=layout,
-                global_batch=global_batch, precision=precision, batch_size=batch_size, search=search, limits=limits)
-        else:
-            from cloudfit.workload import make_workload
+        workload = token_workload(
+            model=model, profile=profile, samples=samples, epochs=epochs, dataset_size=dataset_size, tokens=tokens,
+            seq_len=seq_len, finetune=finetune, lora_rank=lora_rank, config=config, layout=layout,
+            global_batch=global_batch, precision=precision, batch_size=batch_size, search=search, limits=limits)
+    else:
+        from cloudfit.workload import make_workload
 
-            workload = make_workload(model=model, profile=profile, samples=samples, epochs=epochs,
-                                     dataset_size=dataset_size, precision=precision, batch_size=batch_size, **limits)
-        from cloudfit.plan import recommend as plan_recommend
+        workload = make_workload(model=model, profile=profile, samples=samples, epochs=epochs,
+                                 dataset_size=dataset_size, precision=precision, batch_size=batch_size, **limits)
+    from cloudfit.plan import recommend as plan_recommend
 
-        options = {"n_trials": trials, "seed": seed} if search == "bayes" else None
-        plan = plan_recommend(workload, catalog=catalog_path, searcher=search, searcher_options=options)
-        write_outputs(plan, out, emit_skypilot, plot)
-        if plan.layout is not None:
-            from cloudfit.cli.recommend_llm import show
+    options = {"n_trials": trials, "seed": seed} if search == "bayes" else None
+    plan = plan_recommend(workload, catalog=catalog_path, searcher=search, searcher_options=options)
+    write_outputs(plan, out, emit_skypilot, plot)
+    if plan.layout is not None:
+        from cloudfit.cli.recommend_llm import show
 
-            return show(plan, top, seq_len, out, plot, emit_skypilot, as_json=as_json, wide=wide,
-                        catalog_path=catalog_path)
-        shown = _distinct(plan, top)
-        if as_json:
-            from cloudfit.plan.io import plan_to_dict
+        return show(plan, top, seq_len, out, plot, emit_skypilot, as_json=as_json, wide=wide,
+                    catalog_path=catalog_path)
+    shown = _distinct(plan, top)
+    if as_json:
+        from cloudfit.plan.io import plan_to_dict
 
-            from cloudfit.cli.clouds_view import multi_cloud, why_cloud
+        from cloudfit.cli.clouds_view import multi_cloud, why_cloud
 
-            extra = {"why_cloud": why_cloud(plan, catalog_path)} if multi_cloud(plan) else {}
-            print_json({"plan": plan_to_dict(plan), "candidates": [e.row(cloud=multi_cloud(plan)) for e in shown], **extra})
-            return
-        _render(plan, shown, out, plot, emit_skypilot, wide=wide, catalog_path=catalog_path)
-
-
-@contextmanager
-def _collector_paused():
-    """The cyclic garbage collector off while a command runs: its passes over the objects that imports and
-    unpickling create (~8 ms of a `recommend`) find nothing worth freeing in a short-lived command;
-    refcounting still frees everything else. Back on when the command returns (in-process callers, tests)."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
+        extra = {"why_cloud": why_cloud(plan, catalog_path)} if multi_cloud(plan) else {}
+        print_json({"plan": plan_to_dict(plan), "candidates": [e.row(cloud=multi_cloud(plan)) for e in shown], **extra})
+        return
+    _render(plan, shown, out, plot, emit_skypilot, wide=wide, catalog_path=catalog_path)
 
 
 def _distinct(plan, k: int) -> list:
