@@ -72,7 +72,8 @@ import cloudfit.cli.recommend  # as the CLI does, before anything imports numpy
 import cloudfit.perf.model as pm
 assert Path(pm.__file__).resolve().is_relative_to(Path(os.environ["EQ_TREE"]).resolve()), pm.__file__
 pm.model_path = lambda: Path(os.environ["EQ_MODEL"])
-app(sys.argv[1:], prog_name="cloudfit")
+from cloudfit.cli.main import run
+run()  # the console script's entry point (sys.argv[1:] are the arguments), its way of exiting included
 """
 
 

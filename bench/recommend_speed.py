@@ -14,9 +14,13 @@ wall time beside it. ``--cold-cache`` also times the first run after $CLOUDFIT_H
 Breakdown (``--breakdown``): N fresh processes per command (the fastest is reported), each importing the floor (typer, rich, numpy),
 then running the command in-process with timers around the stages: catalog load, performance-model load
 (model.json / the LLM calibration), the space (every offering × nodes × spot with its prediction; for LLMs
-the layout search; read back from the cache when its inputs are unchanged), the search and ranking (searcher, pricing, Pareto front, explanation), rendering (the
+the layout search; read back from the cache when its inputs are unchanged — since round 2 found from the
+catalog's bytes without loading the catalog, so "catalog load" is 0 on a hit and hashing it is in "space"), the search and ranking (searcher, pricing, Pareto front, explanation), rendering (the
 table). "cloudfit imports and the rest" is what is left of the command's time: imports of cloudfit and of
-what it pulls in beyond the floor, option parsing, writing to the terminal.
+what it pulls in beyond the floor, option parsing, writing to the terminal. The breakdown runs the command
+in-process (``app``), so it leaves out the end of the process (the interpreter's teardown, which
+``cloudfit.cli.main.run`` skips for ``recommend``: ``cloudfit.cli.render.quick_exit``); the paired ratios
+time whole processes.
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ if "--tokens" in sys.argv:
 else:
     import cloudfit.perf.model as pm
     wrap(pm, "load_model", "model load")
-    wrap(pl, "_space" if hasattr(pl, "_space") else "build_space", "space")
+    wrap(pl, next(a for a in ("_space_of", "_space", "build_space") if hasattr(pl, a)), "space")
     wrap(pl, "recommend", "plan")
     wrap(rec, "_render", "render")
 t2 = time.perf_counter()
@@ -105,9 +109,7 @@ def paired(rounds: int, before: Path | None = None) -> dict:
     (the issue's floor) and against the floor with one OpenBLAS thread (like for like: `cloudfit recommend`
     sets OPENBLAS_NUM_THREADS=1 before numpy loads, and OpenBLAS's thread start-up is most of the floor's
     variance on a loaded 2-core machine). ``before``: a tree with the code before, run in the same loop."""
-    trees = {"after": (ENV, REPO)}
-    if before is not None:
-        trees["before"] = (dict(ENV, PYTHONPATH=str(before)), before)
+    trees = _trees(before)
     one = dict(ENV, OPENBLAS_NUM_THREADS="1")
     cmds = {"cnn": CNN, "llm": LLM}
     for _ in range(2):  # warm the page cache, .pyc files and the user cache
@@ -127,26 +129,49 @@ def paired(rounds: int, before: Path | None = None) -> dict:
     return {key: {m: statistics.median(v) for m, v in r.items()} for key, r in res.items()}
 
 
-def cold(rounds: int) -> dict:
-    """The first run with an empty cache (a fresh $CLOUDFIT_HOME each time), against the floor."""
-    out = {}
-    for k, args in (("cnn", CNN), ("llm", LLM)):
-        ratios = []
-        for _ in range(rounds):
-            with tempfile.TemporaryDirectory() as home:
-                f, _ = timed(FLOOR)
-                t, _ = timed(cloudfit(args), dict(ENV, CLOUDFIT_HOME=home))
-                ratios.append(t / f)
-        out[k] = statistics.median(ratios)
-    return out
+def _trees(before: Path | None) -> dict:
+    """The code to time: this tree ("after") and, with ``before``, that one (run from its own folder:
+    ``python -m`` puts the working folder first on ``sys.path``)."""
+    trees = {"after": (ENV, REPO)}
+    if before is not None:
+        trees["before"] = (dict(ENV, PYTHONPATH=str(before)), before)
+    return trees
+
+
+def cold(rounds: int, before: Path | None = None) -> dict:
+    """The first run with an empty cache (a fresh $CLOUDFIT_HOME each time), against the floor with one
+    OpenBLAS thread; keys (command, code)."""
+    out: dict = {}
+    one = dict(ENV, OPENBLAS_NUM_THREADS="1")
+    for _ in range(rounds):
+        for k, args in (("cnn", CNN), ("llm", LLM)):
+            f, _ = timed(FLOOR, one)
+            for tree, (env, cwd) in _trees(before).items():
+                with tempfile.TemporaryDirectory() as home:
+                    t, _ = timed(cloudfit(args), dict(env, CLOUDFIT_HOME=home), cwd)
+                out.setdefault((k, tree), []).append(t / f)
+    return {key: statistics.median(v) for key, v in out.items()}
+
+
+def clouds(rounds: int, before: Path | None = None) -> dict:
+    """``--clouds all`` against ``--clouds gcp`` (issue 26: ≤ 1.5×), interleaved; keys (command, code):
+    (median gcp s, median all s, median paired ratio)."""
+    cmds = {"cnn": CNN, "llm": ["recommend", "--model", "llama3-8b", "--tokens", "1e11", "--seq-len", "8192",
+                                "--deadline", "7d"]}
+    runs: dict = {}
+    for _ in range(rounds + 1):
+        for k, args in cmds.items():
+            for tree, (env, cwd) in _trees(before).items():
+                g, _ = timed(cloudfit([*args, "--clouds", "gcp"]), env, cwd)
+                a, _ = timed(cloudfit([*args, "--clouds", "all"]), env, cwd)
+                runs.setdefault((k, tree), []).append((g, a, a / g))
+    return {key: tuple(statistics.median(x[i] for x in v[1:]) for i in range(3)) for key, v in runs.items()}
 
 
 def breakdown(rounds: int, before: Path | None = None) -> dict:
     """Stage times per (command, code): the fastest of ``rounds`` fresh processes (the run least disturbed
     by other load on a shared machine), after one that warms the caches."""
-    trees = {"after": (ENV, REPO)}
-    if before is not None:
-        trees["before"] = (dict(ENV, PYTHONPATH=str(before)), before)
+    trees = _trees(before)
     out = {}
     for k, args in (("cnn", CNN), ("llm", LLM)):
         for tree, (env, cwd) in trees.items():
@@ -187,8 +212,9 @@ def report(label: str, ratios: dict, parts: dict | None, cold_ratios: dict | Non
                          f"{r['floor_1t'] * 1000:.0f} ms | {r['ratio_1t']:.2f}× "
                          f"({'met' if r['ratio_1t'] <= goal else 'missed'}) | {r['cpu_ratio']:.2f}× |")
     if cold_ratios:
-        lines += ["", "First run with an empty cache (fresh $CLOUDFIT_HOME; parses the catalog, builds the space): CNN "
-                      f"{cold_ratios['cnn']:.2f}×, LLM {cold_ratios['llm']:.2f}× the floor."]
+        lines += ["", "First run with an empty cache (fresh $CLOUDFIT_HOME; parses the catalog, builds the space), "
+                      "against the floor with one BLAS thread: " + "; ".join(
+                          f"{k.upper()} {tree} {r:.2f}×" for (k, tree), r in sorted(cold_ratios.items()))]
     if parts:
         cols = [key for key in (("cnn", "before"), ("cnn", "after"), ("llm", "before"), ("llm", "after")) if key in parts]
         lines += ["", "Where the time goes (ms, the fastest of the fresh processes; the floor's own imports first):", "",
@@ -207,10 +233,19 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="append the section to this Markdown file")
     ap.add_argument("--before", type=Path, help="a tree with the code before (e.g. `git archive BASE` extracted): "
                                                 "its commands run in the same loop")
+    ap.add_argument("--clouds", type=int, default=0, metavar="N",
+                    help="also time --clouds all against --clouds gcp, N interleaved rounds (issue 26)")
     ns = ap.parse_args()
     parts = breakdown(max(5, ns.rounds // 2), ns.before) if ns.breakdown else None
-    cold_ratios = cold(5) if ns.cold_cache else None
+    cold_ratios = cold(5, ns.before) if ns.cold_cache else None
     text = report(ns.label, paired(ns.rounds, ns.before), parts, cold_ratios, ns.rounds, " ".join(sys.argv[1:]))
+    if ns.clouds:
+        text += ("\n`--clouds all` against `--clouds gcp` (issue 26, goal ≤ 1.5×; CNN: the command above, LLM: "
+                 "`--model llama3-8b --tokens 1e11 --seq-len 8192 --deadline 7d`; medians of "
+                 f"{ns.clouds} interleaved rounds):\n\n| command | code | gcp | all clouds | paired ratio |\n"
+                 "|---|---|---:|---:|---:|\n")
+        for (k, tree), (g, a, r) in sorted(clouds(ns.clouds, ns.before).items()):
+            text += f"| {k.upper()} | {tree} | {g * 1000:.0f} ms | {a * 1000:.0f} ms | {r:.2f}× |\n"
     print(text)
     if ns.out:
         with open(ns.out, "a", encoding="utf-8") as fh:

@@ -7,6 +7,6 @@
 
 from __future__ import annotations
 
-from cloudfit.catalog.loader import COLUMNS, Catalog, catalog_csv, load, price_per_hour, write_catalog
+from cloudfit.catalog.loader import COLUMNS, Catalog, catalog_csv, fingerprint, load, price_per_hour, write_catalog
 
 __all__ = ["COLUMNS", "Catalog", "catalog_csv", "load", "price_per_hour", "write_catalog"]

@@ -148,7 +148,14 @@ def _root(
 
 def run() -> None:
     """Console-script entry point."""
-    app(prog_name="cloudfit")
+    try:
+        app(prog_name="cloudfit")
+    except SystemExit as e:
+        from cloudfit.cli import render
+
+        if render.QUICK_EXIT:  # a command that may skip the interpreter's teardown (render.quick_exit)
+            render.quick_exit(e.code)
+        raise
 
 
 if __name__ == "__main__":

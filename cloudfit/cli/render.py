@@ -7,6 +7,37 @@ import sys
 from typing import Any
 
 
+#: Set by a command (``recommend``) whose process may end without the interpreter's teardown: it starts
+#: no thread or child process and has written its files (atomically) before it returns. See ``quick_exit``.
+QUICK_EXIT = False
+
+
+def quick_exit(code: Any) -> None:
+    """End the process with exit status ``code`` (``SystemExit.code``: None or an int) at once: flush
+    stdout and stderr, run the ``atexit`` handlers, then ``os._exit`` — skipping the interpreter's
+    teardown (freeing every module and object: ~25 ms of a `recommend` on this machine, ~17 ms even for
+    `python -c "import typer, rich, numpy"`). Returns (and the caller exits as usual) when the code is
+    another kind, a thread still runs, or a stream cannot be flushed (a closed pipe keeps its message)."""
+    import atexit
+    import os
+    import threading
+
+    if not (code is None or type(code) is int) or threading.active_count() > 1:
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        return
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        return
+    os._exit((code or 0) & 0xFF)
+
+
 def print_json(obj: Any) -> None:
     """Write ``obj`` as JSON to stdout and nothing else (so ``| jq`` always works)."""
     from cloudfit.types import to_jsonable
@@ -24,7 +55,8 @@ def console(stderr: bool = False):
     stream = sys.stderr if stderr else sys.stdout
     # Piped or captured output would otherwise be cut to 80 columns and squash the tables.
     width = None if stream.isatty() or os.environ.get("COLUMNS") else 160
-    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
+    # emoji=False: a ":name:" in data (a path, a zone) stays as it is; rich would also import its emoji table
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, emoji=False)
 
 
 def error_line(message: str) -> None:

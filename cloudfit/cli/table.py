@@ -117,7 +117,8 @@ def print_table(con, table) -> None:
         return
     from rich.console import Console
 
-    wide = Console(file=con.file, width=need, highlight=False, soft_wrap=False, record=getattr(con, "record", False),
+    wide = Console(file=con.file, width=need, highlight=False, soft_wrap=False, emoji=getattr(con, "_emoji", False),
+                   record=getattr(con, "record", False),
                    color_system=con.color_system or None, force_terminal=con.is_terminal)
     wide.print(table)
     if getattr(con, "record", False):  # keep what was printed in the caller's record (tests export it)

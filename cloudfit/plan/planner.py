@@ -19,6 +19,7 @@ from typing import Any
 
 from cloudfit import __version__
 from cloudfit.catalog import Catalog
+from cloudfit.errors import CloudfitError
 from cloudfit.plan.explain import infeasible
 from cloudfit.plan.rank import N_ALTERNATIVES, N_PARETO, ZONES_PER_CONFIG, Ranked, pareto_front, rank  # noqa: F401
 from cloudfit.search import Problem, get_searcher
@@ -64,10 +65,7 @@ def recommend(
     workload.require_limit()
     profile_file = model_version = None
     if space is None:
-        cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog, clouds=workload.clouds)
-        prof = profile or load_workload_profile(workload)
-        profile_file = None if profile is not None else _profile_file(workload)
-        space, model_version = _space(workload, prof, cat, profile_file)
+        space, model_version, profile_file = _space_of(workload, profile, catalog)
     problem = Problem.of(workload)
     result = get_searcher(searcher, **(searcher_options or {})).search(space, problem)
     if result.n_feasible == 0:
@@ -99,6 +97,40 @@ def recommend(
     return replace(plan, sensitivity=r.sensitivity(space, problem))
 
 
+def _space_of(workload: Workload, profile: Profile | None, catalog) -> tuple[Space, str, str | None]:
+    """(space, performance-model version, profile file) for ``recommend``: a space built before from the same
+    catalog bytes, profile file and options is read back (``cloudfit.cache``) without parsing the catalog;
+    otherwise the catalog is loaded, then the profile (errors in that order), and the space built."""
+    from cloudfit import cache
+    from cloudfit import catalog as catalog_mod
+
+    profile_file = None
+    if profile is None and cache.enabled() and not isinstance(catalog, Catalog):
+        found = catalog_mod.fingerprint(catalog, clouds=workload.clouds)
+        try:
+            profile_file = _profile_file(workload)
+        except CloudfitError:  # the profile's error comes after the catalog's, as below
+            profile_file = None
+        hit = None if profile_file is None else cache.get("space", _space_key(workload, *found, profile_file))
+        if hit is not None:
+            space, version = hit
+            space.workload, space.profile = workload, load_workload_profile(workload)
+            return space, version, profile_file
+    cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog, clouds=workload.clouds)
+    prof = profile or load_workload_profile(workload)
+    profile_file = None if profile is not None else _profile_file(workload)
+    return (*_space(workload, prof, cat, profile_file), profile_file)
+
+
+def _space_key(w: Workload, catalog_path: str, catalog_digest: str, profile_file: str) -> str:
+    """The cache key of the space of ``w`` on this catalog and profile file (see ``_space``)."""
+    from cloudfit import cache
+
+    return cache.key("space", catalog_path, catalog_digest, cache.file_digest(profile_file), _model_file(), w.model,
+                     w.profile_path, w.accelerators, w.regions, w.spot, w.precision, w.batch_size_per_device,
+                     w.max_nodes, w.max_gpus, w.allow_outlier_prices, w.clouds)
+
+
 def _space(workload: Workload, profile: Profile, cat: Catalog, profile_file: str | None) -> tuple[Space, str]:
     """``build_space`` and the performance model's version — read back from ``cloudfit.cache`` when the
     catalog, the profile file, the package (code, model.json) and the options that shape the space are
@@ -107,19 +139,20 @@ def _space(workload: Workload, profile: Profile, cat: Catalog, profile_file: str
 
     if profile_file is None or not cat.digest:
         return build_space(workload, profile, cat), _model_version()
-    w = workload
-    parts = (cat.path, cat.digest, cache.file_digest(profile_file), _model_file(), w.model, w.profile_path,
-             w.accelerators, w.regions, w.spot, w.precision, w.batch_size_per_device, w.max_nodes, w.max_gpus,
-             w.allow_outlier_prices, w.clouds)
-    space, version = cache.memo("space", parts, lambda: (_derived(build_space(workload, profile, cat)), _model_version()))
+    k = _space_key(workload, cat.path, cat.digest, profile_file)
+    hit = cache.get("space", k)
+    if hit is None:
+        hit = (_derived(build_space(workload, profile, cat)), _model_version())
+        cache.put("space", k, hit)
+    space, version = hit
     space.workload, space.profile = workload, profile
     return space, version
 
 
 def _derived(space: Space) -> Space:
-    """``space`` with the columns every plan derives from it alone (GPUs per node, zones offering each
-    candidate) computed once, so that they are stored with it."""
-    space.gpus_per_node, space.zones_offering  # noqa: B018 (filled into space._cache)
+    """``space`` with the per-shape columns every plan derives from it alone (GPUs per VM, zones offering
+    each shape) computed once, so that they are stored with it (the per-candidate arrays are cheap from them)."""
+    space.shape_columns()
     return space
 
 

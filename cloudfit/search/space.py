@@ -144,32 +144,38 @@ class Space:
 
         nodes, is_spot = self.nodes[sel], self.spot[sel]
         ov = spot.DEFAULT_OVERHEADS
-        a = spot.assess(  # compute_hours[sel] and log_sigma[sel], without computing every row first
-            compute_hours=_compute_hours(self.workload.samples, self.samples_per_second[sel]),
-            log_sigma=_log_sigma(self.low[sel], self.high[sel]),
-            nodes=self.nodes[sel],
-            spot=self.spot[sel],
-            hazard_per_node_hour=self.hazard_per_node_hour[sel],
-            price_per_hour=self.price_per_hour[sel],
-            checkpoint_bytes=self.checkpoint_bytes,
-            deadline_hours=deadline_hours,
-            groups=groups,
-            startup_s=capacity.startup_seconds(nodes, is_spot, {True: ov.start_spot_s, False: ov.start_on_demand_s}),
-        )
+        start = {True: ov.start_spot_s, False: ov.start_on_demand_s}
+        if groups is not None:  # the preemption model's inputs of one candidate per group (all a group shares)
+            first, inverse = groups
+            r = first if isinstance(sel, slice) and sel == slice(None) else np.arange(len(self))[sel][first]
+            a = spot.assess_groups(
+                compute_hours=_compute_hours(self.workload.samples, self.samples_per_second[r]),
+                log_sigma=_log_sigma(self.low[r], self.high[r]), nodes=self.nodes[r], spot=self.spot[r],
+                hazard_per_node_hour=self.hazard_per_node_hour[r],
+                startup_s=capacity.startup_seconds(self.nodes[r], self.spot[r], start),
+                price_per_hour=self.price_per_hour[sel], inverse=inverse, checkpoint_bytes=self.checkpoint_bytes,
+                deadline_hours=deadline_hours)
+        else:
+            a = spot.assess(  # compute_hours[sel] and log_sigma[sel], without computing every row first
+                compute_hours=_compute_hours(self.workload.samples, self.samples_per_second[sel]),
+                log_sigma=_log_sigma(self.low[sel], self.high[sel]), nodes=nodes, spot=is_spot,
+                hazard_per_node_hour=self.hazard_per_node_hour[sel], price_per_hour=self.price_per_hour[sel],
+                checkpoint_bytes=self.checkpoint_bytes, deadline_hours=deadline_hours,
+                startup_s=capacity.startup_seconds(nodes, is_spot, start))
         price = self.price_per_hour[sel]
         teardown = price * (TEARDOWN_S / 3600.0)
         cols = {f.name: getattr(a, f.name) for f in fields(a)}
         cols["cost_usd"] = cols["cost_usd"] + teardown
         cols["cost_p90_usd"] = cols["cost_p90_usd"] + teardown
         # stockouts: waiting for capacity adds time (not billed) and deadline risk (spot/capacity.py)
-        gpus = self.gpus_per_node[sel] * nodes
         if groups is not None:  # rows of a price group share shape, nodes, spot and hours: one wait per group
             first, inverse = groups
-            w, w90, f = capacity.wait_terms(gpus[first], is_spot[first], cols["hours"][first], deadline_hours,
-                                            self.zones_offering[sel][first])
+            gpus, zones = self.gpus_and_zones(r)
+            w, w90, f = capacity.wait_terms(gpus * self.nodes[r], self.spot[r], cols["hours"][first], deadline_hours,
+                                            zones)
             wait, wait90, factor = w[inverse], w90[inverse], f[inverse]
         else:
-            wait, wait90, factor = capacity.wait_terms(gpus, is_spot, cols["hours"], deadline_hours,
+            wait, wait90, factor = capacity.wait_terms(self.gpus_per_node[sel] * nodes, is_spot, cols["hours"], deadline_hours,
                                                        self.zones_offering[sel])
         cols["hours"] = cols["hours"] + wait
         cols["hours_p90"] = cols["hours_p90"] + wait90
@@ -181,8 +187,7 @@ class Space:
     def gpus_per_node(self) -> np.ndarray:
         """GPUs per VM of every candidate."""
         if "gpus_per_node" not in self._cache:
-            per_shape = np.array([s.accelerators_per_node for s in self.shapes], dtype=np.int64)
-            self._cache["gpus_per_node"] = per_shape[self.shape]
+            self._cache["gpus_per_node"] = self.shape_columns()[0][self.shape]
         return self._cache["gpus_per_node"]
 
     @property
@@ -190,6 +195,19 @@ class Space:
         """How many zones of the (filtered) catalog offer each candidate's VM shape (with a spot price,
         for spot candidates): the zones launch can fall back between."""
         if "zones_offering" not in self._cache:
+            self._cache["zones_offering"] = self.gpus_and_zones(slice(None))[1]
+        return self._cache["zones_offering"]
+
+    def gpus_and_zones(self, rows) -> tuple[np.ndarray, np.ndarray]:
+        """``gpus_per_node[rows]`` and ``zones_offering[rows]``, from the per-shape columns alone."""
+        gpus, od, sp = self.shape_columns()
+        shape = self.shape[rows]
+        return gpus[shape], np.where(self.spot[rows], sp[shape], od[shape])
+
+    def shape_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per VM shape (``shapes``): GPUs per VM, and the zones of the (filtered) catalog that offer it,
+        on demand and with a spot price — what ``gpus_per_node`` and ``zones_offering`` index (computed once)."""
+        if "per_shape" not in self._cache:
             offs = self.catalog.offerings
             od = np.zeros(len(self.shapes), dtype=np.int64)
             sp = np.zeros(len(self.shapes), dtype=np.int64)
@@ -202,8 +220,9 @@ class Space:
             # a cloud whose catalog lists every region whatever is in stock offers one place to fall back to
             real = np.array([clouds.get(s.cloud).zones_are_real for s in self.shapes], dtype=bool)
             od, sp = np.where(real, od, np.minimum(od, 1)), np.where(real, sp, np.minimum(sp, 1))
-            self._cache["zones_offering"] = np.where(self.spot, sp[self.shape], od[self.shape])
-        return self._cache["zones_offering"]
+            gpus = np.array([s.accelerators_per_node for s in self.shapes], dtype=np.int64)
+            self._cache["per_shape"] = (gpus, od, sp)
+        return self._cache["per_shape"]
 
     def config(self, i: int) -> ClusterConfig:
         return ClusterConfig(self.catalog.offerings[int(self.offering[i])], int(self.nodes[i]), bool(self.spot[i]))

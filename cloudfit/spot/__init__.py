@@ -87,12 +87,25 @@ from cloudfit.spot.model import (
     AssessmentRow,
     Overheads,
     assess,
+    assess_groups,
     assess_one,
     optimal_interval_hours,
 )
-from cloudfit.spot.simulate import SimulationResult, simulate
+
+
+def __getattr__(name: str):
+    """``simulate`` and ``SimulationResult`` (the event simulator that checks the model), imported on first use:
+    ``recommend`` never simulates."""
+    if name in ("simulate", "SimulationResult"):
+        import importlib
+
+        module = importlib.import_module("cloudfit.spot.simulate")  # (binds the submodule here first)
+        globals().update(simulate=module.simulate, SimulationResult=module.SimulationResult)
+        return globals()[name]
+    raise AttributeError(f"module 'cloudfit.spot' has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_OVERHEADS", "Assessment", "AssessmentRow", "HazardInfo", "Overheads", "SimulationResult",
-    "assess", "assess_one", "hazard_info", "hazards", "load_params", "optimal_interval_hours", "simulate",
+    "assess", "assess_groups", "assess_one", "hazard_info", "hazards", "load_params", "optimal_interval_hours", "simulate",
 ]

@@ -353,17 +353,7 @@ def assess(
     except ValueError as e:
         raise UsageError(f"assess(): input arrays do not line up ({e})") from None
     W, sig, n, sp, lam, price = (np.atleast_1d(a) for a in (W, sig, n, sp, lam, price))
-    if W.size and not (np.all(W > 0) and np.all(np.isfinite(W))):
-        raise UsageError("assess(): compute_hours must be finite and > 0")
-    if W.size and (np.any(~(sig >= 0)) or np.any(sp & ~(lam >= 0)) or np.any(~(n >= 1)) or np.any(~(price >= 0))):
-        raise UsageError("assess(): log_sigma, hazard_per_node_hour and price_per_hour must be >= 0 and nodes >= 1")
-    if not (checkpoint_bytes >= 0 and math.isfinite(checkpoint_bytes)):
-        raise UsageError(f"assess(): checkpoint_bytes must be finite and >= 0, got {checkpoint_bytes!r}")
-    if deadline_hours is not None and not deadline_hours > 0:
-        raise UsageError(f"assess(): deadline_hours must be > 0, got {deadline_hours!r}")
-
-    C = ov.checkpoint_s(checkpoint_bytes) / 3600.0
-    R = (ov.restart_s + ov.restore_s(checkpoint_bytes)) / 3600.0
+    _check(W, sig, n, sp, lam, price, checkpoint_bytes, deadline_hours)
     with np.errstate(invalid="ignore"):
         Lam = np.where(sp, n * lam, 0.0)
     # Rows that differ only in price (the same shape × nodes in other zones) share every answer.
@@ -375,7 +365,43 @@ def assess(
         W, sig, Lam, sp = W[first], sig[first], Lam[first], sp[first]
         st = None if st is None else st[first]
     S = (np.where(sp, ov.start_spot_s, ov.start_on_demand_s) if st is None else st) / 3600.0
-    out = assess_rows(W, sig, Lam, S, C, R, deadline_hours, None if groups is None else inverse)
+    return _priced(W, sig, Lam, S, ov, checkpoint_bytes, deadline_hours, None if groups is None else inverse, price)
+
+
+def assess_groups(*, compute_hours, log_sigma, nodes, spot, hazard_per_node_hour, startup_s, price_per_hour,
+                  inverse: np.ndarray, checkpoint_bytes: float, deadline_hours: float | None,
+                  overheads: Overheads | None = None) -> Assessment:
+    """``assess(..., groups=(first, inverse), startup_s=...)`` given the groups' inputs alone: every column
+    but ``price_per_hour`` holds one row per group (what ``assess`` reads at ``first``), ``inverse`` the
+    group of each candidate, ``price_per_hour`` each candidate's price. The same numbers, without building
+    (and checking) every candidate's inputs first."""
+    ov = overheads or DEFAULT_OVERHEADS
+    W, sig, n, lam, S = (np.asarray(a, dtype=float) for a in (compute_hours, log_sigma, nodes, hazard_per_node_hour,
+                                                              startup_s))
+    sp, price = np.asarray(spot, dtype=bool), np.asarray(price_per_hour, dtype=float)
+    _check(W, sig, n, sp, lam, price, checkpoint_bytes, deadline_hours)
+    with np.errstate(invalid="ignore"):
+        Lam = np.where(sp, n * lam, 0.0)
+    return _priced(W, sig, Lam, S / 3600.0, ov, checkpoint_bytes, deadline_hours, inverse, price)
+
+
+def _check(W, sig, n, sp, lam, price, checkpoint_bytes, deadline_hours) -> None:
+    """``UsageError`` for inputs outside the model's domain (see ``assess``)."""
+    if W.size and not (np.all(W > 0) and np.all(np.isfinite(W))):
+        raise UsageError("assess(): compute_hours must be finite and > 0")
+    if W.size and (np.any(~(sig >= 0)) or np.any(sp & ~(lam >= 0)) or np.any(~(n >= 1)) or np.any(~(price >= 0))):
+        raise UsageError("assess(): log_sigma, hazard_per_node_hour and price_per_hour must be >= 0 and nodes >= 1")
+    if not (checkpoint_bytes >= 0 and math.isfinite(checkpoint_bytes)):
+        raise UsageError(f"assess(): checkpoint_bytes must be finite and >= 0, got {checkpoint_bytes!r}")
+    if deadline_hours is not None and not deadline_hours > 0:
+        raise UsageError(f"assess(): deadline_hours must be > 0, got {deadline_hours!r}")
+
+
+def _priced(W, sig, Lam, S, ov: Overheads, checkpoint_bytes: float, deadline_hours, inverse, price) -> Assessment:
+    """The assessment of rows (expanded to candidates by ``inverse`` when given), billed at ``price``."""
+    C = ov.checkpoint_s(checkpoint_bytes) / 3600.0
+    R = (ov.restart_s + ov.restore_s(checkpoint_bytes)) / 3600.0
+    out = assess_rows(W, sig, Lam, S, C, R, deadline_hours, inverse)
     cost, cost_p90 = bill(price, out["hours"]), bill(price, out["hours_p90"])
     return Assessment(cost_usd=cost, cost_p90_usd=cost_p90, **out)
 
@@ -398,8 +424,11 @@ def assess_rows(W, sig, Lam, S, C, R, deadline_hours: float | None, inverse: np.
 def bill(price_per_hour: np.ndarray, hours: np.ndarray) -> np.ndarray:
     """USD for running at ``price_per_hour`` for ``hours`` (``assess``'s cost columns; a free VM
     costs 0 even for a run that never ends)."""
-    with np.errstate(all="ignore"):
-        return np.where(price_per_hour > 0, price_per_hour * hours, 0.0)
+    price, hours = np.asarray(price_per_hour), np.asarray(hours)
+    out = np.zeros(np.broadcast_shapes(price.shape, hours.shape), dtype=np.result_type(price, hours, 0.0))
+    with np.errstate(all="ignore"):  # multiplied only where the price is > 0 (one pass, not three)
+        np.multiply(price, hours, out=out, where=price > 0)
+    return out
 
 
 def _groups(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
