@@ -264,3 +264,14 @@ def test_profile_frameworks_are_the_predictors():  # a profile may name every st
     from cloudfit.profiling.io import LLM_FRAMEWORKS
 
     assert set(LLM_FRAMEWORKS) == set(FRAMEWORKS)
+
+def test_megatron_fsdp_and_distributed_optimizer_are_other_stacks_not_layouts():
+    """Megatron-FSDP (zero 3) ↔ Megatron-Core 3D parallelism with the distributed optimizer is a stack hop
+    (bench/llm_anchor_misses.py: 54-295% off when carried as a layout hop); an FSDP stack's zero 2 ↔ 3 stays a layout."""
+    mfsdp = A.Setup("GB200", 4, 16, "fp8", 8192, 1, "fsdp=64,zero=3,ac=selective", "megatron")
+    three_d = A.Setup("GB200", 4, 16, "fp8", 8192, 1, "tp=2,pp=4,dp=8,zero=1,ac=selective", "megatron")
+    assert A.trust(A.hops(mfsdp, three_d)) == "stack"
+    assert A.trust(A.hops(three_d, mfsdp)) == "stack"
+    z2 = A.Setup("H100", 8, 1, "bf16", 2048, 4, "fsdp=8,zero=2", "fsdp")
+    z3 = A.Setup("H100", 8, 1, "bf16", 2048, 4, "fsdp=8,zero=3", "fsdp")
+    assert A.trust(A.hops(z2, z3)) == "layout"
