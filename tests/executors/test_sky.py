@@ -178,17 +178,14 @@ def test_skypilots_reported_cost_stops_the_run_before_the_guard_alone_would(fake
     assert ex.store.cluster("cost").info["sky_cost_usd"] > 0
 
 
-@pytest.mark.xfail(reason="written for the old deadline rule; under issue 27's (measured window, switch only when "
-                          "on-demand keeps the deadline) the sky executor's check margin leaves this 0.5 s job no "
-                          "switch: to be re-staged on simulated time", strict=False)
 def test_deadline_moves_a_late_spot_job_to_an_on_demand_cluster(fake_sky):
     f = fake_sky(job_s=1.0)
     ex = _ex(min_billed_s=0.0)
     spot, od = ClusterConfig(AWS_L4, 1, True), ClusterConfig(AWS_L4, 1, False)
-    # the plan expected 4× the speed the spot job runs at: staying misses the deadline, on-demand at the planned
-    # speed keeps it (issue 27's rule switches only then)
-    d = DeadlineSpec(deadline_s=0.5, planned_step_s=0.25 / 150, restart_s=0.05, on_demand=od, planned_gpus=4,
-                     warmup_steps=1, window_steps=5, confirm=1)
+    # spot as risky as this (2 revocations a second, 0.15 s lost each) misses a 1.25 s deadline for a 1 s job;
+    # on-demand (no revocations, one restart) keeps it: issue 27's rule switches only then
+    d = DeadlineSpec(deadline_s=1.25, planned_step_s=1.0 / 150, restart_s=0.05, on_demand=od, planned_gpus=4,
+                     hazard_per_hour=7200.0, checkpoint_interval_s=0.2, warmup_steps=1, window_steps=5, confirm=1)
     r = ex.run(_spec("late", [spot], deadline=d))
     assert r.reason == "completed" and not r.config.spot and "on-demand" in r.detail
     kinds = [c[0] for c in f.calls]
