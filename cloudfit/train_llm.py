@@ -46,7 +46,6 @@ from cloudfit.runtime.control import add_shared_args, control_args
 from cloudfit.runtime.family import BadInput, Job
 from cloudfit.runtime.loop import Parser as _Parser
 from cloudfit.runtime.progress import PROGRESS_SCHEMA, write_json_atomic  # noqa: F401
-from cloudfit.runtime.ranks import _free_port  # noqa: F401
 
 PROG = "cloudfit.train_llm"
 AC_MODES = ("none", "selective", "full")

@@ -18,6 +18,7 @@ PROVIDERS = {
     "yaml": {"pyyaml"}, "sklearn": {"scikit-learn"}, "xgboost": {"xgboost-cpu", "xgboost"},
     "google.auth": {"google-auth"}, "google.api_core": {"google-api-core"},
     "google.cloud.compute_v1": {"google-cloud-compute"}, "google.cloud.billing_v1": {"google-cloud-billing"},
+    "sky": {"skypilot"},
 }
 HEAVY = {"torch", "transformers", "xgboost", "xgboost-cpu", "scikit-learn", "optuna", "pandas", "matplotlib",
          "google-cloud-compute", "google-cloud-billing"}
@@ -46,7 +47,8 @@ def _imports() -> set[str]:
                 continue
             for n in names:
                 top = n.split(".")[0]
-                if top in sys.stdlib_module_names or top == "cloudfit":
+                # a leading underscore: CPython's own modules (``_sha2`` is 3.12's, unknown to 3.11's list)
+                if top in sys.stdlib_module_names or top.startswith("_") or top == "cloudfit":
                     continue
                 out.add(".".join(n.split(".")[:3]) if top == "google" else top)
     return out

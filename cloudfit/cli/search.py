@@ -66,7 +66,7 @@ def search(
 
     restrict = None
     use_measurements = True
-    check_backend(backend)
+    check_backend(backend, ("replay", "local", "gcp"))  # probes run on GCP VMs (SkyPilot probes: not yet)
     if backend == "replay":
         if replay_data is None:
             raise UsageError("--backend replay needs --replay-data FILE.csv")

@@ -52,6 +52,9 @@ def main(family: Family, argv: list[str] | None = None) -> int:
         if rank == 0:
             print(f"{family.prog}: {e}", file=sys.stderr, flush=True)
         _abandon_group()
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun: as ranks.leave, skip the
+            sys.stdout.flush()  # interpreter teardown, where gloo's threads sometimes abort (SIGABRT, not exit 2)
+            os._exit(control.EXIT_BAD_INPUT)
         return control.EXIT_BAD_INPUT
 
 

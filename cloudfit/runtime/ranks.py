@@ -44,9 +44,7 @@ def join() -> Ranks:
         r.device = torch.device("cpu")
     backend = "cpu:gloo,cuda:nccl" if r.cuda else "gloo"  # on GPUs, CPU-side collectives still go over gloo
     if not r.distributed:
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
-        dist.init_process_group(backend, rank=0, world_size=1)
+        single_rank_group(backend)
     else:
         dist.init_process_group(backend)
     return r
@@ -66,7 +64,16 @@ def leave(r: Ranks) -> None:
         os._exit(0)
 
 
-def _free_port() -> int:
+def single_rank_group(backend: str) -> None:
+    """A private one-rank process group over an in-memory store: no port to pick, so nothing another
+    process (or a ``MASTER_PORT`` left in the environment) can take or collide with."""
+    import torch.distributed as dist
+
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now (for a group of several local ranks, which need a TCP rendezvous)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -142,3 +142,4 @@ def test_on_two_ranks_every_rank_refuses_together_with_one_line(tmp_path):
     said = [line for line in t.logs().splitlines() if "signature does not verify" in line]
     assert said == [f"cloudfit.train: checkpoint file {shard}: signature does not verify: refused "
                     "(nothing in it was loaded)"], t.logs()
+    assert "exitcode  : 2 " in t.logs() and "SIGABRT" not in t.logs(), t.logs()  # the refusal's code, not a crash
