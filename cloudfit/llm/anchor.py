@@ -458,6 +458,14 @@ def anchors_from_profile(profile, shape, *, c: Constants | None = None) -> tuple
         mine = "your" if m.source in ("measured", "probe") else "your reported"
         if m.layers is not None:
             run = LLMShape(**{k: v for k, v in m.layers["shape"].items() if k in LLMShape.__dataclass_fields__})
+            if m.layers["layers_run"] == 1 and not m.layers["embedding_head_s"]:
+                # a one-layer run that did not time the embedding and head apart: its "layer" time holds them
+                # too (for a 70B at 4K tokens the LM head is as much work as the layer), so anchor on the
+                # whole step of the model that ran instead
+                anchors.append(run_anchor(run, s, m.tokens_per_second, memory_gib=m.memory_gib, c=c,
+                                          label=f"{mine} one-layer profile run on {m.accelerator} (whole step)",
+                                          source=m.source, note=m.note))
+                continue
             anchors.append(layer_anchor(run, s, float(m.layers["forward_backward_s"]), memory_gib=m.memory_gib, c=c,
                                         label=f"{mine} per-layer profile on {m.accelerator}", source=m.source,
                                         note=m.note, nvlink_eff=measured_nvlink_eff(m)))

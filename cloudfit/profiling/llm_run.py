@@ -6,8 +6,8 @@ trainer's mixed-precision policy (bf16 parameters, fp32 reductions) and its acti
 none | selective | full, ``llm_model``'s own policy) and AdamW as ``cloudfit.train_llm`` sets them up, on random
 tokens (the kernels' time does not depend on the token values; importing the trainer here would close an import
 cycle, ``tests/test_layering.py``) — at the model's real width, sequence length and micro-batch, with only a
-few layers (1–4). It runs twice, 1 layer and ``layers`` layers deep, and times a few steps of each after a
-warm-up; the difference is one layer:
+few layers (1–4). It runs twice, 1 layer and ``layers`` layers deep (0 and 1 when ``layers`` is 1: the
+embedding and head alone), and times a few steps of each after a warm-up; the difference is one layer:
 
 - ``forward_backward_s``: forward + backward of one layer and one micro-batch;
 - ``embedding_head_s``: the rest of forward + backward (embedding, final norm, LM head, loss);
@@ -25,7 +25,6 @@ Heavy imports (torch) happen inside ``run``.
 from __future__ import annotations
 
 import math
-import socket
 import time
 from dataclasses import replace
 from typing import Callable
@@ -57,23 +56,15 @@ def run_shape(shape, cfg):
                    ffn_hidden=cfg.ffn_dim, vocab=cfg.vocab, name=shape.name)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _process_group(device) -> bool:
     """A one-rank process group (FSDP2 needs one); True when this call created it."""
-    import os
-
     import torch.distributed as dist
+
+    from cloudfit.runtime.ranks import single_rank_group
 
     if dist.is_initialized():
         return False
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ["MASTER_PORT"] = str(_free_port())
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0, world_size=1)
+    single_rank_group("nccl" if device.type == "cuda" else "gloo")
     return True
 
 
@@ -185,12 +176,14 @@ def measure_collectives(layer_parameters: int, *, ranks: int, cuda: bool, iters:
     CPU): all-gather of one layer's bf16 weights and reduce-scatter of its gradients, at that layer's size."""
     import torch.multiprocessing as mp
 
+    from cloudfit.runtime.ranks import free_port
+
     if ranks < 2:
         raise UsageError(f"--ranks must be at least 2 to time collectives, got {ranks}")
     numel = max(ranks, (layer_parameters // ranks) * ranks)
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    mp.start_processes(_collective_worker, args=(ranks, _free_port(), numel, iters, cuda, queue), nprocs=ranks,
+    mp.start_processes(_collective_worker, args=(ranks, free_port(), numel, iters, cuda, queue), nprocs=ranks,
                        start_method="spawn")
     return queue.get()
 
@@ -228,7 +221,7 @@ def run(shape, *, device: str = "auto", layers: int | None = None, seq_len: int 
     steps, warmup = steps or d["steps"], d["warmup"] if warmup is None else warmup
     check_options(layers=layers, seq_len=seq_len, micro_batch=micro_batch, steps=steps, warmup=warmup, ac=ac)
     bf16 = cuda
-    total = (2 if layers > 1 else 1) * (steps + warmup)
+    total = 2 * (steps + warmup)  # 1 and ``layers`` layers deep (or 0 and 1)
     done = [0]
 
     def tick() -> None:
@@ -251,6 +244,8 @@ def run(shape, *, device: str = "auto", layers: int | None = None, seq_len: int 
             except torch.cuda.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 layers -= 1
+        if layers == 1:  # the embedding and head alone, so that one layer's time is not theirs too
+            res[0] = timed(0)
     finally:
         if created:
             import torch.distributed as dist
@@ -290,14 +285,12 @@ def _fits(timed, n: int, shape, seq_len: int, micro_batch: int) -> dict:
 def _measurement(shape, res, *, layers, seq_len, micro_batch, steps, warmup, ac, cuda, bf16, dev, LLMMeasurement,
                  names, torch_version, host, now):
     one, deep = res[1], res[layers]
-    if layers > 1:
-        per_layer = max((deep["fb"] - one["fb"]) / (layers - 1), 1e-9)
-        head = max(one["fb"] - per_layer, 0.0)
-    else:
-        per_layer, head = one["fb"], 0.0  # one layer: the embedding and head are counted in the layer
+    shallow, n = (res[0], 1) if layers == 1 else (one, layers - 1)  # the runs one ``n`` layers apart
+    per_layer = max((deep["fb"] - shallow["fb"]) / n, 1e-9)
+    head = max(one["fb"] - per_layer, 0.0)
     mem_layer = mem_fixed = None
-    if deep["peak_gib"] is not None and layers > 1:
-        mem_layer = max((deep["peak_gib"] - one["peak_gib"]) / (layers - 1), 0.0)
+    if deep["peak_gib"] is not None:
+        mem_layer = max((deep["peak_gib"] - shallow["peak_gib"]) / n, 0.0)
         mem_fixed = max(one["peak_gib"] - mem_layer, 0.0)
     cfg = llama_config(shape, shrink=not cuda, layers=layers)
     step = deep["fb"] + deep["opt"]

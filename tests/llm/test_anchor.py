@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -275,3 +276,45 @@ def test_megatron_fsdp_and_distributed_optimizer_are_other_stacks_not_layouts():
     z2 = A.Setup("H100", 8, 1, "bf16", 2048, 4, "fsdp=8,zero=2", "fsdp")
     z3 = A.Setup("H100", 8, 1, "bf16", 2048, 4, "fsdp=8,zero=3", "fsdp")
     assert A.trust(A.hops(z2, z3)) == "layout"
+
+
+def test_a_one_layer_run_times_the_embedding_and_head_apart(cli, tmp_path):
+    """With --layers 1 the run also times the model without layers: the layer's time is not the LM head's too."""
+    f = tmp_path / "one.json"
+    r = cli("profile", "run", "--model", "llama3-8b", "--device", "cpu", "--layers", "1", "--out", str(f), "--json")
+    assert r.exit_code == 0, r.stderr
+    (m,) = io.load_profile(f, llm_ok=True).measurements
+    lay = m.layers
+    assert lay["layers_run"] == 1 and lay["embedding_head_s"] > 0
+    assert lay["forward_backward_s"] + lay["embedding_head_s"] == pytest.approx(lay["step_s"] - lay["optimizer_s"],
+                                                                                rel=0.3)
+
+
+SHIPPED_H100 = Path(__file__).resolve().parents[2] / "profiles" / "llm" / "llama3-8b-h100.json"
+
+
+def test_the_shipped_h100_profile_anchors_and_a_one_layer_profile_without_the_split_anchors_its_whole_step(
+        cli, tmp_path):
+    q = ("--accelerator", "H100", "--count", "8", "--seq-len", "8192", "--batch-size", "1", "--layout",
+         "fsdp=8,ac=selective", "--json")
+    d = json.loads(cli("predict", "--profile", str(SHIPPED_H100), *q).stdout)
+    assert d["anchor"]["anchored_on"][0].startswith("your per-layer profile on H100"), d["anchor"]
+    # the same run recorded the old way (one layer, the embedding and head inside the "layer" time)
+    doc = json.loads(SHIPPED_H100.read_text())
+    m = doc["measurements"][0]
+    m["layers"].update(layers_run=1, embedding_head_s=0.0, forward_backward_s=m["layers"]["forward_backward_s"]
+                       + m["layers"]["embedding_head_s"], memory_per_layer_gib=None, fixed_memory_gib=None)
+    m["layers"]["shape"]["layers"] = 1
+    lay, shape = m["layers"], get("llama3-8b")
+    h = shape.hidden
+    block = 2 * h * h + 2 * h * shape.kv_dim + 3 * h * shape.ffn_hidden  # attention (GQA) + SwiGLU
+    rest = 2 * shape.vocab * h  # embedding + LM head (untied)
+    optimizer = lay["optimizer_s"] * (rest + block) / (rest + 4 * block)  # AdamW's time goes with the parameters
+    m["tokens_per_second"] = m["seq_len"] / (lay["forward_backward_s"] + optimizer)
+    doc["measurements"] = [m]
+    f = tmp_path / "old.json"
+    f.write_text(json.dumps(doc))
+    old = json.loads(cli("predict", "--profile", str(f), *q).stdout)
+    assert "one-layer profile run on H100 (whole step)" in old["anchor"]["anchored_on"][0]
+    # read as a layer, the head's time would have counted 32 times over: far slower than the 4-layer anchor
+    assert old["tokens_per_second"] == pytest.approx(d["tokens_per_second"], rel=0.35)
