@@ -19,6 +19,10 @@ PARTS = [  # (file, the script that writes it)
     ("RESULTS_llm.md", "bench/llm_eval.py, bench/llm_speed.py"),
     ("RESULTS_sailor_gh200.md", "bench/sailor_gh200.py"),
     ("RESULTS_llm_recommend.md", "bench/llm_recommend_time.py, bench/llm_regret.py"),
+    ("RESULTS_llm_anchor.md", "bench/llm_anchor.py, bench/llm_anchor_misses.py"),
+    ("RESULTS_recommend_speed.md", "bench/recommend_speed.py, bench/recommend_equivalence.py"),
+    ("RESULTS_multicloud.md", "bench/multicloud.py"),
+    ("RESULTS_gpu.md", "bench/device/gpu_session.sh, bench/h100_zoo.py"),
 ]
 
 HEADER = """# Benchmark results
