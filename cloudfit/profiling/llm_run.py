@@ -60,11 +60,11 @@ def _process_group(device) -> bool:
     """A one-rank process group (FSDP2 needs one); True when this call created it."""
     import torch.distributed as dist
 
-    from cloudfit.runtime.ranks import single_rank_group
-
     if dist.is_initialized():
         return False
-    single_rank_group("nccl" if device.type == "cuda" else "gloo")
+    # over an in-memory store, as the trainer's one-rank group (cloudfit.runtime.ranks, which this layer does not
+    # import): no port to pick
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
     return True
 
 
@@ -174,16 +174,19 @@ def _collective_worker(rank: int, n: int, port: int, numel: int, iters: int, cud
 def measure_collectives(layer_parameters: int, *, ranks: int, cuda: bool, iters: int = 5) -> dict:
     """Bus bandwidth (GB/s) of FSDP's per-layer collectives over ``ranks`` local ranks (GPUs, or gloo ranks on a
     CPU): all-gather of one layer's bf16 weights and reduce-scatter of its gradients, at that layer's size."""
-    import torch.multiprocessing as mp
+    import socket
 
-    from cloudfit.runtime.ranks import free_port
+    import torch.multiprocessing as mp
 
     if ranks < 2:
         raise UsageError(f"--ranks must be at least 2 to time collectives, got {ranks}")
     numel = max(ranks, (layer_parameters // ranks) * ranks)
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    mp.start_processes(_collective_worker, args=(ranks, free_port(), numel, iters, cuda, queue), nprocs=ranks,
+    with socket.socket() as sock:  # a port free now, for the ranks' TCP rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    mp.start_processes(_collective_worker, args=(ranks, port, numel, iters, cuda, queue), nprocs=ranks,
                        start_method="spawn")
     return queue.get()
 
