@@ -62,9 +62,13 @@ def _process_group(device) -> bool:
 
     if dist.is_initialized():
         return False
-    # over an in-memory store, as the trainer's one-rank group (cloudfit.runtime.ranks, which this layer does not
-    # import): no port to pick
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
+    import os
+    import socket
+
+    with socket.socket() as sock:  # a port free now (not one left in the environment)
+        sock.bind(("127.0.0.1", 0))
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(sock.getsockname()[1]))
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0, world_size=1)
     return True
 
 

@@ -65,11 +65,13 @@ def leave(r: Ranks) -> None:
 
 
 def single_rank_group(backend: str) -> None:
-    """A private one-rank process group over an in-memory store: no port to pick, so nothing another
-    process (or a ``MASTER_PORT`` left in the environment) can take or collide with."""
+    """A private one-rank process group on a port picked now (never a ``MASTER_PORT`` left in the environment
+    by someone else, which may be taken: EADDRINUSE)."""
     import torch.distributed as dist
 
-    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(free_port())
+    dist.init_process_group(backend, rank=0, world_size=1)
 
 
 def free_port() -> int:
