@@ -20,10 +20,12 @@ llm llama3-70b-s4096 --model llama3-70b --seq-len 4096 --layers 1
 # 2. CUDA tests
 echo "== pytest -m cuda"; t0=$SECONDS
 timeout 240 python3 -m pytest -q -m cuda -p no:cacheprovider tests/profiling/test_device_runner.py tests/llm/test_anchor.py 2>&1 | tail -15; echo "wall_s=$((SECONDS-t0))"
-# 3. The LLM trainer on one GPU (FSDP2 over one rank, bf16): 6 steps, killed, resumed to 10
+# 3. The LLM trainer on one GPU (real llama3-1b, FSDP2 over one rank, bf16): 6 steps, then resumed to 10
+#    (the 2026-11-26 session ran these two lines as a second call; the first call's had --layers without --shrink: exit 2)
 echo "== train_llm on cuda"; t0=$SECONDS; CK=/tmp/ck
-timeout 120 python3 -m cloudfit.train_llm --shape llama3-1b --layers 2 --seq-len 2048 --micro-batch 2 --precision bf16 --ac selective --steps 6 --checkpoint-dir $CK --checkpoint-every 3 --metrics-file $OUT/train_metrics.jsonl; echo "rc=$?"
-timeout 120 python3 -m cloudfit.train_llm --shape llama3-1b --layers 2 --seq-len 2048 --micro-batch 2 --precision bf16 --ac selective --steps 10 --checkpoint-dir $CK --checkpoint-every 3 --metrics-file $OUT/train_metrics.jsonl; echo "rc=$? wall_s=$((SECONDS-t0))"
+A="--shape llama3-1b --seq-len 2048 --micro-batch 2 --precision bf16 --ac selective --checkpoint-dir $CK --checkpoint-every 3 --metrics-file $OUT/train_metrics.jsonl --progress-file $OUT/progress.json"
+timeout 100 python3 -m cloudfit.train_llm $A --steps 6; echo "rc=$?"
+timeout 100 python3 -m cloudfit.train_llm $A --steps 10; echo "rc=$? wall_s=$((SECONDS-t0))"
 # 4. Measured CUDA profiles of the CNN zoo, bf16 autocast, at the zoo's GPU batch (merged into the shipped profiles)
 for m in resnet50 bert-base gpt2 resnet18 resnet101 resnet152 vgg16 inception_v3 mobilenet_v2 densenet121 bert-large gpt2-medium transformer-base gnmt ncf ssd300 alexnet resnet32; do
   if [ $SECONDS -gt $BUDGET ]; then echo "== skip $m (budget ${BUDGET}s spent)"; continue; fi

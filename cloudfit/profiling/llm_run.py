@@ -56,6 +56,15 @@ def run_shape(shape, cfg):
                    ffn_hidden=cfg.ffn_dim, vocab=cfg.vocab, name=shape.name)
 
 
+def _free_port() -> int:
+    """A port free on 127.0.0.1 now (``cloudfit.runtime.ranks`` has its twin; importing it would close a cycle)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _process_group(device) -> bool:
     """A one-rank process group (FSDP2 needs one); True when this call created it."""
     import torch.distributed as dist
@@ -63,11 +72,8 @@ def _process_group(device) -> bool:
     if dist.is_initialized():
         return False
     import os
-    import socket
 
-    with socket.socket() as sock:  # a port free now (not one left in the environment)
-        sock.bind(("127.0.0.1", 0))
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(sock.getsockname()[1]))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))  # never one left in the environment
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0, world_size=1)
     return True
 
@@ -178,8 +184,6 @@ def _collective_worker(rank: int, n: int, port: int, numel: int, iters: int, cud
 def measure_collectives(layer_parameters: int, *, ranks: int, cuda: bool, iters: int = 5) -> dict:
     """Bus bandwidth (GB/s) of FSDP's per-layer collectives over ``ranks`` local ranks (GPUs, or gloo ranks on a
     CPU): all-gather of one layer's bf16 weights and reduce-scatter of its gradients, at that layer's size."""
-    import socket
-
     import torch.multiprocessing as mp
 
     if ranks < 2:
@@ -187,10 +191,7 @@ def measure_collectives(layer_parameters: int, *, ranks: int, cuda: bool, iters:
     numel = max(ranks, (layer_parameters // ranks) * ranks)
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    with socket.socket() as sock:  # a port free now, for the ranks' TCP rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    mp.start_processes(_collective_worker, args=(ranks, port, numel, iters, cuda, queue), nprocs=ranks,
+    mp.start_processes(_collective_worker, args=(ranks, _free_port(), numel, iters, cuda, queue), nprocs=ranks,
                        start_method="spawn")
     return queue.get()
 

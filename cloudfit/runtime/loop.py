@@ -52,9 +52,10 @@ def main(family: Family, argv: list[str] | None = None) -> int:
         if rank == 0:
             print(f"{family.prog}: {e}", file=sys.stderr, flush=True)
         _abandon_group()
-        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun: as ranks.leave, skip the
-            sys.stdout.flush()  # interpreter teardown, where gloo's threads sometimes abort (SIGABRT, not exit 2)
-            os._exit(control.EXIT_BAD_INPUT)
+        from cloudfit.runtime.ranks import exit_now, torchrun_env
+
+        if torchrun_env()[0]:  # under torchrun: exit 2, not a SIGABRT in the teardown
+            exit_now(control.EXIT_BAD_INPUT)
         return control.EXIT_BAD_INPUT
 
 

@@ -61,7 +61,15 @@ def leave(r: Ranks) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     if r.distributed:
-        os._exit(0)
+        exit_now(0)
+
+
+def exit_now(code: int) -> None:
+    """End this torchrun rank with ``code`` at once, skipping the interpreter's teardown (and the C++ static
+    destructors), where gloo's threads sometimes abort: SIGABRT instead of ``code``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def single_rank_group(backend: str) -> None:
@@ -70,12 +78,12 @@ def single_rank_group(backend: str) -> None:
     import torch.distributed as dist
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(free_port())
+    os.environ["MASTER_PORT"] = str(_free_port())
     dist.init_process_group(backend, rank=0, world_size=1)
 
 
-def free_port() -> int:
-    """A port free on 127.0.0.1 now (for a group of several local ranks, which need a TCP rendezvous)."""
+def _free_port() -> int:
+    """A port free on 127.0.0.1 now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
