@@ -25,6 +25,7 @@ Heavy imports (torch) happen inside ``run``.
 from __future__ import annotations
 
 import math
+import socket
 import time
 from dataclasses import replace
 from typing import Callable
@@ -57,9 +58,6 @@ def run_shape(shape, cfg):
 
 
 def _free_port() -> int:
-    """A port free on 127.0.0.1 now (``cloudfit.runtime.ranks`` has its twin; importing it would close a cycle)."""
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -67,13 +65,14 @@ def _free_port() -> int:
 
 def _process_group(device) -> bool:
     """A one-rank process group (FSDP2 needs one); True when this call created it."""
+    import os
+
     import torch.distributed as dist
 
     if dist.is_initialized():
         return False
-    import os
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))  # never one left in the environment
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(_free_port())
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0, world_size=1)
     return True
 

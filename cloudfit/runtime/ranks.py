@@ -44,7 +44,9 @@ def join() -> Ranks:
         r.device = torch.device("cpu")
     backend = "cpu:gloo,cuda:nccl" if r.cuda else "gloo"  # on GPUs, CPU-side collectives still go over gloo
     if not r.distributed:
-        single_rank_group(backend)
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        dist.init_process_group(backend, rank=0, world_size=1)
     else:
         dist.init_process_group(backend)
     return r
@@ -70,16 +72,6 @@ def exit_now(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def single_rank_group(backend: str) -> None:
-    """A private one-rank process group on a port picked now (never a ``MASTER_PORT`` left in the environment
-    by someone else, which may be taken: EADDRINUSE)."""
-    import torch.distributed as dist
-
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(_free_port())
-    dist.init_process_group(backend, rank=0, world_size=1)
 
 
 def _free_port() -> int:

@@ -13,8 +13,8 @@ BASE = ["--steps", "3", "--checkpoint-dir", "CKPT"]
 
 def _run(args, tmp_path, world=None):
     env = dict(os.environ)
-    env.pop("RANK", None)
-    env.pop("WORLD_SIZE", None)
+    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):  # in-process runs of this session set the
+        env.pop(k, None)  # port of their own group: a trainer inheriting it would find it taken (EADDRINUSE)
     env.pop("CLOUDFIT_CHECKPOINT_DIR", None)
     if world is not None:  # what torchrun would set for a rank: the layout check runs before any group
         env.update(RANK="0", WORLD_SIZE=str(world), LOCAL_RANK="0")
