@@ -49,14 +49,19 @@ def main(family: Family, argv: list[str] | None = None) -> int:
         key = integrity.checkpoint_key()
         return _Run(family, args, key).run()
     except BadInput as e:
-        if rank == 0:
-            print(f"{family.prog}: {e}", file=sys.stderr, flush=True)
-        _abandon_group()
-        from cloudfit.runtime.ranks import exit_now, torchrun_env
+        said = f"{family.prog}: {e}"
+        e.__traceback__ = e.__context__ = None  # drop the failed run's frames: its model holds the process group
+    import gc
 
-        if torchrun_env()[0]:  # under torchrun: exit 2, not a SIGABRT in the teardown
-            exit_now(control.EXIT_BAD_INPUT)
-        return control.EXIT_BAD_INPUT
+    gc.collect()  # free that model (and DDP's reducer) while the group lives: freed after it, gloo's teardown can hang
+    if rank == 0:
+        print(said, file=sys.stderr, flush=True)
+    _abandon_group()
+    from cloudfit.runtime.ranks import exit_now, torchrun_env
+
+    if torchrun_env()[0]:  # under torchrun: exit 2, not a SIGABRT in the teardown
+        exit_now(control.EXIT_BAD_INPUT)
+    return control.EXIT_BAD_INPUT
 
 
 def _abandon_group() -> None:
