@@ -168,6 +168,55 @@ def clouds(rounds: int, before: Path | None = None) -> dict:
     return {key: tuple(statistics.median(x[i] for x in v[1:]) for i in range(3)) for key, v in runs.items()}
 
 
+def timed_on_terminal(argv: list[str], env: dict | None = None, cwd: Path = REPO) -> float:
+    """Wall seconds of one run whose stdout is a terminal (a pseudo-terminal read to the end by a thread):
+    rich draws the report there, with styles; a pipe gets the plain writer (``cloudfit.cli.plain``)."""
+    import pty
+    import threading
+
+    master, slave = pty.openpty()
+    got: list[bytes] = []
+
+    def drain():
+        while True:
+            try:
+                b = os.read(master, 65536)
+            except OSError:
+                return
+            if not b:
+                return
+            got.append(b)
+
+    th = threading.Thread(target=drain, daemon=True)
+    th.start()
+    t0 = time.perf_counter()
+    subprocess.run(argv, stdout=slave, stderr=subprocess.DEVNULL, check=True, env=env or ENV, cwd=cwd)
+    w = time.perf_counter() - t0
+    os.close(slave)
+    th.join(5)
+    os.close(master)
+    if b"\x1b[" not in b"".join(got):
+        raise SystemExit("the terminal run wrote no styles: not the rich path")
+    return w
+
+
+def terminal(rounds: int, before: Path | None = None) -> dict:
+    """Paired ratios with stdout on a terminal (medians over ``rounds``), against the one-thread floor;
+    keys (command, code)."""
+    one = dict(ENV, OPENBLAS_NUM_THREADS="1")
+    one.pop("COLUMNS", None)
+    out: dict = {}
+    for i in range(rounds + 1):
+        for k, args in (("cnn", CNN), ("llm", LLM)):
+            f, _ = timed(FLOOR, one)
+            for tree, (env, cwd) in _trees(before).items():
+                env = {key: v for key, v in env.items() if key != "COLUMNS"}
+                t = timed_on_terminal(cloudfit(args), env, cwd)
+                if i:  # the first round warms the caches
+                    out.setdefault((k, tree), []).append(t / f)
+    return {key: statistics.median(v) for key, v in out.items()}
+
+
 def breakdown(rounds: int, before: Path | None = None) -> dict:
     """Stage times per (command, code): the fastest of ``rounds`` fresh processes (the run least disturbed
     by other load on a shared machine), after one that warms the caches."""
@@ -233,12 +282,20 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="append the section to this Markdown file")
     ap.add_argument("--before", type=Path, help="a tree with the code before (e.g. `git archive BASE` extracted): "
                                                 "its commands run in the same loop")
+    ap.add_argument("--terminal", type=int, default=0, metavar="N",
+                    help="also time both commands with stdout on a terminal (rich draws it), N rounds")
     ap.add_argument("--clouds", type=int, default=0, metavar="N",
                     help="also time --clouds all against --clouds gcp, N interleaved rounds (issue 26)")
     ns = ap.parse_args()
     parts = breakdown(max(5, ns.rounds // 2), ns.before) if ns.breakdown else None
     cold_ratios = cold(5, ns.before) if ns.cold_cache else None
     text = report(ns.label, paired(ns.rounds, ns.before), parts, cold_ratios, ns.rounds, " ".join(sys.argv[1:]))
+    if ns.terminal:
+        text += ("\nOn a terminal (stdout a pseudo-terminal: rich draws the report with its styles; the rows above "
+                 "write to a pipe, which gets the plain writer), against the floor with one BLAS thread, medians of "
+                 f"{ns.terminal} paired rounds: " + "; ".join(
+                     f"{k.upper()} {tree} {r:.2f}×" for (k, tree), r in sorted(terminal(ns.terminal, ns.before).items()))
+                 + "\n")
     if ns.clouds:
         text += ("\n`--clouds all` against `--clouds gcp` (issue 26, goal ≤ 1.5×; CNN: the command above, LLM: "
                  "`--model llama3-8b --tokens 1e11 --seq-len 8192 --deadline 7d`; medians of "

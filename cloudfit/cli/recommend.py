@@ -14,7 +14,7 @@ from cloudfit import cache
 cache.compiled_records()
 
 from cloudfit.cli import options as opts  # noqa: E402
-from cloudfit.cli.render import console, distinct, limits_and_goal, money, print_json, write_outputs  # noqa: E402
+from cloudfit.cli.render import distinct, limits_and_goal, money, output_console, print_json, write_outputs  # noqa: E402
 
 # One OpenBLAS thread unless the user chose: the recommender's matrix products are small, and on a
 # 2-core machine whose other core is busy, starting OpenBLAS's second thread at `import numpy`
@@ -126,7 +126,7 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
     from cloudfit.units import format_hours
 
     w = plan.workload
-    con = con or console()
+    con = con or output_console()
     title = f"{w.model}: {w.samples:,.0f} samples, {limits_and_goal(w)}"
     width = con.width
     if wide or width >= WIDE_COLUMNS:

@@ -59,6 +59,14 @@ def console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, emoji=False)
 
 
+def output_console():
+    """The console for a command's report on stdout: plain text without rich when the output is not a
+    terminal (the same bytes, ~20 ms less: ``cloudfit.cli.plain``), else ``console()``."""
+    from cloudfit.cli import plain
+
+    return plain.console() or console()
+
+
 def error_line(message: str) -> None:
     """One line on stderr: ``cloudfit: error: <message>``."""
     text = " ".join(str(message).split()) or "unknown error"

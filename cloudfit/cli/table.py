@@ -23,17 +23,34 @@ class Column:
     keep: int | None = None  # drop order when the table is too wide: lowest first; None = never dropped
 
 
+@dataclass(frozen=True)
+class TableSpec:
+    """What ``fit`` chose: the title, the columns kept (headers, justification, widths: the widest cell's)
+    and their cells; drawn by rich (``_build``) or, for plain output, by ``cloudfit.cli.plain``."""
+    title: str | None
+    headers: tuple
+    justify: tuple
+    widths: tuple
+    rows: tuple
+    compact: bool
+    width: int  # the columns ``widths`` need with their padding and rules (``_width``)
+
+
 def _build(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]], keep_idx: list[int], compact: bool):
+    return _rich_table(_spec(title, cols, rows, keep_idx, compact))
+
+
+def _rich_table(spec: TableSpec):
     from rich import box
     from rich.table import Table
 
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
-              pad_edge=not compact, show_edge=not compact)
-    for i, w in zip(keep_idx, _cell_widths(cols, rows, keep_idx)):
-        c = cols[i]  # a fixed width (the widest cell's): rich then need not measure every cell again
-        t.add_column(c.header, justify=c.justify, no_wrap=True, width=w)  # type: ignore[arg-type]
-    for r in rows:
-        t.add_row(*(r[i] for i in keep_idx))
+    t = Table(title=spec.title, title_justify="left", box=box.SIMPLE_HEAD if spec.compact else box.HEAVY_HEAD,
+              pad_edge=not spec.compact, show_edge=not spec.compact)
+    for h, j, w in zip(spec.headers, spec.justify, spec.widths):
+        # a fixed width (the widest cell's): rich then need not measure every cell again
+        t.add_column(h, justify=j, no_wrap=True, width=w)  # type: ignore[arg-type]
+    for r in spec.rows:
+        t.add_row(*r)
     return t
 
 
@@ -64,14 +81,14 @@ def _cell_widths(cols: Sequence[Column], rows: Sequence[Sequence[str]], idx: lis
 
 
 def fit(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]], width: int, *, wide: bool = False):
-    """A rich Table of ``rows`` no wider than ``width`` (dropping columns by ``keep``), or every column
-    when ``wide`` or ``width >= WIDE_COLUMNS``. Returns (table, names of the dropped columns)."""
+    """The table of ``rows`` (a ``TableSpec``) no wider than ``width`` (dropping columns by ``keep``), or
+    every column when ``wide`` or ``width >= WIDE_COLUMNS``. Returns (table, names of the dropped columns)."""
     idx = list(range(len(cols)))
     if wide or width >= WIDE_COLUMNS:
-        return _built(title, cols, rows, idx, False), []
+        return _spec(title, cols, rows, idx, False), []
     for compact in (False, True):
         if _width(cols, rows, idx, compact) <= width:
-            return _built(title, cols, rows, idx, compact), []
+            return _spec(title, cols, rows, idx, compact), []
     droppable = sorted((c.keep, i) for i, c in enumerate(cols) if c.keep is not None)
     dropped = []
     for _, i in droppable:
@@ -79,7 +96,7 @@ def fit(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]]
         dropped.append(cols[i].header)
         if _width(cols, rows, idx, True) <= width:
             break
-    return _built(title, cols, rows, idx, True), dropped
+    return _spec(title, cols, rows, idx, True), dropped
 
 
 def fit_distinct(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]], width: int, *,
@@ -102,16 +119,28 @@ def fit_distinct(title: str | None, cols: Sequence[Column], rows: Sequence[Seque
     return t, dropped, len(rows) - len(keep)
 
 
-def _built(title, cols, rows, idx, compact):
-    t = _build(title, cols, rows, idx, compact)
-    t.cloudfit_width = _width(cols, rows, idx, compact)  # so print_table need not measure it again
-    return t
+def _spec(title, cols, rows, idx, compact) -> TableSpec:
+    return TableSpec(title, tuple(cols[i].header for i in idx), tuple(cols[i].justify for i in idx),
+                     tuple(_cell_widths(cols, rows, idx)), tuple(tuple(r[i] for i in idx) for r in rows), compact,
+                     _width(cols, rows, idx, compact))
 
 
 def print_table(con, table) -> None:
-    """Print ``table`` on ``con``; one wider than the console is printed at its natural width (the
+    """Print ``table`` (a ``TableSpec`` or a rich Table) on ``con`` (a rich Console, or a
+    ``cloudfit.cli.plain.PlainConsole``); one wider than the console is printed at its natural width (the
     terminal wraps the lines) instead of having its cells cut."""
-    need = getattr(table, "cloudfit_width", None) or natural_width(table)
+    if isinstance(table, TableSpec):
+        from cloudfit.cli import plain
+
+        if isinstance(con, plain.PlainConsole):
+            lines = plain.table_lines(table)
+            if lines is not None:
+                con.write_lines(lines)
+                return
+            con = con.rich()
+        need, table = table.width, _rich_table(table)
+    else:
+        need = natural_width(table)
     if need <= con.width:
         con.print(table)
         return
