@@ -170,7 +170,7 @@ def clouds(rounds: int, before: Path | None = None) -> dict:
 
 def timed_on_terminal(argv: list[str], env: dict | None = None, cwd: Path = REPO) -> float:
     """Wall seconds of one run whose stdout is a terminal (a pseudo-terminal read to the end by a thread):
-    rich draws the report there, with styles; a pipe gets the plain writer (``cloudfit.cli.plain``)."""
+    the report is written there with rich's styles (by ``cloudfit.cli.plain``, or by rich before it)."""
     import pty
     import threading
 
@@ -196,7 +196,7 @@ def timed_on_terminal(argv: list[str], env: dict | None = None, cwd: Path = REPO
     th.join(5)
     os.close(master)
     if b"\x1b[" not in b"".join(got):
-        raise SystemExit("the terminal run wrote no styles: not the rich path")
+        raise SystemExit("the terminal run wrote no styles: not a terminal's output")
     return w
 
 
@@ -291,8 +291,8 @@ def main() -> None:
     cold_ratios = cold(5, ns.before) if ns.cold_cache else None
     text = report(ns.label, paired(ns.rounds, ns.before), parts, cold_ratios, ns.rounds, " ".join(sys.argv[1:]))
     if ns.terminal:
-        text += ("\nOn a terminal (stdout a pseudo-terminal: rich draws the report with its styles; the rows above "
-                 "write to a pipe, which gets the plain writer), against the floor with one BLAS thread, medians of "
+        text += ("\nOn a terminal (stdout a pseudo-terminal of the default 80 columns: the report is written with its "
+                 "styles; the rows above write to a pipe), against the floor with one BLAS thread, medians of "
                  f"{ns.terminal} paired rounds: " + "; ".join(
                      f"{k.upper()} {tree} {r:.2f}×" for (k, tree), r in sorted(terminal(ns.terminal, ns.before).items()))
                  + "\n")

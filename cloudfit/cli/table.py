@@ -133,7 +133,7 @@ def print_table(con, table) -> None:
         from cloudfit.cli import plain
 
         if isinstance(con, plain.PlainConsole):
-            lines = plain.table_lines(table)
+            lines = plain.table_lines(table, con.styled)
             if lines is not None:
                 con.write_lines(lines)
                 return
