@@ -37,6 +37,8 @@ def _run(args, tmp_path, world=None):
     (["--shape", "gpt-17", *BASE], None, "--shape 'gpt-17': known shapes are"),
     (["--shape", "llama3-8b", "--layers", "2", *BASE], None, "add --shrink"),
     (["--micro-batch", "0", *BASE], None, "--micro-batch must be ≥ 1"),
+    (["--lr", "0", *BASE], None, "--lr must be > 0"),
+    (["--lr", "nan", *BASE], None, "--lr must be > 0"),
     (["--steps", "0", "--checkpoint-dir", "CKPT"], None, "--steps must be ≥ 1"),
     (["--steps", "3"], None, "the following arguments are required: --checkpoint-dir"),
     (["--steps", "three", "--checkpoint-dir", "CKPT"], None, "invalid int value"),
@@ -71,3 +73,14 @@ def test_help_mentions_the_layout_flags():
     assert r.returncode == 0
     for flag in ("--dp-replicate", "--dp-shard", "--tp", "--ac", "--checkpoint-interval-s", "--shrink"):
         assert flag in r.stdout
+
+
+@pytest.mark.parametrize("args, lr", [(["--shape", "llama3-8b"], 3e-4), (["--shape", "llama3-70b"], 1.5e-4),
+                                      (["--shape", "llama3-405b"], 7.5e-5), (["--shape", "llama3-8b", "--shrink"], 3e-3),
+                                      ([], 3e-3), (["--shape", "llama3-8b", "--lr", "1e-5"], 1e-5)])
+def test_the_default_learning_rate_falls_with_the_width(args, lr):
+    """A fixed 3e-3 made the loss rise at real width; the default follows the Llama-3 recipes' rates."""
+    from cloudfit.train_llm import parse_args
+
+    a = parse_args([*args, "--steps", "1", "--checkpoint-dir", "/nonexistent"], world_size=1)
+    assert a.lr == pytest.approx(lr)
