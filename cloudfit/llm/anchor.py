@@ -317,7 +317,8 @@ def fit_memory(points: Sequence[MemoryPoint]) -> MemoryFit:
     squares), unless that says something unphysical (a negative fixed part, a scale outside
     ``ACT_SCALE_LIMITS``), when the nearest peak alone is used. An activation scale outside the limits is
     clipped and the rest of the peak goes to the fixed part; a peak below what the clipped parts need
-    (a negative fixed part) falls back to one factor on every part. Every fit reproduces the nearest peak."""
+    (a negative fixed part) falls back to one factor on every part. A fit on one peak or two reproduces them
+    exactly (more than two: least squares)."""
     from cloudfit.llm.memory import OVERHEAD_FRACTION, OVERHEAD_GIB
 
     pts = [p for p in points if p is not None]
@@ -511,7 +512,10 @@ def predict_anchored(shape, query: Setup, anchors: Sequence[Anchor], *, c: Const
     p = predict(shape, query.accelerator, gpus_per_node=query.gpus_per_node, nodes=query.nodes,
                 precision=query.precision, seq_len=query.seq_len, batch_size=query.batch_size,
                 layout=query.layout or "auto", framework=query.framework, c=cc, **predict_kw)
-    p = replace(p, memory=apply_memory(p.memory, fit_memory([a.memory for a in memory_anchors(anchors, query)])))
+    peaks = memory_anchors(anchors, query)
+    if peaks and not hops(peaks[0].setup, query):  # a peak measured at this very setup is the answer
+        peaks = peaks[:1]
+    p = replace(p, memory=apply_memory(p.memory, fit_memory([a.memory for a in peaks])))
     notes = tuple(f"{a.label} is {'slower' if a.speed < 1 else 'faster'} than any stack speed from "
                   f"{SCALE_LIMITS[0]:g}× to {SCALE_LIMITS[1]:g}× of the step model reproduces: check its setup"
                   for a in chosen if a.clipped)

@@ -115,3 +115,15 @@ def test_predict_anchored_applies_the_peak_of_the_run_it_measured():
     bigger = A.predict_anchored(shape, more, [a]).prediction.memory
     assert bigger.total_gib > same.total_gib
     assert bigger.optimizer_gib == pytest.approx(same.optimizer_gib)  # states are exact: the peak moves activations
+
+
+def test_with_several_peaks_each_measured_setup_is_reproduced_and_two_fit_the_fixed_part():
+    shape = get("llama3-8b")
+    setups = [A.Setup("H100", 8, 1, "bf16", 8192, b, f"fsdp=8,mb={b},ac=selective", "fsdp") for b in (1, 2, 4)]
+    peaks = (30.0, 41.0, 66.0)
+    anchors = [A.run_anchor(shape, s, 41000, memory_gib=m) for s, m in zip(setups, peaks)]
+    for s, m in zip(setups, peaks):
+        assert A.predict_anchored(shape, s, anchors).prediction.memory.total_gib == pytest.approx(m)
+    q = A.Setup("H100", 8, 1, "bf16", 8192, 3, "fsdp=8,mb=3,ac=selective", "fsdp")
+    mid = A.predict_anchored(shape, q, anchors).prediction.memory.total_gib
+    assert peaks[1] < mid < peaks[2]  # between its neighbours in micro-batch
