@@ -14,6 +14,11 @@ solved so that the model reproduces the measurement at the measurement's own set
 to the query: another node count, layout, sequence length or GPU goes through the step model's roofline and
 network terms.
 
+A measured peak (``profile add --memory-gib``) anchors memory part by part (``fit_memory``): the model states are
+exact (bytes per parameter), so one peak scales the activations and logits alone — what the stack's kernels
+decide — and two peaks at different activation loads also fit the fixed part (CUDA context, NCCL buffers,
+allocator reserve); ``bench/llm_memory_anchor.py`` scores it leave-one-out on Sailor's published peaks.
+
 Trust decays with distance. The differences between the anchor's setup and the query are named hops
 ("other node count", "other GPU (H100 → B200)") and grouped into a trust class — ``same`` setup, ``scale``
 (nodes, GPUs per node, layout, micro-batch, sequence length), ``gpu`` (another accelerator), ``stack`` (another
@@ -219,6 +224,7 @@ class Anchor:
     kind: str  # "run" (whole-run tokens/s) or "layer" (per-layer forward + backward)
     label: str  # "your 8×H100 fsdp=8 run"
     compute_speed: float | None = None  # a run's speed with compute alone sped up (carried to other GPUs)
+    memory: "MemoryPoint | None" = None  # the measured peak against the modelled parts at ``setup``
     nvlink_eff: float | None = None  # a profile run's measured collective bus bandwidth ÷ the GPU's NVLink figure
     source: str = ""
     note: str = ""
@@ -257,6 +263,123 @@ def carried(a: Anchor, trust_class: str) -> tuple[float, bool]:
 def combined_speed(anchors: Sequence[Anchor], trust_class: str = "same") -> float:
     """Geometric mean of equally near anchors' carried speeds."""
     return math.exp(sum(math.log(carried(a, trust_class)[0]) for a in anchors) / len(anchors))
+
+
+# --------------------------------------------------------------------------------------------
+# Memory anchoring: what a measured peak says, part by part
+
+
+#: Range of the activation scale measured peaks may set (outside it the peak says the setup was misdescribed:
+#: a factor on every part takes over).
+ACT_SCALE_LIMITS = (0.25, 4.0)
+#: Two peaks fit the fixed part as well only when their activation loads differ by this factor at least.
+ACT_SPREAD = 1.25
+
+
+@dataclass(frozen=True)
+class MemoryPoint:
+    """A measured peak GiB per GPU and the modelled parts at the setup it was measured on: ``states_gib``
+    (weights, gradients, optimizer states and unsharded FSDP buffers — bytes per parameter the stack's
+    precision and sharding fix exactly) and ``varying_gib`` (activations and logits — what the micro-batch,
+    sequence length, layout and the stack's kernels move)."""
+
+    measured_gib: float
+    states_gib: float
+    varying_gib: float
+
+
+def memory_point(memory, measured_gib: float) -> MemoryPoint:
+    """``measured_gib`` against the modelled ``MemoryEstimate`` of the same setup."""
+    if not (measured_gib > 0 and math.isfinite(measured_gib)):
+        raise UsageError(f"a peak memory must be a positive number of GiB, got {measured_gib!r}")
+    return MemoryPoint(float(measured_gib), memory.states_gib + memory.buffers_gib,
+                       memory.activations_gib + memory.logits_gib)
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """What measured peaks say about a stack's memory: peak = ``fixed_gib`` + (1 + f) × (states +
+    ``activation_scale`` × varying), f the model's allocator fraction (``cloudfit.llm.memory``); unanchored,
+    ``fixed_gib`` is the model's CUDA context and NCCL allowance and ``activation_scale`` 1. ``factor`` (set only
+    where the parts cannot reproduce a peak: below the states themselves) multiplies every part instead."""
+
+    activation_scale: float = 1.0
+    fixed_gib: float | None = None
+    factor: float | None = None
+    kind: str = "none"  # activations | activations+fixed | factor | none
+    points: int = 0
+
+
+def fit_memory(points: Sequence[MemoryPoint]) -> MemoryFit:
+    """The memory a stack's measured peaks imply (nearest first). Model states are exact (bytes per parameter
+    are known), so one peak scales the activations alone, the fixed part kept at the model's; two or more peaks
+    whose activation loads differ (by ``ACT_SPREAD``) fit both the activation scale and the fixed part (least
+    squares), unless that says something unphysical (a negative fixed part, a scale outside
+    ``ACT_SCALE_LIMITS``), when the nearest peak alone is used. An activation scale outside the limits is
+    clipped and the rest of the peak goes to the fixed part; a peak below what the clipped parts need
+    (a negative fixed part) falls back to one factor on every part. A fit on one peak or two reproduces them
+    exactly (more than two: least squares)."""
+    from cloudfit.llm.memory import OVERHEAD_FRACTION, OVERHEAD_GIB
+
+    pts = [p for p in points if p is not None]
+    if not pts:
+        return MemoryFit()
+    g = 1.0 + OVERHEAD_FRACTION
+    lo, hi = ACT_SCALE_LIMITS
+    vs = [p.varying_gib for p in pts]
+    if len(pts) >= 2 and min(vs) > 0 and max(vs) / min(vs) >= ACT_SPREAD:
+        xs = [g * p.varying_gib for p in pts]
+        ys = [p.measured_gib - g * p.states_gib for p in pts]
+        n = len(pts)
+        mx, my = sum(xs) / n, sum(ys) / n
+        sxx = sum((x - mx) ** 2 for x in xs)
+        a = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+        c = my - a * mx
+        if lo <= a <= hi and c >= 0:
+            return MemoryFit(a, c, None, "activations+fixed", n)
+    p = pts[0]
+    total = OVERHEAD_GIB + g * (p.states_gib + p.varying_gib)
+    if p.varying_gib <= 0:
+        return MemoryFit(1.0, None, p.measured_gib / total, "factor", 1)
+    a = ((p.measured_gib - OVERHEAD_GIB) / g - p.states_gib) / p.varying_gib
+    c = OVERHEAD_GIB
+    if not lo <= a <= hi:
+        a = min(max(a, lo), hi)
+        c = p.measured_gib - g * (p.states_gib + a * p.varying_gib)
+    if c < 0:
+        return MemoryFit(1.0, None, p.measured_gib / total, "factor", 1)
+    return MemoryFit(a, c, None, "activations", 1)
+
+
+def apply_memory(memory, fit: MemoryFit | None, note: str = "anchored on measured peaks"):
+    """``memory`` (a ``MemoryEstimate``) with ``fit`` applied: activations and logits × the activation scale,
+    the fixed part replaced, the allocator fraction recomputed; whether it fits is decided again."""
+    from cloudfit.llm.memory import OVERHEAD_FRACTION
+
+    if fit is None or fit.kind == "none":
+        return memory
+    if fit.factor:
+        return scale_memory(memory, fit.factor)
+    a = fit.activation_scale
+    act, logits = memory.activations_gib * a, memory.logits_gib * a
+    raw = memory.states_gib + memory.buffers_gib + act + logits
+    overhead = fit.fixed_gib + OVERHEAD_FRACTION * raw
+    total = raw + overhead
+    fits = total <= memory.capacity_gib
+    reason = "" if fits else f"does not fit: needs {total:,.1f} GiB of {memory.capacity_gib:,.0f} GiB per GPU " \
+                             f"({note})"
+    return replace(memory, activations_gib=act, logits_gib=logits, overhead_gib=overhead, total_gib=total,
+                   fits=fits, reason=reason)
+
+
+def memory_anchors(anchors: Sequence[Anchor], query: Setup) -> list[Anchor]:
+    """The anchors whose peaks speak for ``query``'s memory, nearest first: those of the query's accelerator,
+    framework and precision (the same stack on the same GPU: one CUDA context, one set of kernels) when any
+    measured a peak, else every anchor with a peak."""
+    with_peak = [a for a in anchors if a.memory is not None]
+    same = [a for a in with_peak if (a.setup.accelerator, a.setup.framework, a.setup.precision) ==
+            (query.accelerator, query.framework, query.precision)]
+    return sorted(same or with_peak, key=lambda a: distance(a.setup, query))
 
 
 def combined_memory_scale(anchors: Sequence[Anchor]) -> float | None:
@@ -299,10 +422,12 @@ def run_anchor(shape, s: Setup, tokens_per_second: float, *, memory_gib: float |
     speed = solve_speed(lambda v: _predict(shape, s, with_speed(c, v, whole_step=True)).tokens_per_second,
                         tokens_per_second)
     compute = solve_speed(lambda v: _predict(shape, s, with_speed(c, v)).tokens_per_second, tokens_per_second)
-    mem_scale = None
+    mem_scale = point = None
     if memory_gib is not None:
-        mem_scale = memory_gib / _predict(shape, s, c).memory.total_gib
-    return Anchor(s, speed, mem_scale, "run", label or f"the {s.describe()} run", compute_speed=compute, **kw)
+        modelled = _predict(shape, s, c).memory
+        mem_scale, point = memory_gib / modelled.total_gib, memory_point(modelled, memory_gib)
+    return Anchor(s, speed, mem_scale, "run", label or f"the {s.describe()} run", compute_speed=compute,
+                  memory=point, **kw)
 
 
 def layer_seconds(shape, s: Setup, c: Constants) -> float:
@@ -339,8 +464,12 @@ def layer_anchor(run_shape, s: Setup, seconds: float, *, memory_gib: float | Non
     if not (seconds > 0 and math.isfinite(seconds)):
         raise UsageError(f"a layer time must be a positive number of seconds, got {seconds!r}")
     speed = min(max(modelled / seconds, SCALE_LIMITS[0]), SCALE_LIMITS[1])
-    mem_scale = memory_gib / _predict(run_shape, s, c).memory.total_gib if memory_gib else None
-    return Anchor(s, speed, mem_scale, "layer", label or f"the per-layer profile on {s.accelerator}", **kw)
+    mem_scale = point = None
+    if memory_gib:
+        modelled = _predict(run_shape, s, c).memory
+        mem_scale, point = memory_gib / modelled.total_gib, memory_point(modelled, memory_gib)
+    return Anchor(s, speed, mem_scale, "layer", label or f"the per-layer profile on {s.accelerator}", memory=point,
+                  **kw)
 
 
 @dataclass(frozen=True)
@@ -383,7 +512,10 @@ def predict_anchored(shape, query: Setup, anchors: Sequence[Anchor], *, c: Const
     p = predict(shape, query.accelerator, gpus_per_node=query.gpus_per_node, nodes=query.nodes,
                 precision=query.precision, seq_len=query.seq_len, batch_size=query.batch_size,
                 layout=query.layout or "auto", framework=query.framework, c=cc, **predict_kw)
-    p = replace(p, memory=scale_memory(p.memory, combined_memory_scale(chosen)))
+    peaks = memory_anchors(anchors, query)
+    if peaks and not hops(peaks[0].setup, query):  # a peak measured at this very setup is the answer
+        peaks = peaks[:1]
+    p = replace(p, memory=apply_memory(p.memory, fit_memory([a.memory for a in peaks])))
     notes = tuple(f"{a.label} is {'slower' if a.speed < 1 else 'faster'} than any stack speed from "
                   f"{SCALE_LIMITS[0]:g}× to {SCALE_LIMITS[1]:g}× of the step model reproduces: check its setup"
                   for a in chosen if a.clipped)
