@@ -382,13 +382,6 @@ def memory_anchors(anchors: Sequence[Anchor], query: Setup) -> list[Anchor]:
     return sorted(same or with_peak, key=lambda a: distance(a.setup, query))
 
 
-def combined_memory_scale(anchors: Sequence[Anchor]) -> float | None:
-    vals = [a.memory_scale for a in anchors if a.memory_scale]
-    if not vals:
-        return None
-    return math.exp(sum(math.log(v) for v in vals) / len(vals))
-
-
 def scale_memory(memory, factor: float | None):
     """A memory estimate with every part × ``factor`` (the measured peak ÷ the modelled one at the anchor)."""
     if not factor:
