@@ -37,8 +37,11 @@ Per step (one optimizer step of the global batch), for the slowest pipeline stag
   point-to-point activation sends between stages (forward and backward, × vp when interleaved).
 - optimizer: AdamW reads and writes ~32 bytes per local parameter at memory bandwidth; plus a fixed
   per-step overhead.
-- host dispatch: the framework's Python/launch work is ``tau_s`` seconds per layer and micro-batch. Kernel
-  launches are asynchronous, so the host runs ahead of the GPU: only the part of the host time that exceeds the
+- host dispatch: the framework's Python/launch work per layer and micro-batch is ``tau_s`` × the layer's
+  host-dispatched ops ÷ those of the reference layer (``host_ops``: a flash-attention layer without recompute or
+  TP, 12 forward ops + 24 backward); full recompute dispatches the forward's ops again, an unfused attention core
+  dispatches 3 more per forward (QK^T, masked softmax, dropout, AV in place of one flash kernel), TP its collectives.
+  Kernel launches are asynchronous, so the host runs ahead of the GPU: only the part of the host time that exceeds the
   micro-batch's GPU time (compute + exposed communication) shows, max(GPU, host) per micro-batch. Small models
   with short kernels are host-bound; large ones hide it completely.
 Collectives across nodes run at the per-GPU share of the node's network (node Gbit/s ÷ 8 ÷ GPUs per node)
@@ -86,7 +89,7 @@ class Constants:
     #: bytes per gradient element the data-parallel reduction moves (2 = bf16/fp16; up to 4 = fp32 main grads)
     grad_bytes: dict = field(default_factory=lambda: {"megatron": 2.0, "megatron-deepspeed": 2.0, "fsdp": 2.0, "cloudfit": 2.0})
     nic_parallel: float = 0.5  # cross-node bandwidth × (group ranks per node)^nic_parallel
-    tau_s: float = 2.0e-3  # host (Python + launch) seconds per layer per micro-batch; hidden behind GPU work
+    tau_s: float = 2.0e-3  # host seconds per layer per micro-batch of the reference layer (``host_ops``); hidden behind GPU work
     step_overhead_s: float = 0.05
     net_eff: float = 0.7  # achieved ÷ nominal inter-node bandwidth
     nvlink_eff: float = 0.9  # achieved ÷ NCCL's NVLink bus bandwidth (fitted in (0, 1])
@@ -153,6 +156,25 @@ def _ring(n, bytes_, bw_gbs):
 def _pass(n, bytes_, bw_gbs):
     """Seconds of one all-gather or reduce-scatter pass (half a ring all-reduce)."""
     return 0.5 * _ring(n, bytes_, bw_gbs)
+
+
+#: Host-dispatched ops (kernel launches and the Python around them) of one decoder layer's forward with a flash
+#: attention kernel: 2 norms, the QKV projection, attention, the output projection, 2 residual adds, the MLP's
+#: 2 matmuls and activation, dropout / bias adds (~12); an unfused attention core adds 3 (QK^T, masked softmax,
+#: dropout and AV in place of one kernel). A backward dispatches ~2 ops per forward op (input and weight gradient).
+FWD_OPS = 12.0
+UNFUSED_ATTENTION_OPS = 3.0
+
+
+def host_ops(ac_code, flash=1.0, tp=1.0):
+    """Host-dispatched ops of one layer and micro-batch ÷ those of the reference layer (flash attention, no
+    recompute, no TP: 3 × ``FWD_OPS``), the multiplier of ``tau_s``. Full recompute (``ac_code`` 2) re-dispatches
+    the forward; an unfused attention core adds ``UNFUSED_ATTENTION_OPS`` per forward; TP adds its collectives
+    (4 per layer, 6 with full recompute)."""
+    full = np.where(_f(ac_code) == 2, 1.0, 0.0)
+    fwd = FWD_OPS + np.where(_f(flash) <= 0, UNFUSED_ATTENTION_OPS, 0.0)
+    coll = np.where(_f(tp) > 1, 4.0 + 2.0 * full, 0.0)
+    return ((3.0 + full) * fwd + coll) / (3.0 * FWD_OPS)
 
 
 #: Frameworks whose context parallelism all-gathers every chunk's keys and values before attention (and
@@ -306,7 +328,7 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, act_none, layer_params,
     t_wcast = _f(fp8_weight_bytes) * stage_layers * _f(layer_params) / tp / mem_rate
     t_mb = tokens_mb * (stage_layers * t_layer_tok + head_tok) / tp + t_wcast
     t_attn_layer = tokens_mb * 3.0 * att / (tp * attn_rate)
-    t_launch = c.tau_s * stage_layers
+    t_launch = c.tau_s * host_ops(ac, flash, tp) * stage_layers
     # --- bandwidths ---------------------------------------------------------------------------
     across = _Links(c, gpn=gpn, dom=_f(nvlink_domain), intra=_f(intra_gbs) * c.nvlink_eff,
                     inter=_f(node_gbps) / 8.0 / gpn * c.net_eff)

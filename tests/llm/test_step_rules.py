@@ -11,7 +11,7 @@ import pytest
 from cloudfit.llm import data, zoo
 from cloudfit.llm.predict import _model_args, constants
 from cloudfit.llm.stats import token_stats
-from cloudfit.llm.step import Constants, step_time
+from cloudfit.llm.step import Constants, host_ops, step_time
 
 A100 = dict(peak_tflops=312.0, memory_gbs=2039.0, intra_gbs=240.0, node_gbps=1600.0, gpus_per_node=8,
             nvlink_domain=8)
@@ -76,10 +76,25 @@ def test_host_time_and_gpu_time_overlap_per_micro_batch():
     ga, layers = 4, token_stats(zoo.get("llama3-8b"), 4096).layers
     g = _run(c0, ga=ga)
     t_gpu = (g["step_s"] - g["dp_s"] - g["other_s"]) / ga
-    slow_host = _run(replace(c0, tau_s=2.0 * t_gpu / layers), ga=ga)
+    ops = float(host_ops(2))  # _run's layer: full recompute, flash attention, no TP
+    slow_host = _run(replace(c0, tau_s=2.0 * t_gpu / layers / ops), ga=ga)
     assert slow_host["step_s"] == pytest.approx(g["step_s"] + ga * t_gpu, rel=1e-9)
-    fast_host = _run(replace(c0, tau_s=0.5 * t_gpu / layers), ga=ga)
+    fast_host = _run(replace(c0, tau_s=0.5 * t_gpu / layers / ops), ga=ga)
     assert fast_host["step_s"] == pytest.approx(g["step_s"], rel=1e-12)
+
+
+def test_host_time_counts_the_layers_dispatched_ops():
+    # tau_s is the reference layer's (flash, no recompute, no TP); full recompute dispatches the forward again
+    # (4/3), an unfused attention core 3 more ops per forward, TP its collectives
+    assert float(host_ops(0)) == pytest.approx(1.0) and float(host_ops(1)) == pytest.approx(1.0)
+    assert float(host_ops(2)) == pytest.approx(4.0 / 3.0)
+    assert float(host_ops(0, flash=0.0)) == pytest.approx(15.0 / 12.0)
+    assert float(host_ops(2, flash=0.0, tp=2)) > float(host_ops(2, flash=0.0)) > float(host_ops(2))
+    # a host-bound micro-batch (tiny GEMMs) takes tau_s × ops × layers
+    c = replace(constants(), tau_s=1.0)
+    tiny = dict(layer_matmul_flops=1.0, layer_attention_flops=1.0, head_flops=1.0, act_none=0.0)
+    a, b = _run(c, tiny, ac=0, ga=2), _run(c, tiny, ac=2, ga=2)
+    assert b["step_s"] - a["step_s"] == pytest.approx(2 * 32 * (4.0 / 3.0 - 1.0), rel=1e-3)
 
 
 def test_more_compute_never_shortens_the_step_across_the_host_bound():
