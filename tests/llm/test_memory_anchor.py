@@ -10,6 +10,7 @@ import pytest
 from cloudfit.llm import anchor as A
 from cloudfit.llm import layout as L
 from cloudfit.llm import memory as mem
+from cloudfit.llm.predict import constants
 from cloudfit.llm.stats import token_stats
 from cloudfit.llm.zoo import get
 
@@ -127,3 +128,18 @@ def test_with_several_peaks_each_measured_setup_is_reproduced_and_two_fit_the_fi
     q = A.Setup("H100", 8, 1, "bf16", 8192, 3, "fsdp=8,mb=3,ac=selective", "fsdp")
     mid = A.predict_anchored(shape, q, anchors).prediction.memory.total_gib
     assert peaks[1] < mid < peaks[2]  # between its neighbours in micro-batch
+
+
+def test_the_activation_scale_carries_to_other_gpus_and_the_fixed_part_stays_theirs():
+    shape = get("llama3-8b")
+    setups = [A.Setup("H100", 8, 1, "bf16", 8192, b, f"fsdp=8,mb={b},ac=selective", "fsdp") for b in (1, 4)]
+    anchors = [A.run_anchor(shape, s, 41000, memory_gib=m) for s, m in zip(setups, (30.0, 66.0))]
+    on = A.memory_fit_for(anchors, A.Setup("H100", 8, 2, "bf16", 8192, 2, "fsdp=16,mb=2,ac=selective", "fsdp"))
+    assert on.kind == "activations+fixed" and on.fixed_gib != pytest.approx(mem.OVERHEAD_GIB)
+    b200 = A.Setup("B200", 8, 1, "bf16", 8192, 2, "fsdp=8,mb=2,ac=selective", "fsdp")
+    off = A.memory_fit_for(anchors, b200)
+    assert off.activation_scale == on.activation_scale and off.fixed_gib == mem.OVERHEAD_GIB
+    p = A.predict_anchored(shape, b200, anchors).prediction.memory  # predict --profile follows the same rule
+    e = A._predict(shape, b200, constants()).memory
+    assert p.total_gib == A.apply_memory(e, off).total_gib
+    assert A.memory_fit_for([A.run_anchor(shape, setups[0], 41000)], b200) is None  # no peak: nothing to anchor
