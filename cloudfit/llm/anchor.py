@@ -665,14 +665,16 @@ def anchors_from_profile(profile, shape, *, c: Constants | None = None) -> tuple
 def for_search(profile, shape, accelerators: Sequence[str] = (), *, c: Constants | None = None):
     """Constants for a search over many clusters (``recommend --profile``), anchored on every GPU measurement of
     ``profile``: one stack speed (the geometric mean of its anchors'), and the band of a GPU hop unless every
-    allowed accelerator is one the profile measured (then of a layout hop: the search moves layout and scale). Returns (constants, basis) — the
-    shipped constants and "" when the profile has no GPU measurement."""
+    allowed accelerator is one the profile measured (then of a layout hop: the search moves layout and scale).
+    Returns (constants, basis, peaks) — the shipped constants, "" and () when the profile has no GPU measurement;
+    ``peaks``: the anchors that measured a peak, for ``memory_fit_for`` on each GPU the search tries."""
     from cloudfit.llm.predict import constants
 
     c = c or constants()
     anchors, _ = anchors_from_profile(profile, shape, c=c)
     if not anchors:
-        return c, ""
+        return c, "", ()
+    peaks = tuple(a for a in anchors if a.memory is not None)
     runs = [a for a in anchors if a.kind == "run"]
     anchors = runs or anchors  # a whole-run measurement says more about a cluster than a per-layer profile
     measured = {a.setup.accelerator for a in anchors}
@@ -680,6 +682,5 @@ def for_search(profile, shape, accelerators: Sequence[str] = (), *, c: Constants
     cls = "layout" if allowed and allowed <= measured else "gpu"
     speed = combined_speed(anchors, cls)
     labels = ", ".join(a.label for a in anchors[:3]) + (f" and {len(anchors) - 3} more" if len(anchors) > 3 else "")
-    return with_speed(c, speed, band=band_for(cls), whole_step=carried(anchors[0], cls)[1]), f"anchored on {labels} (stack speed {speed:.2f}×, {cls} band)"
-
-
+    return (with_speed(c, speed, band=band_for(cls), whole_step=carried(anchors[0], cls)[1]),
+            f"anchored on {labels} (stack speed {speed:.2f}×, {cls} band)", peaks)
