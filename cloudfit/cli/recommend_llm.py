@@ -95,13 +95,15 @@ def _shape_of(p):
 
 
 def anchored_job(job, p, accelerators):
-    """``job`` planned with constants anchored on the LLM profile ``p`` (``cloudfit.llm.anchor.for_search``)."""
+    """``job`` planned with constants anchored on the LLM profile ``p`` (``cloudfit.llm.anchor.for_search``) and
+    memory anchored on its measured peaks (``LLMJob.memory_fits``)."""
     from dataclasses import replace
 
     from cloudfit.llm import anchor
 
-    c, basis = anchor.for_search(p, job.shape, accelerators)
-    return replace(job, anchored=c, anchor_basis=basis or "stack-generic: the profile has no GPU measurement")
+    c, basis, peaks = anchor.for_search(p, job.shape, accelerators)
+    return replace(job, anchored=c, anchor_basis=basis or "stack-generic: the profile has no GPU measurement",
+                   memory_anchors=tuple(peaks))
 
 
 def _layout_of(plan, i: int) -> dict:

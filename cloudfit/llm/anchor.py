@@ -17,7 +17,10 @@ network terms.
 A measured peak (``profile add --memory-gib``) anchors memory part by part (``fit_memory``): the model states are
 exact (bytes per parameter), so one peak scales the activations and logits alone — what the stack's kernels
 decide — and two peaks at different activation loads also fit the fixed part (CUDA context, NCCL buffers,
-allocator reserve); ``bench/llm_memory_anchor.py`` scores it leave-one-out on Sailor's published peaks.
+allocator reserve); ``bench/llm_memory_anchor.py`` scores it leave-one-out on Sailor's published peaks. The
+activation scale is the stack's and carries to any GPU; the fixed part is the GPU's own unless the peaks were
+measured on it (``memory_fit_for``: one rule for ``predict --profile`` and the cluster search of
+``recommend --profile``, which applies it to every layout as columns: ``anchored_total_gib``).
 
 Trust decays with distance. The differences between the anchor's setup and the query are named hops
 ("other node count", "other GPU (H100 → B200)") and grouped into a trust class — ``same`` setup, ``scale``
@@ -351,20 +354,39 @@ def fit_memory(points: Sequence[MemoryPoint]) -> MemoryFit:
     return MemoryFit(a, c, None, "activations", 1)
 
 
+def _fitted(states, buffers, activations, logits, fit: MemoryFit):
+    """(activations, logits, overhead, total) GiB of the parts with ``fit`` applied: activations and logits × the
+    activation scale, the fixed part replaced, the allocator fraction recomputed. Floats or numpy columns alike:
+    the one rule ``apply_memory`` (one layout) and ``anchored_total_gib`` (the cluster search's columns) share."""
+    from cloudfit.llm.memory import OVERHEAD_FRACTION
+
+    a = fit.activation_scale
+    act, logits = activations * a, logits * a
+    raw = states + buffers + act + logits
+    overhead = fit.fixed_gib + OVERHEAD_FRACTION * raw
+    return act, logits, overhead, raw + overhead
+
+
+def anchored_total_gib(parts: dict, fit: MemoryFit | None):
+    """Peak GiB per GPU of many layouts at once, ``parts`` being ``cloudfit.llm.memory.parts_gib_many``'s columns,
+    with ``fit`` applied — to the bit what ``apply_memory(memory.estimate(...), fit).total_gib`` gives each row."""
+    if fit is None or fit.kind == "none":
+        return parts["total"]
+    if fit.factor:
+        return parts["total"] * fit.factor
+    states = parts["weights"] + parts["gradients"] + parts["optimizer"]
+    return _fitted(states, parts["buffers"], parts["activations"], parts["logits"], fit)[3]
+
+
 def apply_memory(memory, fit: MemoryFit | None, note: str = "anchored on measured peaks"):
     """``memory`` (a ``MemoryEstimate``) with ``fit`` applied: activations and logits × the activation scale,
     the fixed part replaced, the allocator fraction recomputed; whether it fits is decided again."""
-    from cloudfit.llm.memory import OVERHEAD_FRACTION
-
     if fit is None or fit.kind == "none":
         return memory
     if fit.factor:
         return scale_memory(memory, fit.factor)
-    a = fit.activation_scale
-    act, logits = memory.activations_gib * a, memory.logits_gib * a
-    raw = memory.states_gib + memory.buffers_gib + act + logits
-    overhead = fit.fixed_gib + OVERHEAD_FRACTION * raw
-    total = raw + overhead
+    act, logits, overhead, total = _fitted(memory.states_gib, memory.buffers_gib, memory.activations_gib,
+                                           memory.logits_gib, fit)
     fits = total <= memory.capacity_gib
     reason = "" if fits else f"does not fit: needs {total:,.1f} GiB of {memory.capacity_gib:,.0f} GiB per GPU " \
                              f"({note})"
@@ -380,6 +402,48 @@ def memory_anchors(anchors: Sequence[Anchor], query: Setup) -> list[Anchor]:
     same = [a for a in with_peak if (a.setup.accelerator, a.setup.framework, a.setup.precision) ==
             (query.accelerator, query.framework, query.precision)]
     return sorted(same or with_peak, key=lambda a: distance(a.setup, query))
+
+
+def memory_fit_for(anchors: Sequence[Anchor], query: Setup) -> MemoryFit | None:
+    """What the measured peaks among ``anchors`` say about ``query``'s memory (None: none measured a peak) — the
+    one rule ``predict_anchored`` and the cluster search (``recommend --profile``) share. The peaks
+    ``memory_anchors`` picks (the one measured at the query's very setup alone, when there is one) are fitted by
+    ``fit_memory``. The activation scale is the stack's (its kernels and what they save for the backward) and
+    carries to every GPU; the fixed part (CUDA context, NCCL buffers, allocator reserve) belongs to the GPU and its
+    driver: fitted on peaks all measured on the query's accelerator it is kept, otherwise the query's GPU keeps the
+    model's own (``cloudfit.llm.memory.OVERHEAD_GIB``). A factor fit (a peak below the modelled states: the stack
+    keeps fewer bytes per parameter than modelled) carries as it is."""
+    from cloudfit.llm.memory import OVERHEAD_GIB
+
+    peaks = memory_anchors(anchors, query)
+    if not peaks:
+        return None
+    if not hops(peaks[0].setup, query):  # a peak measured at this very setup is the answer
+        peaks = peaks[:1]
+    fit = fit_memory([a.memory for a in peaks])
+    if fit.fixed_gib is not None and any(a.setup.accelerator != query.accelerator for a in peaks):
+        fit = replace(fit, fixed_gib=OVERHEAD_GIB)
+    return fit
+
+
+def describe_memory_fits(fits: Sequence[tuple[str, MemoryFit | None]], peaks: int) -> str:
+    """"memory anchored on 2 measured peaks (H100: activations ×1.21, fixed 1.8 GiB; B200: …)" for the fit each
+    accelerator of a search got (the accelerators named only where their fits differ; '' when none)."""
+    groups: dict[MemoryFit, list[str]] = {}
+    for acc, fit in fits:
+        if fit is not None and fit.kind != "none" and acc not in groups.setdefault(fit, []):
+            groups[fit].append(acc)
+    if not groups:
+        return ""
+
+    def words(f: MemoryFit) -> str:
+        if f.factor:
+            return f"every part ×{f.factor:.2f}"
+        return f"activations ×{f.activation_scale:.2f}, fixed {f.fixed_gib:.1f} GiB"
+
+    each = words(next(iter(groups))) if len(groups) == 1 else \
+        "; ".join(f"{', '.join(accs)}: {words(f)}" for f, accs in groups.items())
+    return f"memory anchored on {peaks} measured peak{'s' if peaks > 1 else ''} ({each})"
 
 
 def scale_memory(memory, factor: float | None):
@@ -505,10 +569,7 @@ def predict_anchored(shape, query: Setup, anchors: Sequence[Anchor], *, c: Const
     p = predict(shape, query.accelerator, gpus_per_node=query.gpus_per_node, nodes=query.nodes,
                 precision=query.precision, seq_len=query.seq_len, batch_size=query.batch_size,
                 layout=query.layout or "auto", framework=query.framework, c=cc, **predict_kw)
-    peaks = memory_anchors(anchors, query)
-    if peaks and not hops(peaks[0].setup, query):  # a peak measured at this very setup is the answer
-        peaks = peaks[:1]
-    p = replace(p, memory=apply_memory(p.memory, fit_memory([a.memory for a in peaks])))
+    p = replace(p, memory=apply_memory(p.memory, memory_fit_for(anchors, query)))
     notes = tuple(f"{a.label} is {'slower' if a.speed < 1 else 'faster'} than any stack speed from "
                   f"{SCALE_LIMITS[0]:g}× to {SCALE_LIMITS[1]:g}× of the step model reproduces: check its setup"
                   for a in chosen if a.clipped)
@@ -604,14 +665,16 @@ def anchors_from_profile(profile, shape, *, c: Constants | None = None) -> tuple
 def for_search(profile, shape, accelerators: Sequence[str] = (), *, c: Constants | None = None):
     """Constants for a search over many clusters (``recommend --profile``), anchored on every GPU measurement of
     ``profile``: one stack speed (the geometric mean of its anchors'), and the band of a GPU hop unless every
-    allowed accelerator is one the profile measured (then of a layout hop: the search moves layout and scale). Returns (constants, basis) — the
-    shipped constants and "" when the profile has no GPU measurement."""
+    allowed accelerator is one the profile measured (then of a layout hop: the search moves layout and scale).
+    Returns (constants, basis, peaks) — the shipped constants, "" and () when the profile has no GPU measurement;
+    ``peaks``: the anchors that measured a peak, for ``memory_fit_for`` on each GPU the search tries."""
     from cloudfit.llm.predict import constants
 
     c = c or constants()
     anchors, _ = anchors_from_profile(profile, shape, c=c)
     if not anchors:
-        return c, ""
+        return c, "", ()
+    peaks = tuple(a for a in anchors if a.memory is not None)
     runs = [a for a in anchors if a.kind == "run"]
     anchors = runs or anchors  # a whole-run measurement says more about a cluster than a per-layer profile
     measured = {a.setup.accelerator for a in anchors}
@@ -619,6 +682,5 @@ def for_search(profile, shape, accelerators: Sequence[str] = (), *, c: Constants
     cls = "layout" if allowed and allowed <= measured else "gpu"
     speed = combined_speed(anchors, cls)
     labels = ", ".join(a.label for a in anchors[:3]) + (f" and {len(anchors) - 3} more" if len(anchors) > 3 else "")
-    return with_speed(c, speed, band=band_for(cls), whole_step=carried(anchors[0], cls)[1]), f"anchored on {labels} (stack speed {speed:.2f}×, {cls} band)"
-
-
+    return (with_speed(c, speed, band=band_for(cls), whole_step=carried(anchors[0], cls)[1]),
+            f"anchored on {labels} (stack speed {speed:.2f}×, {cls} band)", peaks)

@@ -149,12 +149,12 @@ def estimate(st: TokenStats, lay: Layout, *, capacity_gib: float, precision: str
     """Peak GiB per GPU of ``lay`` for the model of ``st`` run by ``framework`` (see the module docstring)."""
     if finetune not in ("full", "lora"):
         raise UsageError(f"--finetune must be full or lora, got {finetune!r}")
-    p = _parts(st, tp=lay.tp, pp=lay.pp, cp=lay.cp, vp=lay.vp, zero=lay.zero, dp_shard=lay.dp_shard,
-               micro_batch=lay.micro_batch, grad_accum=lay.grad_accum, ac_code=AC_CODE[lay.ac],
-               gpipe=float(lay.schedule == "gpipe"), precision=precision, finetune=finetune, lora_rank=lora_rank,
-               grad_bytes=grad_bytes, framework=framework)
-    g = {k: float(v) / GIB for k, v in p.items()}
-    total = g["raw"] + g["overhead"]
+    p = parts_gib_many(st, tp=lay.tp, pp=lay.pp, cp=lay.cp, vp=lay.vp, zero=lay.zero, dp_shard=lay.dp_shard,
+                       micro_batch=lay.micro_batch, grad_accum=lay.grad_accum, ac_code=AC_CODE[lay.ac],
+                       gpipe=float(lay.schedule == "gpipe"), precision=precision, finetune=finetune,
+                       lora_rank=lora_rank, grad_bytes=grad_bytes, framework=framework)
+    g = {k: float(v) for k, v in p.items()}
+    total = g["total"]
     fits = total <= capacity_gib
     reason = "" if fits else f"does not fit: needs {total:,.1f} GiB of {capacity_gib:,.0f} GiB per {accelerator}"
     return MemoryEstimate(g["weights"], g["gradients"], g["optimizer"], g["activations"], g["logits"], g["buffers"],
@@ -171,3 +171,17 @@ def total_gib_many(st: TokenStats, *, tp, pp, cp, vp, zero, dp_shard, micro_batc
                grad_accum=grad_accum, ac_code=ac_code, gpipe=gpipe, precision=precision, finetune=finetune,
                lora_rank=lora_rank, grad_bytes=grad_bytes, framework=framework)
     return (p["raw"] + p["overhead"]) / GIB
+
+
+def parts_gib_many(st: TokenStats, *, tp, pp, cp, vp, zero, dp_shard, micro_batch, grad_accum, ac_code, gpipe=0.0,
+                   precision: str = "bf16", finetune: str = "full", lora_rank: int = 16,
+                   grad_bytes: int = 2, framework: str = "cloudfit") -> dict:
+    """Every part of ``estimate`` in GiB for many layouts at once (numpy arrays broadcast): weights, gradients,
+    optimizer, activations, logits, buffers, overhead, raw and total — ``estimate`` reads its record from here,
+    so the two agree to the bit (what ``cloudfit.llm.anchor.apply_memory`` rescales, as columns)."""
+    p = _parts(st, tp=tp, pp=pp, cp=cp, vp=vp, zero=zero, dp_shard=dp_shard, micro_batch=micro_batch,
+               grad_accum=grad_accum, ac_code=ac_code, gpipe=gpipe, precision=precision, finetune=finetune,
+               lora_rank=lora_rank, grad_bytes=grad_bytes, framework=framework)
+    g = {k: v / GIB for k, v in p.items()}
+    g["total"] = g["raw"] + g["overhead"]
+    return g

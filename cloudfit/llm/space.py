@@ -4,8 +4,9 @@ take, its memory (does it fit?) and its step time — as numpy columns, in one p
 ``cloudfit.llm.predict.candidate_layouts`` / ``predict_layouts`` price a list of ``Layout`` records (µs
 each, a Python loop for memory). A catalog search needs ~10⁵–10⁶ layouts, so this module builds the same
 candidates as integer columns (``layout_grid``), evaluates the same memory rule vectorised
-(``memory_gib``, checked against ``cloudfit.llm.memory.estimate`` in tests) and calls the predictor's
-vectorised ``cloudfit.llm.step.step_time`` once for every (shape, nodes, layout) row that fits.
+(``memory_gib``, checked against ``cloudfit.llm.memory.estimate`` in tests; anchored on a profile's measured
+peaks per GPU with ``anchored_memory_gib``, checked against ``cloudfit.llm.anchor.apply_memory``) and calls the
+predictor's vectorised ``cloudfit.llm.step.step_time`` once for every (shape, nodes, layout) row that fits.
 
 Global batch: ``exact`` (a ``--global-batch`` the user fixed) keeps layouts whose data-parallel degree
 divides it; otherwise the batch is a target in sequences and each layout trains ``round(target ÷ dp)``
@@ -163,6 +164,26 @@ def memory_gib(st: TokenStats, g: Grid, *, precision: str = "bf16", finetune: st
                               framework=framework or TRAINER)
 
 
+def memory_parts(st: TokenStats, g: Grid, *, precision: str = "bf16", finetune: str = "full", lora_rank: int = 16,
+                 grad_bytes: int = 2, framework: str | None = None) -> dict:
+    """Every memory part (GiB per GPU) of every layout of ``g``: ``cloudfit.llm.memory.parts_gib_many``."""
+    return mem.parts_gib_many(st, tp=g.tp, pp=g.pp, cp=g.cp, vp=g.vp, zero=g.zero, dp_shard=g.dp_shard,
+                              micro_batch=g.micro_batch, grad_accum=g.grad_accum, ac_code=g.ac,
+                              precision=precision, finetune=finetune, lora_rank=lora_rank, grad_bytes=grad_bytes,
+                              framework=framework or TRAINER)
+
+
+def anchored_memory_gib(st: TokenStats, g: Grid, fit=None, **kw) -> np.ndarray:
+    """``memory_gib`` with a ``cloudfit.llm.anchor.MemoryFit`` (the stack's measured peaks) applied to every
+    layout: ``anchor.anchored_total_gib`` on the parts — what ``anchor.apply_memory`` gives each layout's
+    ``memory.estimate``. ``fit`` None: ``memory_gib`` itself."""
+    if fit is None or fit.kind == "none":
+        return memory_gib(st, g, **kw)
+    from cloudfit.llm.anchor import anchored_total_gib
+
+    return np.asarray(anchored_total_gib(memory_parts(st, g, **kw), fit), dtype=float)
+
+
 # --------------------------------------------------------------------------------------------
 # step time over many (hardware, layout) rows
 
@@ -211,6 +232,7 @@ class CatalogSearch:
     best: dict  # layout columns of the best layout, each [h, n − 1]
     breakdown: dict  # compute_s, tp_s, fsdp_s, dp_s, pp_p2p_s, cp_s, bubble_s, other_s, step_s, each [h, n − 1]
     rows_evaluated: int = 0
+    memory_fits: list | None = None  # the MemoryFit (or None) memory was anchored with, per hardware shape
 
     def layout(self, h: int, nodes: int) -> Layout:
         i = nodes - 1
@@ -239,10 +261,16 @@ def constrain(g: Grid, constraints: dict | None) -> np.ndarray:
 
 def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *, global_batch: int,
                    exact: bool = False, precision: str = "bf16", finetune: str = "full", lora_rank: int = 16,
-                   constraints: dict | None = None, c=None, framework: str | None = None) -> CatalogSearch:
+                   constraints: dict | None = None, c=None, framework: str | None = None,
+                   memory_fits: list | None = None) -> CatalogSearch:
     """Fastest layout that fits for every hardware shape in ``hws`` × nodes 1..max_nodes, in one pass:
     layouts are enumerated once per distinct (GPU count, NVLink domain), memory once per layout, and the
-    step model once over every (shape, nodes, layout) row that fits."""
+    step model once over every (shape, nodes, layout) row that fits.
+
+    ``memory_fits``: per hardware shape, the ``cloudfit.llm.anchor.MemoryFit`` its memory is anchored with (the
+    stack's measured peaks: ``anchor.memory_fit_for``) or None; memory is then evaluated once per layout and
+    distinct fit (``anchored_memory_gib``), and fitting, the best layout's memory and the smallest need all use
+    the anchored peak."""
     H, N = len(hws), max_nodes
     key_of: dict[tuple[int, int], int] = {}
     pair_key = np.empty(H * N, dtype=np.int64)
@@ -273,7 +301,24 @@ def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *
     row = np.repeat(starts[pair_key] - offs, pc) + np.arange(int(pc.sum()))
     cap = np.array([hw.capacity_gib for hw in hws])
     h_of_row = pair_of_row // N
-    fits = memg[row] <= cap[h_of_row]
+    anchored = memory_fits is not None and any(f is not None and f.kind != "none" for f in memory_fits)
+    if anchored:  # one memory column per distinct fit, each row read from its hardware shape's
+        distinct: dict = {}
+        fit_of_h = np.array([distinct.setdefault(f, len(distinct)) for f in memory_fits], dtype=np.int64)
+        parts = memory_parts(st, grid, precision=precision, finetune=finetune, lora_rank=lora_rank,
+                             framework=framework)
+        from cloudfit.llm.anchor import anchored_total_gib
+
+        cols = np.stack([np.broadcast_to(np.asarray(anchored_total_gib(parts, f), dtype=float), memg.shape)
+                         for f in distinct])
+        mrow = cols[fit_of_h[h_of_row], row]
+        pmin = np.full(H * N, np.inf)
+        nz = pc > 0
+        if nz.any():
+            pmin[nz] = np.minimum.reduceat(mrow, offs[nz])
+    else:
+        mrow = memg[row]
+    fits = mrow <= cap[h_of_row]
     # ``ac=full`` recomputes the forward: where its ``selective`` twin fits (and the step model prices full no
     # faster, probed), the full row cannot win and is not timed.
     full = fits & (grid.ac[row] == AC_CODE["full"])
@@ -304,15 +349,17 @@ def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *
         order = np.lexsort((np.arange(t.size), -t, r_pair))
         first = order[np.concatenate(([True], r_pair[order][1:] != r_pair[order][:-1]))]
         p = r_pair[first]
-        tps[p], mfu[p], memo[p], best_row[p] = t[first], r["mfu"][first], memg[r_row[first]], r_row[first]
+        tps[p], mfu[p], memo[p], best_row[p] = t[first], r["mfu"][first], mrow[sel[first]], r_row[first]
         for k in _BREAKDOWN:
             brk[k][p] = np.broadcast_to(r[k], t.shape)[first]
     shape2 = (H, N)
     best = {k: getattr(grid, k)[best_row].reshape(shape2) if len(grid) else np.ones(shape2, dtype=np.int64)
             for k in Grid.__dataclass_fields__}
+    need = pmin.reshape(shape2) if anchored else kmin[pair_key].reshape(shape2)
     return CatalogSearch(list(hws), tps.reshape(shape2), mfu.reshape(shape2), memo.reshape(shape2),
-                         pc.reshape(shape2), n_fit.reshape(shape2), kmin[pair_key].reshape(shape2), best,
-                         {k: v.reshape(shape2) for k, v in brk.items()}, int(sel.size))
+                         pc.reshape(shape2), n_fit.reshape(shape2), need, best,
+                         {k: v.reshape(shape2) for k, v in brk.items()}, int(sel.size),
+                         list(memory_fits) if anchored else None)
 
 
 def _none_is_dominated(st, hws, grid: Grid, precision: str, finetune: str, c, framework=None) -> bool:
@@ -386,13 +433,16 @@ def evaluate_rows(st: TokenStats, hws: list, h: np.ndarray, g: Grid, *, precisio
 
 def rank_layouts(st: TokenStats, shape: LLMShape, hw: HardwareShape, nodes: int, *, global_batch: int,
                  exact: bool = False, precision: str = "bf16", finetune: str = "full", lora_rank: int = 16,
-                 top: int = 5, constraints: dict | None = None, c=None, framework: str | None = None) -> list[dict]:
-    """The ``top`` fastest layouts that fit on ``nodes`` × ``hw`` (predicted tokens/s, MFU, memory), best first."""
+                 top: int = 5, constraints: dict | None = None, c=None, framework: str | None = None,
+                 memory_fit=None) -> list[dict]:
+    """The ``top`` fastest layouts that fit on ``nodes`` × ``hw`` (predicted tokens/s, MFU, memory), best first;
+    ``memory_fit``: the stack's measured peaks (``anchored_memory_gib``), as ``search_catalog`` applied them."""
     gpus = nodes * hw.gpus_per_node
     g = layout_grid(gpus, nvlink_domain=hw.nvlink_domain, heads=shape.heads, kv_heads=shape.kv_heads,
                     layers=shape.layers, seq_len=st.seq_len, global_batch=global_batch, exact=exact,
                     pipeline_zero=PIPELINE_ZERO[framework or TRAINER])
-    memg = memory_gib(st, g, precision=precision, finetune=finetune, lora_rank=lora_rank, framework=framework)
+    memg = anchored_memory_gib(st, g, memory_fit, precision=precision, finetune=finetune, lora_rank=lora_rank,
+                               framework=framework)
     ok = (memg <= hw.capacity_gib) & constrain(g, constraints)
     if _none_is_dominated(st, [hw], g, precision, finetune, c, framework):
         ok &= g.ac != AC_CODE["none"]

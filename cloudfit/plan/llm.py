@@ -66,11 +66,26 @@ class LLMJob:
     #: them; None = the shipped, stack-generic constants
     anchored: object | None = None
     anchor_basis: str = ""
+    #: the profile's anchors that measured a peak (``cloudfit.llm.anchor.Anchor``): memory is anchored on them
+    #: (their repr, peaks included, is part of the space's cache key)
+    memory_anchors: tuple = ()
 
     def constants(self):
         from cloudfit.llm.predict import constants
 
         return self.anchored if self.anchored is not None else constants()
+
+    def memory_fits(self, hws) -> list | None:
+        """Per hardware shape, the ``MemoryFit`` the measured peaks give its GPU (``anchor.memory_fit_for``: the
+        same stack on the same GPU preferred, else any peak; the fixed part is the GPU's own unless a peak was
+        measured on it) — None without peaks. The query is the trainer's stack on one node of the shape."""
+        if not self.memory_anchors:
+            return None
+        from cloudfit.llm import anchor
+        from cloudfit.llm.step import TRAINER
+
+        return [anchor.memory_fit_for(self.memory_anchors, anchor.Setup(
+            hw.accelerator, hw.gpus_per_node, 1, self.precision, self.seq_len, 1, "auto", TRAINER)) for hw in hws]
 
     @property
     def batch(self) -> int:
@@ -253,9 +268,10 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
     N = workload.max_nodes
     modes = 1 if workload.spot != "allow" else 2
     shapes, off_shape, hws, shape_hw_a, reasons = _shapes(offs, job.precision)
+    mfits = job.memory_fits(hws)
     res = lsp.search_catalog(st, job.shape, hws, N, global_batch=job.batch, exact=job.global_batch is not None,
                              precision=job.precision, finetune=job.finetune, lora_rank=job.lora_rank,
-                             constraints=constraints, c=job.constants())
+                             constraints=constraints, c=job.constants(), memory_fits=mfits)
     tps_shape = np.zeros((len(shapes), N))
     ok = shape_hw_a >= 0
     tps_shape[ok] = res.tokens_per_second[shape_hw_a[ok]]
@@ -286,11 +302,22 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
         nodes=nodes, spot=is_spot, price_per_hour=np.concatenate(cols["price"]), samples_per_second=sps,
         low=sps * math.exp(lo), high=sps * math.exp(hi), hazard_per_node_hour=hz_off[offering], excluded=excluded,
         basis=f"LLM step model {_calibration()}; " + (job.anchor_basis or "stack-generic (no profile of your stack: "
-                                                                          "--profile FILE anchors it)"),
+                                                                          "--profile FILE anchors it)")
+        + _memory_basis(job, hws, mfits),
         checkpoint_bytes=float(ck["checkpoint_bytes"]),
         _cache={"groups": _price_groups(shape, nodes, is_spot, hz_off, offering, len(shapes), N)},
         write_s=ck["write_s"], restart_s=ck["restart_s"], hw_index=shape_hw_a, search=res, job=job, stats=st,
         ckpt={"checkpoint_bytes": ck["checkpoint_bytes"], "restore_bytes": ck["restore_bytes"]})
+
+
+def _memory_basis(job: LLMJob, hws, fits) -> str:
+    """"; memory anchored on 1 measured peak (H100: activations ×1.20, fixed 2.5 GiB)" ('' unanchored)."""
+    if not fits:
+        return ""
+    from cloudfit.llm.anchor import describe_memory_fits
+
+    words = describe_memory_fits([(hw.accelerator, f) for hw, f in zip(hws, fits)], len(job.memory_anchors))
+    return f"; {words}" if words else ""
 
 
 def _shapes(offs, precision: str):
@@ -422,8 +449,9 @@ def _does_not_fit(job: LLMJob, res, hws, max_nodes: int, constraints: dict) -> I
                                 global_batch=job.batch, exact=job.global_batch is not None)
         if constraints:
             g = g.take(lsp.constrain(g, constraints))
-        if len(g) and float(lsp.memory_gib(st, g, precision=job.precision, finetune=job.finetune,
-                                           lora_rank=job.lora_rank).min()) <= hw.capacity_gib:
+        fit = res.memory_fits[h] if res.memory_fits else None
+        if len(g) and float(lsp.anchored_memory_gib(st, g, fit, precision=job.precision, finetune=job.finetune,
+                                                    lora_rank=job.lora_rank).min()) <= hw.capacity_gib:
             hints.append(f"--max-nodes {nn}")
             break
     if job.finetune == "full":
@@ -540,8 +568,10 @@ def layout_spec(space: LLMSpace, i: int, a, alternative_ids: list[int]) -> dict:
     nodes = int(space.nodes[i])
     h = int(space.hw_index[int(space.shape[i])])
     lay = space.layout_of(i)
+    res = space.search
     kw = dict(global_batch=job.batch, exact=job.global_batch is not None, precision=job.precision,
-              finetune=job.finetune, lora_rank=job.lora_rank, c=job.constants())
+              finetune=job.finetune, lora_rank=job.lora_rank, c=job.constants(),
+              memory_fit=res.memory_fits[h] if res.memory_fits else None)
     pinned = parse_constraints(job.layout, job.shape, job.seq_len)
     ranking = lsp.rank_layouts(st, job.shape, hw, nodes, top=TOP_LAYOUTS, constraints=pinned, **kw)
     runnable_pins = {**pinned, "vp": 1, **({"pp": 1} if job.shape.tied_embeddings else {})}

@@ -110,3 +110,25 @@ def test_an_unwritable_cache_folder_only_costs_speed(tmp_path, monkeypatch):
     monkeypatch.setenv("CLOUDFIT_HOME", str(blocker))
     plan = recommend(_w())
     assert plan.chosen is not None
+
+
+def test_a_changed_llm_peak_is_never_answered_from_the_cache(cli, tmp_path):
+    """Only the measured peak of an LLM profile changes (its speed, hence the anchored constants, do not): the
+    space is built again, and the search refuses what the higher peak would overflow."""
+    import json
+
+    f = tmp_path / "mine.json"
+    r = cli("profile", "add", str(f), "--model", "llama3-8b", "--accelerator", "H100", "--count", "8", "--nodes", "1",
+            "--precision", "bf16", "--seq-len", "8192", "--batch-size", "1", "--framework", "fsdp", "--layout",
+            "fsdp=8,mb=1,ac=selective", "--tokens-per-second", "50000", "--memory-gib", "50")
+    assert r.exit_code == 0, r.stderr
+    args = ("recommend", "--profile", str(f), "--tokens", "1e10", "--seq-len", "8192", "--deadline", "7d",
+            "--accelerators", "H100", "--json")
+    before = json.loads(cli(*args).stdout)["plan"]["layout"]
+    d = json.loads(f.read_text())
+    d["measurements"][0]["memory_gib"] = 75.0
+    f.write_text(json.dumps(d))
+    after = json.loads(cli(*args).stdout)["plan"]["layout"]
+    assert len(_entries("llm-space")) == 2
+    assert after["memory_gib_per_device"] != before["memory_gib_per_device"]
+    assert after["memory_gib_per_device"] <= after["memory_capacity_gib"]

@@ -10,6 +10,7 @@ import pytest
 from cloudfit.llm import anchor as A
 from cloudfit.llm import layout as L
 from cloudfit.llm import memory as mem
+from cloudfit.llm.predict import constants
 from cloudfit.llm.stats import token_stats
 from cloudfit.llm.zoo import get
 
@@ -127,3 +128,58 @@ def test_with_several_peaks_each_measured_setup_is_reproduced_and_two_fit_the_fi
     q = A.Setup("H100", 8, 1, "bf16", 8192, 3, "fsdp=8,mb=3,ac=selective", "fsdp")
     mid = A.predict_anchored(shape, q, anchors).prediction.memory.total_gib
     assert peaks[1] < mid < peaks[2]  # between its neighbours in micro-batch
+
+
+def _grid(gpus: int = 16):
+    from cloudfit.llm import space as lsp
+
+    sh = get("llama3-8b")
+    return token_stats(sh, 8192), lsp.layout_grid(gpus, nvlink_domain=8, heads=sh.heads, kv_heads=sh.kv_heads,
+                                                  layers=sh.layers, seq_len=8192, global_batch=128)
+
+
+def test_the_memory_parts_as_columns_are_estimate_to_the_bit():
+    from cloudfit.llm import space as lsp
+
+    st, g = _grid()
+    parts = lsp.memory_parts(st, g, framework="fsdp")
+    total = lsp.memory_gib(st, g, framework="fsdp")
+    for i in range(0, len(g), max(1, len(g) // 60)):
+        e = mem.estimate(st, g.layout(i), capacity_gib=80.0, framework="fsdp")
+        got = {k: float(parts[k][i]) for k in ("weights", "gradients", "optimizer", "activations", "logits",
+                                                "buffers", "overhead", "total")}
+        assert got == {"weights": e.weights_gib, "gradients": e.gradients_gib, "optimizer": e.optimizer_gib,
+                       "activations": e.activations_gib, "logits": e.logits_gib, "buffers": e.buffers_gib,
+                       "overhead": e.overhead_gib, "total": e.total_gib}
+        assert total[i] == pytest.approx(e.total_gib, rel=1e-12)
+
+
+@pytest.mark.parametrize("fit", [A.MemoryFit(1.3, 2.5, None, "activations", 1),
+                                 A.MemoryFit(0.8, 1.2, None, "activations+fixed", 2),
+                                 A.MemoryFit(1.0, None, 0.7, "factor", 1)])
+def test_the_search_anchors_every_layout_as_apply_memory_anchors_one(fit):
+    """The vectorised anchored memory of the cluster search is, row by row, ``apply_memory`` of ``estimate``."""
+    from cloudfit.llm import space as lsp
+
+    st, g = _grid()
+    got = lsp.anchored_memory_gib(st, g, fit)
+    for i in range(0, len(g), max(1, len(g) // 60)):
+        e = mem.estimate(st, g.layout(i), capacity_gib=80.0, framework="cloudfit")
+        want = A.apply_memory(e, fit).total_gib
+        assert got[i] == want if not fit.factor else got[i] == pytest.approx(want, rel=1e-12)
+    assert (lsp.anchored_memory_gib(st, g, None) == lsp.memory_gib(st, g)).all()
+
+
+def test_the_activation_scale_carries_to_other_gpus_and_the_fixed_part_stays_theirs():
+    shape = get("llama3-8b")
+    setups = [A.Setup("H100", 8, 1, "bf16", 8192, b, f"fsdp=8,mb={b},ac=selective", "fsdp") for b in (1, 4)]
+    anchors = [A.run_anchor(shape, s, 41000, memory_gib=m) for s, m in zip(setups, (30.0, 66.0))]
+    on = A.memory_fit_for(anchors, A.Setup("H100", 8, 2, "bf16", 8192, 2, "fsdp=16,mb=2,ac=selective", "fsdp"))
+    assert on.kind == "activations+fixed" and on.fixed_gib != pytest.approx(mem.OVERHEAD_GIB)
+    b200 = A.Setup("B200", 8, 1, "bf16", 8192, 2, "fsdp=8,mb=2,ac=selective", "fsdp")
+    off = A.memory_fit_for(anchors, b200)
+    assert off.activation_scale == on.activation_scale and off.fixed_gib == mem.OVERHEAD_GIB
+    p = A.predict_anchored(shape, b200, anchors).prediction.memory  # predict --profile follows the same rule
+    e = A._predict(shape, b200, constants()).memory
+    assert p.total_gib == A.apply_memory(e, off).total_gib
+    assert A.memory_fit_for([A.run_anchor(shape, setups[0], 41000)], b200) is None  # no peak: nothing to anchor
