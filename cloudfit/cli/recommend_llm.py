@@ -172,6 +172,13 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
     con.print(f"Layout #1: {L['text']} — {L['tokens_per_second']:,.0f} tokens/s, {L['mfu']:.0%} MFU, "
               f"{L['memory_gib_per_device']:,.1f} of {L['memory_capacity_gib']:g} GiB per GPU, global batch "
               f"{L['global_batch']:,} × {seq_len:,} tokens, {L['steps']:,} steps.")
+    free = 1 - L["memory_gib_per_device"] / L["memory_capacity_gib"]
+    if free < 0.05:  # no roomier layout was within 2% of its speed (cloudfit.llm.memory.crowded)
+        parts = dict(kv.split("=") for kv in L["text"].split(","))
+        ways = [f"tp={2 * int(parts.get('tp', 1))}"] + (["ac=full"] if parts.get("ac") != "full" else []) + \
+            ([f"mb={int(parts['mb']) // 2}"] if int(parts.get("mb", 1)) > 1 else [])
+        con.print(f"Memory: the estimate leaves {free:.1%} of each GPU free, no room for its own error or the "
+                  f"allocator's fragmentation; --layout with {' or '.join(ways)} buys headroom for speed.")
     if plan.explanation:
         con.print(f"Why #1: {plan.explanation}")
     cloud_line = why_cloud(plan, catalog_path)

@@ -100,6 +100,34 @@ def in_flight(lay: Layout) -> float:
 
 
 #: Bytes per logit entry at the loss: Megatron's fused vocab-parallel cross-entropy vs a PyTorch loss on fp32.
+#: Headroom a person keeps: where a layout within ``ROOMY_SPEED`` of the fastest leaves ``1 - ROOMY_FRACTION`` of
+#: the GPU's memory free and the fastest does not, the roomy one is chosen (llama3-8b on 16 B200 at 8K tokens:
+#: mb=4 needs 179.2 of 180 GiB for 288,708 tokens/s, mb=2 95.6 GiB for 288,051 — no one runs the first; the
+#: predicted peak is an estimate and the allocator fragments). A policy, not a fit.
+ROOMY_FRACTION = 0.90
+ROOMY_SPEED = 0.98
+
+
+def crowded(tokens_per_second, memory_gib, capacity_gib, group=None):
+    """Per layout (numpy columns; all of them fit), whether it gives way to a roomier one of its ``group``
+    (e.g. one hardware shape × node count): True where it leaves less than ``1 - ROOMY_FRACTION`` of memory
+    free and its group has a layout that does, within ``ROOMY_SPEED`` of the group's fastest. Pick the fastest
+    layout that is not crowded; list crowded ones after the others."""
+    import numpy as np
+
+    t = np.asarray(tokens_per_second, dtype=float)
+    g = np.zeros(t.shape, dtype=np.int64) if group is None else np.asarray(group, dtype=np.int64)
+    roomy = np.asarray(memory_gib, dtype=float) <= ROOMY_FRACTION * np.asarray(capacity_gib, dtype=float)
+    if t.size == 0 or roomy.all():
+        return np.zeros(t.shape, dtype=bool)
+    n = int(g.max()) + 1
+    best, best_roomy = np.full(n, -np.inf), np.full(n, -np.inf)
+    np.maximum.at(best, g, t)
+    np.maximum.at(best_roomy, g, np.where(roomy, t, -np.inf))
+    give_way = best_roomy >= ROOMY_SPEED * best
+    return ~roomy & give_way[g]
+
+
 LOGIT_BYTES = {"megatron": 4.0, "megatron-deepspeed": 4.0, "fsdp": 4.0, "cloudfit": 10.0}
 #: Stacks that keep the all-gathered K/V of context parallelism for the backward.
 _CP_GATHER = ("cloudfit",)

@@ -257,6 +257,8 @@ def best_layout(shape: LLMShape, accelerator: str, gpus: int, *, seq_len: int, g
                         precision=precision, finetune=finetune, lora_rank=lora_rank, machine_type=machine_type,
                         network_gbps=network_gbps, framework=framework, c=c)
     tps = np.where(r["fits"], r["tokens_per_second"], -1.0)
+    fit = np.flatnonzero(r["fits"])  # headroom: see memory.ROOMY_FRACTION
+    tps[fit[mem.crowded(tps[fit], np.asarray(r["memory_gib"])[fit], r["capacity_gib"])]] = 0.0
     i = int(np.argmax(tps))
     if tps[i] < 0:
         j = int(np.argmin(r["memory_gib"]))

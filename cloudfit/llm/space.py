@@ -346,7 +346,8 @@ def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *
         r = evaluate_rows(st, [hws[i] for i in range(H)], r_h, grid.take(r_row), precision=precision,
                           finetune=finetune, c=c, framework=framework)
         t = r["tokens_per_second"]
-        order = np.lexsort((np.arange(t.size), -t, r_pair))
+        demoted = mem.crowded(t, mrow[sel], cap[r_h], r_pair)  # headroom: see memory.ROOMY_FRACTION
+        order = np.lexsort((np.arange(t.size), -t, demoted, r_pair))
         first = order[np.concatenate(([True], r_pair[order][1:] != r_pair[order][:-1]))]
         p = r_pair[first]
         tps[p], mfu[p], memo[p], best_row[p] = t[first], r["mfu"][first], mrow[sel[first]], r_row[first]
@@ -451,7 +452,8 @@ def rank_layouts(st: TokenStats, shape: LLMShape, hw: HardwareShape, nodes: int,
         return []
     sub = g.take(keep)
     r = evaluate(st, hw, sub, precision=precision, finetune=finetune, c=c, framework=framework)
-    order = np.lexsort((memg[keep], -r["tokens_per_second"]))[:top]
+    demoted = mem.crowded(r["tokens_per_second"], memg[keep], hw.capacity_gib)  # as search_catalog picks
+    order = np.lexsort((memg[keep], -r["tokens_per_second"], demoted))[:top]
     out = []
     for i in order:
         lay = sub.layout(int(i))

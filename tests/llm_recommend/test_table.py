@@ -48,3 +48,20 @@ def test_narrow_table_shows_no_two_rows_alike():
     zones = {(e.config.offering.machine_type, e.config.nodes, e.config.spot) for _, e in shown}
     if len(zones) < len(shown):  # some rows were the same cluster in another zone: the note says so
         assert "differ only in what was left out" in text
+
+
+def test_a_plan_that_fills_memory_says_so(plan):
+    """Where no roomier layout is within 2% of the speed, the plan keeps the full one and says what buys room."""
+    job = LLMJob(zoo.get("llama3-70b"), 1e12, 8192)
+    full = recommend_llm(make_workload(model="llama3-70b", samples=1e12 / 8192, deadline="30d", precision="bf16"), job)
+    for p in (plan, full):
+        con = Console(width=160, record=True, highlight=False, soft_wrap=False, file=open("/dev/null", "w"))
+        _render(p, _distinct(p, 5), 8192, None, None, None, con=con)
+        text = con.export_text()
+        L = p.layout
+        crowded = L["memory_gib_per_device"] > 0.95 * L["memory_capacity_gib"]
+        assert ("Memory: the estimate leaves" in text) is crowded
+        if crowded:
+            assert "--layout with tp=" in text
+    assert full.layout["memory_gib_per_device"] > 0.95 * full.layout["memory_capacity_gib"]  # the case is exercised
+    assert plan.layout["memory_gib_per_device"] <= 0.90 * plan.layout["memory_capacity_gib"]
