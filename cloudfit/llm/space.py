@@ -302,38 +302,15 @@ def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *
     cap = np.array([hw.capacity_gib for hw in hws])
     h_of_row = pair_of_row // N
     anchored = memory_fits is not None and any(f is not None and f.kind != "none" for f in memory_fits)
-    if anchored:  # one memory column per distinct fit, each row read from its hardware shape's
-        distinct: dict = {}
-        fit_of_h = np.array([distinct.setdefault(f, len(distinct)) for f in memory_fits], dtype=np.int64)
-        parts = memory_parts(st, grid, precision=precision, finetune=finetune, lora_rank=lora_rank,
-                             framework=framework)
-        from cloudfit.llm.anchor import anchored_total_gib
-
-        cols = np.stack([np.broadcast_to(np.asarray(anchored_total_gib(parts, f), dtype=float), memg.shape)
-                         for f in distinct])
-        mrow = cols[fit_of_h[h_of_row], row]
-        pmin = np.full(H * N, np.inf)
-        nz = pc > 0
-        if nz.any():
-            pmin[nz] = np.minimum.reduceat(mrow, offs[nz])
+    if anchored:
+        mrow, pmin = _anchored_rows(st, grid, memory_fits, row, h_of_row, pc, offs, memg.shape,
+                                    precision=precision, finetune=finetune, lora_rank=lora_rank, framework=framework)
     else:
         mrow = memg[row]
     fits = mrow <= cap[h_of_row]
-    # ``ac=full`` recomputes the forward: where its ``selective`` twin fits (and the step model prices full no
-    # faster, probed), the full row cannot win and is not timed.
-    full = fits & (grid.ac[row] == AC_CODE["full"])
-    if full.any() and not (constraints and "ac" in constraints) and _never_faster(
-            st, hws, grid, "full", "selective", precision, finetune, c, framework):
-        key = _twin_key(grid, np.zeros(len(grid), dtype=np.int64))[row] + pair_of_row * _TWIN_SPAN
-        sel_fit = fits & (grid.ac[row] == AC_CODE["selective"])
-        fi = np.flatnonzero(full)
-        timed = fits.copy()
-        ref = np.sort(key[sel_fit])  # (np.isin would import numpy.ma through np.unique: ~30 ms at start-up)
-        at = np.minimum(np.searchsorted(ref, key[fi]), max(ref.size - 1, 0))
-        if ref.size:
-            timed[fi[ref[at] == key[fi]]] = False
-    else:
-        timed = fits
+    timed = fits
+    if not (constraints and "ac" in constraints):
+        timed = _without_full_twins(st, hws, grid, row, pair_of_row, fits, precision, finetune, c, framework)
     n_fit = np.bincount(pair_of_row[fits], minlength=H * N)
     sel = np.flatnonzero(timed)
     r_row, r_pair, r_h = row[sel], pair_of_row[sel], h_of_row[sel]
@@ -361,6 +338,42 @@ def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *
                          pc.reshape(shape2), n_fit.reshape(shape2), need, best,
                          {k: v.reshape(shape2) for k, v in brk.items()}, int(sel.size),
                          list(memory_fits) if anchored else None)
+
+
+def _anchored_rows(st, grid, memory_fits, row, h_of_row, pc, offs, shape, *, precision, finetune, lora_rank,
+                   framework):
+    """(each row's anchored peak, each pair's smallest): one memory column per distinct fit of
+    ``memory_fits`` (per hardware shape), each row read from its shape's."""
+    distinct: dict = {}
+    fit_of_h = np.array([distinct.setdefault(f, len(distinct)) for f in memory_fits], dtype=np.int64)
+    parts = memory_parts(st, grid, precision=precision, finetune=finetune, lora_rank=lora_rank, framework=framework)
+    from cloudfit.llm.anchor import anchored_total_gib
+
+    cols = np.stack([np.broadcast_to(np.asarray(anchored_total_gib(parts, f), dtype=float), shape)
+                     for f in distinct])
+    mrow = cols[fit_of_h[h_of_row], row]
+    pmin = np.full(pc.size, np.inf)
+    nz = pc > 0
+    if nz.any():
+        pmin[nz] = np.minimum.reduceat(mrow, offs[nz])
+    return mrow, pmin
+
+
+def _without_full_twins(st, hws, grid, row, pair_of_row, fits, precision, finetune, c, framework):
+    """``fits`` less the ``ac=full`` rows whose ``selective`` twin fits: full recomputes the forward, so where
+    the step model prices it no faster (probed), such a row cannot win and is not timed."""
+    full = fits & (grid.ac[row] == AC_CODE["full"])
+    if not full.any() or not _never_faster(st, hws, grid, "full", "selective", precision, finetune, c, framework):
+        return fits
+    key = _twin_key(grid, np.zeros(len(grid), dtype=np.int64))[row] + pair_of_row * _TWIN_SPAN
+    sel_fit = fits & (grid.ac[row] == AC_CODE["selective"])
+    fi = np.flatnonzero(full)
+    timed = fits.copy()
+    ref = np.sort(key[sel_fit])  # (np.isin would import numpy.ma through np.unique: ~30 ms at start-up)
+    at = np.minimum(np.searchsorted(ref, key[fi]), max(ref.size - 1, 0))
+    if ref.size:
+        timed[fi[ref[at] == key[fi]]] = False
+    return timed
 
 
 def _none_is_dominated(st, hws, grid: Grid, precision: str, finetune: str, c, framework=None) -> bool:
