@@ -129,15 +129,15 @@ def print_table(con, table) -> None:
     """Print ``table`` (a ``TableSpec`` or a rich Table) on ``con`` (a rich Console, or a
     ``cloudfit.cli.plain.PlainConsole``); one wider than the console is printed at its natural width (the
     terminal wraps the lines) instead of having its cells cut."""
-    if isinstance(table, TableSpec):
-        from cloudfit.cli import plain
+    from cloudfit.cli import plain
 
-        if isinstance(con, plain.PlainConsole):
-            lines = plain.table_lines(table, con.styled)
-            if lines is not None:
-                con.write_lines(lines)
-                return
-            con = con.rich()
+    if isinstance(con, plain.PlainConsole):
+        lines = plain.table_lines(table, con.styled) if isinstance(table, TableSpec) else None
+        if lines is not None:
+            con.write_lines(lines)
+            return
+        con = con.rich()
+    if isinstance(table, TableSpec):
         need, table = table.width, _rich_table(table)
     else:
         need = natural_width(table)

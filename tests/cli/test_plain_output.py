@@ -81,6 +81,13 @@ def test_what_plain_cannot_promise_goes_to_rich(monkeypatch):
         _same(80, lambda con: print_table(con, t), monkeypatch, rows)
 
 
+def test_a_rich_table_handed_to_a_plain_console_is_drawn_by_rich(monkeypatch):
+    from cloudfit.cli.table import _build
+
+    t = _build("wide", [Column("name"), Column("v", "right")], [["x" * 70, "1"]], [0, 1], False)
+    _same(40, lambda con: print_table(con, t), monkeypatch, "rich table")
+
+
 def test_distinct_rows_table_is_the_same(monkeypatch):
     cols = [Column("#", "right", keep=3), Column("zone", keep=1), Column("machine type"), Column("cost", "right")]
     rows = [[str(i), f"us-east{i % 3}-a", "a3-highgpu-8g", f"${i % 2 * 10:,.2f}"] for i in range(1, 9)]
