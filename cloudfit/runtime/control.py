@@ -24,7 +24,8 @@ second signal nor the SIGKILL that follows can corrupt a checkpoint: the shards 
 their own folder, and the signed ``COMPLETE.json`` is written last, atomically, after every rank's
 files are in place; a folder without it is ignored on resume and pruned later. The handlers are
 installed once the process group is joined and restored when the run ends (not in a non-main thread,
-where Python cannot install them).
+where Python cannot install them) — except that after a SIGTERM stop, SIGTERM stays ignored while the
+process leaves (a repeat must not turn exit 143 into a death by the signal).
 """
 
 from __future__ import annotations
@@ -151,10 +152,13 @@ class Stop:
             self._saved[sig] = signal.signal(sig, self._caught)
 
     def release_signals(self) -> None:
-        """Put back the handlers :meth:`catch_signals` replaced."""
+        """Put back the handlers :meth:`catch_signals` replaced — but once a SIGTERM stopped the run, ignore
+        SIGTERM from here on: the process is leaving with its checkpoint written, and a repeat arriving in
+        the teardown must not turn its exit code into a death by the signal."""
         while self._saved:
             sig, old = self._saved.popitem()
-            signal.signal(sig, old)
+            stopping = sig == signal.SIGTERM and self.signal == signal.SIGTERM
+            signal.signal(sig, signal.SIG_IGN if stopping else old)
 
     def _caught(self, signum: int, frame: Any) -> None:
         # Only records it (no I/O, no lock): the loop acts at the next step boundary.
