@@ -9,7 +9,8 @@ whose signature does not verify is refused), checkpoints every ``--checkpoint-in
 (the Young/Daly interval the plan priced, re-estimated from the measured write with
 ``--hazard-per-hour``) or every ``--checkpoint-every`` steps, ``--local-checkpoint-dir`` with
 background uploads, ``--progress-file`` / ``--metrics-file``, and the stop requests (``--stop-file``,
-``--stop-at``: checkpoint, state ``stopped``). Run plainly it trains in one process.
+``--stop-at``, SIGTERM, SIGINT: checkpoint, state ``stopped``; exit codes in :mod:`cloudfit.runtime.loop`).
+Run plainly it trains in one process.
 
 Data is synthetic: a fresh random batch each step (seeded by seed, rank and step, so a resumed run
 sees the batches it would have seen); with ``--data-pool N`` the batches cycle through N fixed ones

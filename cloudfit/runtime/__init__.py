@@ -10,7 +10,8 @@ the stop signals (:mod:`.control`), progress and metrics lines (:mod:`.progress`
 Adding a family: one module with a ``FAMILY`` object (:class:`~cloudfit.runtime.family.Family`) whose
 ``__main__`` calls ``cloudfit.runtime.main(FAMILY)``, and one entry in :data:`FAMILIES`. The runtime
 contract test (``tests/runtime/test_contract.py``) then trains it on real gloo ranks: loss goes down,
-a rank killed with SIGKILL resumes with no step lost or doubled, a stop request ends it.
+a rank killed with SIGKILL resumes with no step lost or doubled, a stop request ends it
+(``tests/runtime/test_signals.py``: SIGTERM and SIGINT, in one process and under torchrun).
 
 Importing this package imports no torch.
 """

@@ -6,9 +6,26 @@ With ``--hazard-per-hour`` (the cluster's revocation rate) the interval is re-es
 write from the write time measured (``cloudfit.spot.checkpointing.young_daly_s``). A checkpoint is
 also taken at a stop request and at the end.
 
-A stop request is ``--stop-file`` appearing (the launcher's budget guard) or ``--stop-at`` (a Unix
-time: the launch's time limit) passing: the ranks agree at the next step, checkpoint, and end with
-state ``stopped``.
+A stop request is ``--stop-file`` appearing (the launcher's budget guard), ``--stop-at`` (a Unix
+time: the launch's time limit) passing, or a SIGTERM or SIGINT reaching any rank: the ranks agree at
+the next step (the per-step all-reduce, so every rank stops at the same step), checkpoint, and end
+with state ``stopped`` and ``stop_reason`` ``stop-file``, ``stop-at``, ``sigterm`` or ``sigint``.
+
+Signals. SIGTERM is how a machine is taken away: SkyPilot's ``sky cancel``/``sky down``, a GCP spot
+preemption (systemd's SIGTERM in the ~30 s before the VM stops), ``docker stop``, Kubernetes; torchrun's
+agent, on SIGTERM/SIGINT/SIGHUP/SIGQUIT, sends the same signal to its workers (each in its own session)
+and SIGKILLs them 30 s later. SIGINT (Ctrl-C; torchrun forwards it too) is handled the same way, so an
+interrupted run keeps its work. The handler only records the signal (a Python handler runs between
+bytecodes in the main thread: no I/O there); the loop sees it at the step boundary. A repeated SIGTERM
+is the same request — under a cgroup-wide kill (systemd, ``sky cancel``) a worker gets it twice, once
+directly and once forwarded by torchrun — and is ignored: the stop is one step plus one checkpoint
+away. A second SIGINT (a person pressing Ctrl-C again) raises ``KeyboardInterrupt`` at once. Neither a
+second signal nor the SIGKILL that follows can corrupt a checkpoint: the shards of a step go into
+their own folder, and the signed ``COMPLETE.json`` is written last, atomically, after every rank's
+files are in place; a folder without it is ignored on resume and pruned later. The handlers are
+installed once the process group is joined and restored when the run ends (not in a non-main thread,
+where Python cannot install them) — except that after a SIGTERM stop, SIGTERM stays ignored while the
+process leaves (a repeat must not turn exit 143 into a death by the signal).
 """
 
 from __future__ import annotations
@@ -16,17 +33,30 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from cloudfit.runtime.family import BadInput
 
-#: Exit codes of a trainer run as a plain process. Under torchrun a stopped rank exits 0 (torchrun
-#: restarts a worker group whose rank exits non-zero) and the launcher turns the progress file's
-#: ``stop_reason`` into its own exit code, the same numbers (``cloudfit launch``'s table).
+#: Exit codes of a trainer run as a plain process: 0 completed, 2 bad input (or a checkpoint that does
+#: not verify), 4 stopped by the stop file, 5 stopped by ``--stop-at``, 143 stopped by SIGTERM and 130
+#: by SIGINT (checkpoint written). 143 = 128 + 15 and 130 = 128 + 2 are the shell's codes for "ended by
+#: that signal": a supervisor (SkyPilot, Kubernetes, systemd, a CI runner) reads them as "terminated",
+#: not "failed" nor "finished", which is true — the run was told to go and left a checkpoint to resume
+#: from; they cannot be confused with the launcher's 1–5. Under torchrun a stopped rank exits 0 whatever
+#: the reason (torchrun restarts a worker group whose rank exits non-zero, and an agent that was itself
+#: signalled exits with its own code after its workers): the reason is the progress file's
+#: ``stop_reason``, which the launcher turns into its own exit code (``cloudfit launch``'s table).
 EXIT_OK, EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_TIMEOUT = 0, 2, 4, 5
-STOP_EXIT = {"stop-file": EXIT_BUDGET, "stop-at": EXIT_TIMEOUT}
+EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
+STOP_EXIT = {"stop-file": EXIT_BUDGET, "stop-at": EXIT_TIMEOUT, "sigterm": EXIT_SIGTERM, "sigint": EXIT_SIGINT}
+#: The signals that become a stop request, and their ``stop_reason``.
+STOP_SIGNALS = {signal.SIGTERM: "sigterm", signal.SIGINT: "sigint"}
+#: The stop reasons in the order they win when the ranks saw different ones (a machine going away first).
+STOP_REASONS = ("sigterm", "sigint", "stop-file", "stop-at")
 
 
 def control_args(progress_file: str | None, stop_file: str | None, stop_at: float | None) -> list[str]:
@@ -106,13 +136,41 @@ class Cadence:
 
 
 class Stop:
-    """The stop requests this rank sees: ``--stop-file`` exists, ``--stop-at`` passed."""
+    """The stop requests this rank sees: a SIGTERM or SIGINT caught, ``--stop-file`` exists, ``--stop-at`` passed."""
 
     def __init__(self, a: argparse.Namespace) -> None:
         self.file = Path(a.stop_file) if a.stop_file else None
         self.at = a.stop_at
+        self.signal: int | None = None  # the first stop signal caught
+        self._saved: dict[int, Any] = {}
+
+    def catch_signals(self) -> None:
+        """Turn SIGTERM and SIGINT into a stop request (main thread only; :meth:`release_signals` undoes it)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in STOP_SIGNALS:
+            self._saved[sig] = signal.signal(sig, self._caught)
+
+    def release_signals(self) -> None:
+        """Put back the handlers :meth:`catch_signals` replaced — but once a SIGTERM stopped the run, ignore
+        SIGTERM from here on: the process is leaving with its checkpoint written, and a repeat arriving in
+        the teardown must not turn its exit code into a death by the signal."""
+        while self._saved:
+            sig, old = self._saved.popitem()
+            stopping = sig == signal.SIGTERM and self.signal == signal.SIGTERM
+            signal.signal(sig, signal.SIG_IGN if stopping else old)
+
+    def _caught(self, signum: int, frame: Any) -> None:
+        # Only records it (no I/O, no lock): the loop acts at the next step boundary.
+        if self.signal is None:
+            self.signal = signum
+        elif signum == signal.SIGINT:  # Ctrl-C again: out at once (a torn checkpoint has no marker)
+            raise KeyboardInterrupt
+        # a repeated SIGTERM is the same request (delivered twice under a cgroup-wide kill): nothing to do
 
     def reason(self) -> str | None:
+        if self.signal is not None:
+            return STOP_SIGNALS[self.signal]
         if self.file is not None and self.file.exists():
             return "stop-file"
         if self.at is not None and time.time() >= self.at:

@@ -4,8 +4,14 @@
 family's job, resume from the newest checkpoint (verified, re-sharded), then step: after every step
 one small all-reduce carries the mean loss and the ranks' agreement on stopping, checkpointing and
 pending uploads. Checkpoint at the cadence, at a stop request and at the end; write progress and
-metrics lines; leave. Exit codes: 0 (completed; and a stop under torchrun), 2 (bad input, a
-checkpoint that does not verify), 4/5 (a plain process stopped by the stop file / ``--stop-at``).
+metrics lines; leave. A stop request is the stop file, ``--stop-at``, or a SIGTERM/SIGINT on any rank
+(:mod:`cloudfit.runtime.control`): every rank stops at the same step, after a verified checkpoint.
+
+Exit codes: 0 (completed; and any stop under torchrun, the reason in the progress file), 2 (bad
+input, a checkpoint that does not verify), 4/5 (a plain process stopped by the stop file /
+``--stop-at``), 143/130 (a plain process stopped by SIGTERM / SIGINT: 128 + the signal, the shell's
+"terminated by it", which supervisors such as SkyPilot treat as a kill, not a failure; the checkpoint
+is written). Why: :data:`cloudfit.runtime.control.STOP_EXIT`.
 """
 
 from __future__ import annotations
@@ -88,11 +94,15 @@ class _Run:
         self.job = self.family.build(self.args, r)
         self.store = Store(self.args, r, self.key)
         self.cadence, self.stop = control.Cadence(self.args), control.Stop(self.args)
-        self._resume()
+        self.stop.catch_signals()  # from here on a SIGTERM/SIGINT is a stop request, honoured at a step boundary
         try:
-            reason = self._loop()
+            self._resume()
+            try:
+                reason = self._loop()
+            finally:
+                self.progress.close()
         finally:
-            self.progress.close()
+            self.stop.release_signals()
         leave(r)
         return control.STOP_EXIT[reason] if reason else control.EXIT_OK
 
@@ -140,12 +150,12 @@ class _Run:
 
         reason = self.stop.reason()
         due = self.ranks.rank == 0 and self.cadence.by_clock()
-        t = torch.tensor([loss_share, reason == "stop-file", reason == "stop-at", due, self.store.busy()],
+        t = torch.tensor([loss_share, due, self.store.busy(), *(reason == r for r in control.STOP_REASONS)],
                          dtype=torch.float64, device=self.ranks.device)
         dist.all_reduce(t)
         v = t.tolist()
-        why = "stop-file" if v[1] > 0 else "stop-at" if v[2] > 0 else None
-        return v[0], why, v[3] > 0, v[4] > 0
+        why = next((r for r, n in zip(control.STOP_REASONS, v[3:]) if n > 0), None)  # any rank's: all stop
+        return v[0], why, v[1] > 0, v[2] > 0
 
     def _loop(self) -> str | None:
         job, a, r, p = self.job, self.args, self.ranks, self.progress

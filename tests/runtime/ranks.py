@@ -46,6 +46,12 @@ class Trainer:
         return subprocess.run([sys.executable, "-m", self.module, *self.argv(*args)], capture_output=True, text=True,
                               env=_env(env), timeout=240)
 
+    def start(self, *args: str, env: dict | None = None) -> subprocess.Popen:
+        """The trainer as one plain process, running (its output in a log :meth:`logs` reads)."""
+        log = open(self.tmp / f"process-{time.monotonic_ns()}.log", "w")
+        return subprocess.Popen([sys.executable, "-m", self.module, *self.argv(*args)], env=_env(env), stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
     def finish(self, proc: subprocess.Popen, timeout: float = 240) -> int:
         return finish(proc, timeout)
 
@@ -82,8 +88,8 @@ def finish(proc: subprocess.Popen, timeout: float = 240) -> int:
 
 
 def logs(tmp: Path) -> str:
-    """Every torchrun log of the test, whole (a line said early must not fall out of a tail)."""
-    return "\n".join(p.read_text() for p in sorted(tmp.glob("torchrun-*.log")))
+    """Every torchrun (and plain process) log of the test, whole (a line said early must not fall out of a tail)."""
+    return "\n".join(p.read_text() for p in sorted([*tmp.glob("torchrun-*.log"), *tmp.glob("process-*.log")]))
 
 
 def metrics(tmp: Path) -> list[dict]:
