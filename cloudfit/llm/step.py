@@ -10,6 +10,9 @@ Per step (one optimizer step of the global batch), for the slowest pipeline stag
   and in the width hidden ÷ tp: 1 / (1 + (t0 / x)^alpha) / (1 + (w0 / width)^beta_w); attention runs at
   ``attn_eff`` of the 16-bit GEMM rate, × 1 / (1 + k0 / key block) (blocks S/2 long on average without CP,
   S/(2·cp) under ring CP). Hardware FLOPs add recomputation (full: ``recompute`` × one forward).
+  A flash attention kernel's backward recomputes the scores (QK^T and softmax) from the saved log-sum-exp
+  before its four gradient matmuls: 5 matmuls against the forward's 2, so its core costs 1 + 2.5 forwards per
+  step (FlashAttention, Dao 2022/2023), not the 1 + 2 of a plain backward; an unfused core keeps 1 + 2.
   Unfused attention (``flash`` false: vTrain's Megatron-DeepSpeed) computes the whole seq × seq score matrix
   and masks it afterwards, so its attention core costs twice the causal-half FLOPs, and it writes and reads
   that matrix in HBM: QK^T writes and AV reads 2 bytes per score (4·heads·seq bytes per token forward, twice
@@ -322,12 +325,13 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, act_none, layer_params,
     # forward, 8·a·s backward, 4·a·s again per recomputed forward; exact traffic, no mem_traffic multiplier
     score_io = np.where(unfused, (12.0 + 4.0 * rec) * n_heads * S, 0.0)
     cast_io = _f(fp8_cast_bytes) * linear_io(h, kv_dim, mm) * (1.0 + rec / 3.0)
-    t_layer_tok = ((bwd_factor + rec) * mm / gemm_rate + (3.0 + rec) * att / attn_rate
+    att_units = np.where(unfused, 3.0, 3.5)  # flash backward recomputes the scores: 2.5 forwards, not 2
+    t_layer_tok = ((bwd_factor + rec) * mm / gemm_rate + (att_units + rec) * att / attn_rate
                    + ((1.0 + rec / 3.0) * c.mem_traffic * (_f(act_none) + scores) + score_io + cast_io) / mem_rate)
     head_tok = bwd_factor * head / np.where(is8, gemm16_rate, gemm_rate)  # LM head: last stage, 16-bit in FP8 runs
     t_wcast = _f(fp8_weight_bytes) * stage_layers * _f(layer_params) / tp / mem_rate
     t_mb = tokens_mb * (stage_layers * t_layer_tok + head_tok) / tp + t_wcast
-    t_attn_layer = tokens_mb * 3.0 * att / (tp * attn_rate)
+    t_attn_layer = tokens_mb * att_units * att / (tp * attn_rate)
     t_launch = c.tau_s * host_ops(ac, flash, tp) * stage_layers
     # --- bandwidths ---------------------------------------------------------------------------
     across = _Links(c, gpn=gpn, dom=_f(nvlink_domain), intra=_f(intra_gbs) * c.nvlink_eff,

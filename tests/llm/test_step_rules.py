@@ -32,12 +32,23 @@ def _run(c: Constants, model=None, *, tp=1, pp=1, dp=1, mb=1, ga=1, ac=2, flash=
 
 
 def test_unfused_attention_computes_the_masked_half_too():
-    # only the attention core left: the unfused kernel does exactly twice the causal-half FLOPs
+    # only the attention core left: the unfused kernel does twice the causal-half FLOPs, over 1 + 2 forwards
+    # (+ the recompute) against a flash kernel's 1 + 2.5 (its backward recomputes the scores)
     only_att = dict(layer_matmul_flops=0.0, head_flops=0.0, act_none=0.0)
     c = replace(Constants(), mem_traffic=0.0)
-    fused = _run(c, only_att, flash=1.0, heads=0.0)["compute_s"]
-    unfused = _run(c, only_att, flash=0.0, heads=0.0)["compute_s"]
-    assert fused > 0 and unfused == pytest.approx(2.0 * fused, rel=1e-12)
+    for ac, rec in ((0, 0.0), (2, c.recompute)):
+        fused = _run(c, only_att, flash=1.0, heads=0.0, ac=ac)["compute_s"]
+        unfused = _run(c, only_att, flash=0.0, heads=0.0, ac=ac)["compute_s"]
+        assert fused > 0 and unfused == pytest.approx(2.0 * (3.0 + rec) / (3.5 + rec) * fused, rel=1e-12)
+
+
+def test_flash_backward_costs_two_and_a_half_forwards():
+    # a flash core: forward 1, backward 2.5 (5 matmuls against 2), a full recompute one forward more
+    only_att = dict(layer_matmul_flops=0.0, head_flops=0.0, act_none=0.0)
+    c = replace(Constants(), mem_traffic=0.0, recompute=1.0)
+    none = _run(c, only_att, flash=1.0, heads=0.0, ac=0)["compute_s"]
+    full = _run(c, only_att, flash=1.0, heads=0.0, ac=2)["compute_s"]
+    assert full == pytest.approx(4.5 / 3.5 * none, rel=1e-12)
 
 
 def test_unfused_attention_moves_its_score_matrix_through_hbm():
