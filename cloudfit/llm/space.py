@@ -262,7 +262,7 @@ def constrain(g: Grid, constraints: dict | None) -> np.ndarray:
 def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *, global_batch: int,
                    exact: bool = False, precision: str = "bf16", finetune: str = "full", lora_rank: int = 16,
                    constraints: dict | None = None, c=None, framework: str | None = None,
-                   memory_fits: list | None = None) -> CatalogSearch:
+                   memory_fits: list | None = None, memory_limit: float = 1.0) -> CatalogSearch:
     """Fastest layout that fits for every hardware shape in ``hws`` × nodes 1..max_nodes, in one pass:
     layouts are enumerated once per distinct (GPU count, NVLink domain), memory once per layout, and the
     step model once over every (shape, nodes, layout) row that fits.
@@ -307,7 +307,7 @@ def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *
                                     precision=precision, finetune=finetune, lora_rank=lora_rank, framework=framework)
     else:
         mrow = memg[row]
-    fits = mrow <= cap[h_of_row]
+    fits = mrow <= cap[h_of_row] * memory_limit  # memory_limit < 1: layouts must leave that much free
     timed = fits
     if not (constraints and "ac" in constraints):
         timed = _without_full_twins(st, hws, grid, row, pair_of_row, fits, precision, finetune, c, framework)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -38,6 +38,7 @@ from cloudfit import __version__
 from cloudfit.catalog import Catalog
 from cloudfit.errors import InfeasibleError
 from cloudfit.llm import hardware as lhw
+from cloudfit.llm import memory as lmem
 from cloudfit.llm import space as lsp
 from cloudfit.llm.zoo import LLMShape
 from cloudfit.search.space import (GUARD_INTERVAL_S, TEARDOWN_S, Priced, Space, _price_groups, add_candidates,
@@ -69,6 +70,9 @@ class LLMJob:
     #: the profile's anchors that measured a peak (``cloudfit.llm.anchor.Anchor``): memory is anchored on them
     #: (their repr, peaks included, is part of the space's cache key)
     memory_anchors: tuple = ()
+    #: the fraction of each GPU's memory a layout may fill (``recommend_llm``'s headroom pass sets
+    #: ``cloudfit.llm.memory.ROOMY_FRACTION``); 1.0 = all of it
+    memory_limit: float = 1.0
 
     def constants(self):
         from cloudfit.llm.predict import constants
@@ -271,7 +275,8 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
     mfits = job.memory_fits(hws)
     res = lsp.search_catalog(st, job.shape, hws, N, global_batch=job.batch, exact=job.global_batch is not None,
                              precision=job.precision, finetune=job.finetune, lora_rank=job.lora_rank,
-                             constraints=constraints, c=job.constants(), memory_fits=mfits)
+                             constraints=constraints, c=job.constants(), memory_fits=mfits,
+                             memory_limit=job.memory_limit)
     tps_shape = np.zeros((len(shapes), N))
     ok = shape_hw_a >= 0
     tps_shape[ok] = res.tokens_per_second[shape_hw_a[ok]]
@@ -468,18 +473,50 @@ def _does_not_fit(job: LLMJob, res, hws, max_nodes: int, constraints: dict) -> I
 def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | Path | None = None,
                   space: LLMSpace | None = None) -> Plan:
     """The cheapest cluster under a deadline / fastest under a budget, each candidate at its best layout;
-    the plan carries the layout (``Plan.layout``) and everything a launcher needs to run it."""
-    from dataclasses import replace
+    the plan carries the layout (``Plan.layout``) and everything a launcher needs to run it.
 
+    Headroom: a plan whose layout fills more than ``memory.ROOMY_FRACTION`` of the GPU gives way to the best
+    plan whose layouts all leave that much free, when that one is within ``memory.ROOMY_SPEED`` of it on the
+    objective (cost, time, or cost × time) — the same 2% a layout gives way for inside one cluster."""
     from cloudfit import catalog as catalog_mod
-    from cloudfit import spot
-    from cloudfit.plan.explain import infeasible
-    from cloudfit.plan.rank import pareto_front, rank
-    from cloudfit.search import Problem, get_searcher
+
     workload.require_limit()
     if space is None:
         cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog, clouds=workload.clouds)
         space = _space(workload, job, cat)
+    else:
+        cat = space.catalog
+    plan = _plan(workload, space)
+    L = plan.layout
+    if job.memory_limit < 1.0 or L["memory_gib_per_device"] <= lmem.ROOMY_FRACTION * L["memory_capacity_gib"]:
+        return plan
+    try:
+        roomy = _plan(workload, _space(workload, replace(job, memory_limit=lmem.ROOMY_FRACTION), cat))
+    except InfeasibleError:
+        return plan
+    if _goal(workload, roomy) > _goal(workload, plan) / lmem.ROOMY_SPEED or (
+            plan.layout["launch"]["runnable"] and not roomy.layout["launch"]["runnable"]):
+        return plan  # (a roomy layout cloudfit's trainer would run as its crowded fallback is no gain)
+    extra = _goal(workload, roomy) / _goal(workload, plan) - 1
+    note = (f" Memory: every layout of this plan leaves ≥ {1 - lmem.ROOMY_FRACTION:.0%} of each GPU free; the best "
+            f"plan that does not ({L['text']}, {L['memory_gib_per_device']:,.1f} of {L['memory_capacity_gib']:g} GiB) "
+            f"is {extra:.1%} better on the objective.")
+    return replace(roomy, explanation=roomy.explanation + note,
+                   provenance={**roomy.provenance, "memory_headroom": note.strip()})
+
+
+def _goal(workload: Workload, plan: Plan) -> float:
+    """The plan's objective value, lower is better: expected $ (cost), hours (fastest), $ × hours (the knee)."""
+    e = plan.chosen
+    return {"cost": e.cost_usd, "fastest": e.hours}.get(workload.objective, e.cost_usd * e.hours)
+
+
+def _plan(workload: Workload, space: LLMSpace) -> Plan:
+    from cloudfit import spot
+    from cloudfit.plan.explain import infeasible
+    from cloudfit.plan.rank import pareto_front, rank
+    from cloudfit.search import Problem, get_searcher
+
     problem = Problem.of(workload)
     result = get_searcher("exhaustive").search(space, problem)
     if result.n_feasible == 0:
@@ -493,7 +530,7 @@ def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | P
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "catalog": space.catalog.path, "catalog_digest": space.catalog.digest,
         "model_version": _calibration(), "spot_model_version": getattr(spot, "MODEL_VERSION", ""),
-        "profile_model": job.shape.name, "prediction_basis": space.basis, "searcher": result.searcher,
+        "profile_model": space.job.shape.name, "prediction_basis": space.basis, "searcher": result.searcher,
         "evaluations": int(result.evaluations), "space_size": len(space), "feasible": result.n_feasible,
         "layouts_evaluated": int(space.search.rows_evaluated),
         "layouts_fit": int(space.search.n_fit.sum()),

@@ -125,10 +125,11 @@ def test_a_changed_llm_peak_is_never_answered_from_the_cache(cli, tmp_path):
     args = ("recommend", "--profile", str(f), "--tokens", "1e10", "--seq-len", "8192", "--deadline", "7d",
             "--accelerators", "H100", "--json")
     before = json.loads(cli(*args).stdout)["plan"]["layout"]
+    n = len(_entries("llm-space"))
     d = json.loads(f.read_text())
     d["measurements"][0]["memory_gib"] = 75.0
     f.write_text(json.dumps(d))
     after = json.loads(cli(*args).stdout)["plan"]["layout"]
-    assert len(_entries("llm-space")) == 2
+    assert len(_entries("llm-space")) > n  # built again (a plan that fills memory also builds its roomy twin)
     assert after["memory_gib_per_device"] != before["memory_gib_per_device"]
     assert after["memory_gib_per_device"] <= after["memory_capacity_gib"]
