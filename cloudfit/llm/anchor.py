@@ -219,11 +219,10 @@ def solve_speed(predict_at, measured: float, *, lo: float = SCALE_LIMITS[0], hi:
 
 @dataclass(frozen=True)
 class Anchor:
-    """One measurement turned into a stack speed (and a memory scale), with what it was measured on."""
+    """One measurement turned into a stack speed (and, with a peak, a memory point), with what it was measured on."""
 
     setup: Setup
     speed: float
-    memory_scale: float | None
     kind: str  # "run" (whole-run tokens/s) or "layer" (per-layer forward + backward)
     label: str  # "your 8×H100 fsdp=8 run"
     compute_speed: float | None = None  # a run's speed with compute alone sped up (carried to other GPUs)
@@ -479,11 +478,8 @@ def run_anchor(shape, s: Setup, tokens_per_second: float, *, memory_gib: float |
     speed = solve_speed(lambda v: _predict(shape, s, with_speed(c, v, whole_step=True)).tokens_per_second,
                         tokens_per_second)
     compute = solve_speed(lambda v: _predict(shape, s, with_speed(c, v)).tokens_per_second, tokens_per_second)
-    mem_scale = point = None
-    if memory_gib is not None:
-        modelled = _predict(shape, s, c).memory
-        mem_scale, point = memory_gib / modelled.total_gib, memory_point(modelled, memory_gib)
-    return Anchor(s, speed, mem_scale, "run", label or f"the {s.describe()} run", compute_speed=compute,
+    point = None if memory_gib is None else memory_point(_predict(shape, s, c).memory, memory_gib)
+    return Anchor(s, speed, "run", label or f"the {s.describe()} run", compute_speed=compute,
                   memory=point, **kw)
 
 
@@ -521,11 +517,8 @@ def layer_anchor(run_shape, s: Setup, seconds: float, *, memory_gib: float | Non
     if not (seconds > 0 and math.isfinite(seconds)):
         raise UsageError(f"a layer time must be a positive number of seconds, got {seconds!r}")
     speed = min(max(modelled / seconds, SCALE_LIMITS[0]), SCALE_LIMITS[1])
-    mem_scale = point = None
-    if memory_gib:
-        modelled = _predict(run_shape, s, c).memory
-        mem_scale, point = memory_gib / modelled.total_gib, memory_point(modelled, memory_gib)
-    return Anchor(s, speed, mem_scale, "layer", label or f"the per-layer profile on {s.accelerator}", memory=point,
+    point = memory_point(_predict(run_shape, s, c).memory, memory_gib) if memory_gib else None
+    return Anchor(s, speed, "layer", label or f"the per-layer profile on {s.accelerator}", memory=point,
                   **kw)
 
 
