@@ -21,18 +21,23 @@ import sys
 _HEAVY = {"top": "┏━┳┓", "head": "┃┃┃", "head_row": "┡━╇┩", "row": "│││", "bottom": "└─┴┘"}
 
 
-def _is_terminal(stream) -> bool:
-    """rich's ``Console.is_terminal`` for ``stream`` (no IDLE, no Jupyter: ``settings`` rules those out)."""
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _is_terminal(tty: bool) -> bool:
+    """rich's ``Console.is_terminal`` for a stream that ``tty`` says is (not) a terminal (no IDLE, no Jupyter:
+    ``settings`` rules those out)."""
     env = os.environ
     compatible = env.get("TTY_COMPATIBLE", "")
     if compatible in ("0", "1"):
         return compatible == "1"
     if env.get("FORCE_COLOR") is not None:
         return env["FORCE_COLOR"] != ""
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):
-        return False
+    return tty
 
 
 def settings(stream) -> tuple[int, bool] | None:
@@ -41,14 +46,11 @@ def settings(stream) -> tuple[int, bool] | None:
     env = os.environ
     if sys.platform == "win32" or "IPython" in sys.modules or getattr(sys.stdin, "__module__", "").startswith("idlelib"):
         return None
-    styled = _is_terminal(stream)
+    tty = _isatty(stream)
+    styled = _is_terminal(tty)
     if styled and env.get("TERM", "").lower() in ("dumb", "unknown"):
         return None  # rich then also reports 80 columns whatever it was given
     columns = env.get("COLUMNS")
-    try:
-        tty = stream.isatty()
-    except (AttributeError, ValueError):
-        tty = False
     if columns is None and not tty:
         return 160, styled  # render.console's width for piped output
     if columns is not None:

@@ -134,6 +134,7 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
             wide: bool = False, con=None, catalog_path=None) -> None:
     from cloudfit.cli.render import limits_and_goal, money, output_console
     from cloudfit.cli.table import WIDE_COLUMNS, Column, fit_distinct, print_table
+    from cloudfit.llm.memory import FULL_FRACTION
     from cloudfit.units import format_hours
 
     w, L = plan.workload, plan.layout
@@ -172,11 +173,12 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
     con.print(f"Layout #1: {L['text']} — {L['tokens_per_second']:,.0f} tokens/s, {L['mfu']:.0%} MFU, "
               f"{L['memory_gib_per_device']:,.1f} of {L['memory_capacity_gib']:g} GiB per GPU, global batch "
               f"{L['global_batch']:,} × {seq_len:,} tokens, {L['steps']:,} steps.")
-    free = 1 - L["memory_gib_per_device"] / L["memory_capacity_gib"]
-    if free < 0.05:  # no roomier layout was within 2% of its speed (cloudfit.llm.memory.crowded)
-        parts = dict(kv.split("=") for kv in L["text"].split(","))
-        ways = [f"tp={2 * int(parts.get('tp', 1))}"] + (["ac=full"] if parts.get("ac") != "full" else []) + \
-            ([f"mb={int(parts['mb']) // 2}"] if int(parts.get("mb", 1)) > 1 else [])
+    used = L["memory_gib_per_device"] / L["memory_capacity_gib"]
+    if used > FULL_FRACTION:  # no roomy layout or plan was within 2% of it (memory.crowded, plan.llm.recommend_llm)
+        d = L["degrees"]
+        ways = [f"tp={2 * d['tp']}"] + (["ac=full"] if d["ac"] != "full" else []) + \
+            ([f"mb={d['micro_batch'] // 2}"] if d["micro_batch"] > 1 else [])
+        free = 1 - used
         con.print(f"Memory: the estimate leaves {free:.1%} of each GPU free, no room for its own error or the "
                   f"allocator's fragmentation; --layout with {' or '.join(ways)} buys headroom for speed.")
     if plan.explanation:

@@ -99,13 +99,14 @@ def in_flight(lay: Layout) -> float:
     return m
 
 
-#: Bytes per logit entry at the loss: Megatron's fused vocab-parallel cross-entropy vs a PyTorch loss on fp32.
 #: Headroom a person keeps: where a layout within ``ROOMY_SPEED`` of the fastest leaves ``1 - ROOMY_FRACTION`` of
 #: the GPU's memory free and the fastest does not, the roomy one is chosen (llama3-8b on 16 B200 at 8K tokens:
 #: mb=4 needs 179.2 of 180 GiB for 288,708 tokens/s, mb=2 95.6 GiB for 288,051 — no one runs the first; the
 #: predicted peak is an estimate and the allocator fragments). A policy, not a fit.
 ROOMY_FRACTION = 0.90
 ROOMY_SPEED = 0.98
+#: Above this share of the GPU, a plan that is kept anyway (no roomy one within ``ROOMY_SPEED``) says so.
+FULL_FRACTION = 0.95
 
 
 def crowded(tokens_per_second, memory_gib, capacity_gib, group=None):
@@ -128,6 +129,7 @@ def crowded(tokens_per_second, memory_gib, capacity_gib, group=None):
     return ~roomy & give_way[g]
 
 
+#: Bytes per logit entry at the loss: Megatron's fused vocab-parallel cross-entropy vs a PyTorch loss on fp32.
 LOGIT_BYTES = {"megatron": 4.0, "megatron-deepspeed": 4.0, "fsdp": 4.0, "cloudfit": 10.0}
 #: Stacks that keep the all-gathered K/V of context parallelism for the backward.
 _CP_GATHER = ("cloudfit",)
