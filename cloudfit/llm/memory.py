@@ -22,7 +22,13 @@ more bytes per token and layer; with its all-gather context parallelism (``cloud
 the other cp − 1 chunks' (4·hidden bytes per local token each).
 The last stage holds the logits of one micro-batch ÷ tp: Megatron's fused vocab-parallel loss 4 B per
 vocabulary entry (bf16 logits and their gradient; llm-foundry's FSDP runs fit only with the same); cloudfit's
-own trainer's loss on ``logits.float()`` 10 B (bf16 logits, their fp32 copy and the fp32 log-softmax it saves).
+own trainer's loss on ``logits.float()`` 10 B (bf16 logits, their fp32 copy and the fp32 log-softmax it saves);
+Megatron-DeepSpeed's unfused ``vocab_parallel_cross_entropy(output.float(), labels)`` 14 B at its peak, which
+comes with every activation of the micro-batch alive (``megatron/model/gpt_model.py`` and
+``megatron/core/tensor_parallel/cross_entropy.py``: the bf16 logits, their fp32 copy, the max-shifted fp32 copy
+and the fp32 ``exp`` it saves; its DeepSpeed pipeline model keeps the fp32 logits as the stage's output, 12–14 B).
+Sailor's OPT-350M peaks on GH200 grow 3.1 GiB per 2,048-token sequence: this rule with Korthikanti's activations
+says 3.0, the 4 B one 2.0.
 FSDP (zero 3) without a pipeline keeps two layers unsharded (the current one and the prefetched one: weights
 and their gradients, bf16). With a pipeline a stage runs several micro-batches through its layers, and FSDP
 keeps the whole stage gathered until its last micro-batch (no reshard after forward or backward, gradient
@@ -129,8 +135,9 @@ def crowded(tokens_per_second, memory_gib, capacity_gib, group=None):
     return ~roomy & give_way[g]
 
 
-#: Bytes per logit entry at the loss: Megatron's fused vocab-parallel cross-entropy vs a PyTorch loss on fp32.
-LOGIT_BYTES = {"megatron": 4.0, "megatron-deepspeed": 4.0, "fsdp": 4.0, "cloudfit": 10.0}
+#: Bytes per logit entry at the loss's peak: Megatron's fused vocab-parallel cross-entropy, Megatron-DeepSpeed's
+#: unfused one on fp32 logits, a PyTorch loss on fp32 (the module docstring).
+LOGIT_BYTES = {"megatron": 4.0, "megatron-deepspeed": 14.0, "fsdp": 4.0, "cloudfit": 10.0}
 #: Stacks that keep the all-gathered K/V of context parallelism for the backward.
 _CP_GATHER = ("cloudfit",)
 

@@ -145,3 +145,38 @@ def test_auto_layout_keeps_headroom_when_it_costs_under_two_percent():
     assert tight.fits and tight.memory.total_gib > ROOMY_FRACTION * tight.memory.capacity_gib
     assert auto.memory.total_gib <= ROOMY_FRACTION * auto.memory.capacity_gib
     assert auto.tokens_per_second >= 0.98 * tight.tokens_per_second
+
+
+def test_megatron_deepspeed_loss_bytes():
+    """Megatron-DeepSpeed's loss on ``output.float()`` holds 14 B per logit at its peak (bf16 logits, their fp32
+    copy, the shifted copy, the saved fp32 exp); the fused Megatron-Core loss 4 B. Sailor's OPT-350M peaks on
+    GH200 (its Megatron-DeepSpeed fork, pp = 1) grow with the micro-batch as the 14 B rule says, not the 4 B one."""
+    import csv
+    import json
+    from pathlib import Path
+
+    shape = zoo.LLMShape(name="opt-350m", hidden=1024, layers=24, heads=16, kv_heads=16, ffn_hidden=4096,
+                         vocab=50272, mlp="gelu", tied_embeddings=True, bias=True, norm="layer",
+                         learned_positions=2048, max_seq_len=2048, family="gpt")
+    st = stats.token_stats(shape, 2048)
+
+    def peak(framework, mb, tp=1):
+        lay = parse(f"dp=1,tp={tp},mb={mb},ga=1,ac=none", gpus=tp, sequences_per_replica=mb)
+        return memory.estimate(st, lay, capacity_gib=96, framework=framework)
+
+    assert peak("megatron-deepspeed", 1).logits_gib * GIB == pytest.approx(14 * 2048 * 50272)
+    assert peak("megatron-deepspeed", 2, tp=2).logits_gib == pytest.approx(peak("megatron-deepspeed", 1).logits_gib)
+    assert peak("megatron", 1).logits_gib * GIB == pytest.approx(4 * 2048 * 50272)
+
+    published: dict = {}
+    root = Path(__file__).resolve().parents[2]
+    with open(root / "data" / "raw" / "sailor" / "validation_summary.csv", newline="") as f:
+        for r in csv.DictReader(f):
+            if "/OPT-350/" in r["file"] and r["cluster"] == "clariden" and json.loads(r["num_stages"]) == [1]:
+                published.setdefault(int(r["mbs"]), []).append(int(r["max_mem"]) / GIB)
+    assert {1, 8} <= set(published)
+    slope = (sum(published[8]) / len(published[8]) - sum(published[1]) / len(published[1])) / 7
+    ours = (peak("megatron-deepspeed", 8).total_gib - peak("megatron-deepspeed", 1).total_gib) / 7
+    fused = (peak("megatron", 8).total_gib - peak("megatron", 1).total_gib) / 7
+    assert ours == pytest.approx(slope, rel=0.10)
+    assert fused < 0.7 * slope  # the 4 B rule misses a third of the growth
