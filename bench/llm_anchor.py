@@ -11,7 +11,7 @@ from it. Methods: ``whole`` (shipped for whole-run measurements: compute, collec
 modelled at the anchor, applied to the query); ``shipped`` = ``whole`` to the same GPU, ``speed`` to another
 (what ``cloudfit.llm.anchor.carried`` does). Pairs are classed by
 their hops (``scale``: nodes, GPUs per node, layout, batch, sequence length; ``gpu``: another accelerator).
-Headline: per held-out run and class, the *nearest* anchor (fewest hops; ties: geometric mean of their speeds),
+Headline: per held-out run and class, the *nearest* anchor (``cloudfit.llm.anchor.distance``; ties: geometric mean of their speeds),
 as ``cloudfit predict --profile`` picks it. Every source counts equally in the pooled numbers (vTrain's 1,440
 single-node rows would otherwise drown the rest). Bands: 10/90% quantiles of log(measured ÷ anchored) per
 class, calibrated leaving the evaluated source out (coverage is out-of-source); the shipped bands use all.
