@@ -506,9 +506,14 @@ def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | P
 
 
 def _goal(workload: Workload, plan: Plan) -> float:
-    """The plan's objective value, lower is better: expected $ (cost), hours (fastest), $ × hours (the knee)."""
+    """The plan's objective value, lower is better: expected $ (cost), hours (fastest), the knee's score (time:
+    ``cloudfit.plan.knee.knee_key``, $ × hours)."""
     e = plan.chosen
-    return {"cost": e.cost_usd, "fastest": e.hours}.get(workload.objective, e.cost_usd * e.hours)
+    if workload.objective in ("cost", "fastest"):
+        return e.cost_usd if workload.objective == "cost" else e.hours
+    from cloudfit.plan.knee import knee_key
+
+    return float(np.exp(knee_key(e.cost_usd, e.hours)))
 
 
 def _plan(workload: Workload, space: LLMSpace) -> Plan:
