@@ -45,14 +45,14 @@ def main() -> int:
     for s, (idx, _c, logp, logp0, logw) in loso(rows, t, t.measured).items():
         rs = [rows[i] for i in idx]
         ev = evaluate(rs, [st[i] for i in idx], logp, t.measured[idx], logp0, logw)
-        best: dict = {}
-        for k in range(len(ev["q"])):
+        best: dict = {}  # (query, class) → its nearest anchors' distance (--nearest only)
+        for k in range(len(ev["q"]) if nearest_only else 0):
             key = (int(ev["q"][k]), str(ev["cls"][k]))
             best[key] = min(best.get(key, np.inf), float(ev["dist"][k]))
         for k in range(len(ev["q"])):
-            if nearest_only and ev["dist"][k] > best[(int(ev["q"][k]), str(ev["cls"][k]))]:
-                continue
             qi, ai, cls = int(ev["q"][k]), int(ev["a"][k]), str(ev["cls"][k])
+            if nearest_only and ev["dist"][k] > best[(qi, cls)]:
+                continue
             r = ev["speed"][k] if cls == "gpu" else ev["whole"][k]
             groups[(s, cls, diff(rs[ai], rs[qi], values=nearest_only))].append(float(r))
     print("| source | class | fields that differ | pairs | MAPE | mean log residual |")
