@@ -1,5 +1,6 @@
 """Wall time of `cloudfit recommend` against the `python -c "import typer, rich, numpy"` floor (issue 25:
-full catalog, CNN ≤ 1.5×, LLM ≤ 2×), and where the time goes.
+full catalog, CNN ≤ 1.5×, LLM ≤ 2×; issue 34, with rich drawing every table: ≤ 2× for both), and where the
+time goes.
 
     python bench/recommend_speed.py                      # paired ratios, 21 rounds
     python bench/recommend_speed.py --breakdown          # + stage timers in fresh processes
@@ -42,6 +43,8 @@ REPO = Path(__file__).resolve().parents[1]
 FLOOR = [sys.executable, "-c", "import typer, rich, numpy"]
 CNN = ["recommend", "--model", "resnet50", "--epochs", "90", "--dataset-size", "1281167", "--deadline", "24h"]
 LLM = ["recommend", "--model", "llama3-70b", "--tokens", "1e12", "--seq-len", "8192", "--deadline", "30d"]
+#: The goal for both commands (issue 34; issue 25 asked ≤ 1.5× of the CNN command while cli/plain.py drew its report).
+GOAL = 2.0
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 ENV.setdefault("COLUMNS", "160")
 
@@ -170,7 +173,7 @@ def clouds(rounds: int, before: Path | None = None) -> dict:
 
 def timed_on_terminal(argv: list[str], env: dict | None = None, cwd: Path = REPO) -> float:
     """Wall seconds of one run whose stdout is a terminal (a pseudo-terminal read to the end by a thread):
-    the report is written there with rich's styles (by ``cloudfit.cli.plain``, or by rich before it)."""
+    the report is written there with rich's styles."""
     import pty
     import threading
 
@@ -251,7 +254,7 @@ def report(label: str, ratios: dict, parts: dict | None, cold_ratios: dict | Non
              f"shared with other work (load average {load:.2f} after the run); {rounds} rounds.", "",
              "| command | code | wall (median) | floor | paired ratio | goal | floor, 1 BLAS thread | ratio to it | CPU ratio |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for k, args, goal in (("cnn", CNN, 1.5), ("llm", LLM, 2.0)):
+    for k, args, goal in (("cnn", CNN, GOAL), ("llm", LLM, GOAL)):
         for tree in ("before", "after"):
             r = ratios.get((k, tree))
             if r is None:

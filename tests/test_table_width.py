@@ -108,3 +108,71 @@ def test_computed_width_is_what_rich_renders():
         for compact in (False, True):
             idx = list(range(n))
             assert _width(cols, rows, idx, compact) == natural_width(_build("t", cols, rows, idx, compact))
+
+
+# ---- issue 34: the README's tables at 80 columns (each failed on main b051bda) ----------------------------
+
+
+def _lines_at_80(cli, monkeypatch, *args) -> list[str]:
+    monkeypatch.setenv("COLUMNS", "80")
+    r = cli(*args)
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert "…" not in r.stdout and max(len(line) for line in lines) <= 80, r.stdout
+    return lines
+
+
+def test_catalog_gpus_of_every_cloud_fits_80_columns(cli, monkeypatch):
+    """It was 91 wide: the cloud column made the essential columns too wide; the spot zone now goes first."""
+    lines = _lines_at_80(cli, monkeypatch, "catalog", "gpus", "--cloud", "all")
+    assert any(re.match(r"H100\s+aws\s+\$\d", line) for line in lines)
+    assert "left out at 80 columns: regions, GiB, per VM, spot where" in " ".join(lines)
+
+
+def test_llm_profile_show_fits_80_columns_without_cutting_a_number(cli, monkeypatch):
+    """It cut "8,192" to "8,1…" (rich shrank every column); now columns are dropped, never cut."""
+    from tests.conftest import REPO
+
+    text = "\n".join(_lines_at_80(cli, monkeypatch, "profile", "show", str(REPO / "profiles/llm/llama3-8b-h100.json")))
+    for number in ("8,192", "4,096", "33,785", "25,444", "45.5 GiB"):
+        assert re.search(rf"(^|\s){re.escape(number)}(\s|$)", text, re.M), number
+    assert "left out at 80 columns" in text
+
+
+def test_rows_left_after_hiding_look_alikes_are_numbered_1_2_3():
+    """The LLM table hides rows that look the same once "zone" is dropped; it numbered what was left 1, 3, 5."""
+    from cloudfit.cli.table import Column, fit_distinct
+
+    cols = [Column("#", "right", keep=3), Column("zone", keep=1), Column("machine type" * 3), Column("cost", "right")]
+    rows = [[str(i), f"us-east{i % 2}-a", f"m{i // 2}", f"${i // 2}.00"] for i in range(1, 7)]
+    t, dropped, hidden = fit_distinct(None, cols, rows, 50)
+    assert dropped == ["zone"] and hidden == 2
+    assert [r[0] for r in t.rows] == ["1", "2", "3", "4"]
+    assert [r[1] for r in t.rows] == ["m0", "m1", "m2", "m3"]  # the first of each look-alike stays
+
+
+def test_the_llm_table_at_80_columns_numbers_its_rows_1_2_3(cli, monkeypatch):
+    lines = _lines_at_80(cli, monkeypatch, "recommend", "--model", "llama3-8b", "--tokens", "1e11", "--seq-len",
+                         "8192", "--deadline", "7d")
+    numbers = [line.split()[0] for line in lines[lines.index(next(x for x in lines if x.startswith("#   "))) + 2:]
+               if line[:1].isdigit()]
+    numbers = numbers[: next((i for i, n in enumerate(numbers) if not n.isdigit()), len(numbers))]
+    assert len(numbers) >= 2 and numbers == [str(i) for i in range(1, len(numbers) + 1)]
+
+
+def test_the_pareto_line_tells_its_points_apart(cli, monkeypatch):
+    """It showed "4 min" at three prices; each point's time is now given with the decimals it takes."""
+    lines = _lines_at_80(cli, monkeypatch, "recommend", "--model", "resnet32", "--samples", "5e6", "--deadline", "2h")
+    text = " ".join(lines)
+    line = text[text.index("Cost × time Pareto front"):].split("Searched")[0]
+    times = re.findall(r"([\d.,]+ (?:s|min|h|d))/\$", line)
+    assert len(times) >= 4 and len(set(times)) == len(times), line
+
+
+def test_hours_apart():
+    from cloudfit.cli.render import hours_apart
+
+    assert hours_apart([4.0 / 60, 4.2 / 60, 4.4 / 60, 6 / 60]) == ["4.0 min", "4.2 min", "4.4 min", "6.0 min"]
+    assert hours_apart([0.5, 2.0, 3.0]) == ["30 min", "2.0 h", "3.0 h"]  # already apart: format_hours as it is
+    assert hours_apart([1.81, 1.84, 50.0, 70.0]) == ["1.81 h", "1.84 h", "2.1 d", "2.9 d"]  # each unit on its own
+    assert hours_apart([1.0, 1.0]) == ["1.0 h", "1.0 h"]  # the same time reads the same

@@ -110,7 +110,7 @@ def render_gpus(rows: list[dict], con, *, wide: bool = False) -> None:
 
     multi = any("cloud" in r for r in rows)
     cols = [Column("GPU"), Column("GiB", "right", keep=2), Column("per VM", keep=3), Column("regions", "right", keep=1),
-            Column("on-demand", "right"), Column("where"), Column("spot", "right"), Column("where")]
+            Column("on-demand", "right"), Column("where"), Column("spot", "right"), Column("spot where", keep=4)]
     if multi:
         cols.insert(1, Column("cloud"))
     body = []

@@ -314,6 +314,8 @@ def render_profile(p, path: Optional[Path]) -> None:
     from rich import box
     from rich.table import Table
 
+    from cloudfit.cli.table import Column
+
     s = p.stats
     con = console()
     where = f"  [{path}]" if path else ""
@@ -342,29 +344,40 @@ def render_profile(p, path: Optional[Path]) -> None:
     if not p.measurements:
         con.print("no measurements (stats only)")
         return
-    mt = Table(title=f"{len(p.measurements)} measurement(s)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("device", "n×nodes", "batch", "prec.", "samples/s", "step", "p90", "peak mem"):
-        mt.add_column(col, justify="left" if col in ("device", "prec.") else "right", no_wrap=True)
-    notes = []
+    cols = [Column("device"), Column("n×nodes", "right"), Column("batch", "right"), Column("prec.", keep=2),
+            Column("samples/s", "right"), Column("step", "right"), Column("p90", "right", keep=1),
+            Column("peak mem", "right", keep=3)]
+    rows, notes = [], []
     for i, m in enumerate(p.measurements, 1):
         med, p90 = (_seconds(m.step_time_s.median), _seconds(m.step_time_s.p90)) if m.step_time_s else ("—", "—")
         mem = _si(m.peak_memory_bytes, "B") if m.peak_memory_bytes else "—"
         rate = f"{m.samples_per_second:,.0f}" if m.samples_per_second >= 100 else f"{m.samples_per_second:.3g}"
-        mt.add_row(f"{i}. {m.accelerator}", f"{m.count}×{m.nodes}", str(m.batch_size_per_device), m.precision, rate,
-                   med, p90, mem)
+        rows.append([f"{i}. {m.accelerator}", f"{m.count}×{m.nodes}", str(m.batch_size_per_device), m.precision, rate,
+                     med, p90, mem])
         where = ", ".join(x for x in (m.device_name, m.host, m.torch_version and f"torch {m.torch_version}", m.measured_at) if x)
         notes.append(f"  {i}. {m.source}" + (f": {m.note}" if m.note else "") + (f" [{where}]" if where else ""))
-    con.print(mt)
+    _measurements_table(con, f"{len(p.measurements)} measurement(s)", cols, rows, notes)
+
+
+def _measurements_table(con, title, cols, rows, notes) -> None:
+    """A profile's measurements fitted to the terminal (columns dropped, never cut), each one's note under it."""
+    from cloudfit.cli.table import fit, print_table
+
+    t, dropped = fit(title, cols, rows, con.width)
+    print_table(con, t)
     for line in notes:
         con.print(line, overflow="fold", markup=False)
+    if dropped:
+        con.print(f"[dim](left out at {con.width} columns: {', '.join(dropped)}; --json shows them)[/dim]")
 
 
 def render_llm_profile(p, path: Optional[Path]) -> None:
     """An LLM profile: the model, its stats and every measurement (per-layer timings where profiled)."""
-    from rich import box
-    from rich.table import Table
+    from cloudfit.cli.recommend_llm import _short  # the layout without its defaults
+    from cloudfit.cli.table import WIDE_COLUMNS, Column
 
     con = console()
+    narrow = con.width < WIDE_COLUMNS  # as recommend's table: the degrees and checkpointing only
     st = p.stats
     con.print(f"{p.model} — large model ({p.origin}), {st['parameters'] / 1e9:.2f} B parameters, "
               f"{_si(st['flops_per_token'], 'FLOP')} per token at seq {st['seq_len']:,}" + (f"  [{path}]" if path else ""),
@@ -372,21 +385,21 @@ def render_llm_profile(p, path: Optional[Path]) -> None:
     if not p.measurements:
         con.print("no measurements")
         return
-    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("device", "nodes×n", "prec.", "seq", "batch", "layout", "stack", "tokens/s", "peak mem", "layer f+b"):
-        t.add_column(col, no_wrap=col != "layout")
+    cols = [Column("device"), Column("nodes×n", "right"), Column("prec.", keep=1), Column("seq", "right"),
+            Column("batch", "right", keep=4), Column("layout"), Column("stack", keep=2), Column("tokens/s", "right"),
+            Column("peak mem", "right"), Column("layer f+b", "right", keep=3)]
+    rows, notes = [], []
     for i, m in enumerate(p.measurements, 1):
         lay = m.layers or {}
-        t.add_row(f"{i}. {m.accelerator}", f"{m.nodes}×{m.gpus_per_node}", m.precision, f"{m.seq_len:,}",
-                  str(m.batch_size), m.layout, m.framework, f"{m.tokens_per_second:,.0f}",
-                  f"{m.memory_gib:.1f} GiB" if m.memory_gib else "—",
-                  _seconds(lay["forward_backward_s"]) if lay else "—")
-    con.print(t)
-    for i, m in enumerate(p.measurements, 1):
+        rows.append([f"{i}. {m.accelerator}", f"{m.nodes}×{m.gpus_per_node}", m.precision, f"{m.seq_len:,}",
+                     str(m.batch_size), _short(m.layout, compact=narrow), m.framework, f"{m.tokens_per_second:,.0f}",
+                     f"{m.memory_gib:.1f} GiB" if m.memory_gib else "—",
+                     _seconds(lay["forward_backward_s"]) if lay else "—"])
         extra = f" ({m.layers['layers_run']} of {p.shape['layers']} layers, width {m.layers['shape']['hidden']})" \
             if m.layers else ""
-        con.print(f"  {i}. {m.source}{extra}" + (f": {m.note}" if m.note else "") +
-                  (f" [{m.device_name or ''} {m.measured_at}]" if m.measured_at else ""), markup=False)
+        notes.append(f"  {i}. {m.source}{extra}" + (f": {m.note}" if m.note else "") +
+                     (f" [{m.device_name or ''} {m.measured_at}]" if m.measured_at else ""))
+    _measurements_table(con, None, cols, rows, notes)
 
 
 class _Progress:

@@ -14,7 +14,7 @@ from cloudfit import cache
 cache.compiled_records()
 
 from cloudfit.cli import options as opts  # noqa: E402
-from cloudfit.cli.render import distinct, limits_and_goal, money, output_console, print_json, write_outputs  # noqa: E402
+from cloudfit.cli.render import console, distinct, hours_apart, limits_and_goal, money, print_json, write_outputs  # noqa: E402
 
 # One OpenBLAS thread unless the user chose: the recommender's matrix products are small, and on a
 # 2-core machine whose other core is busy, starting OpenBLAS's second thread at `import numpy`
@@ -126,7 +126,7 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
     from cloudfit.units import format_hours
 
     w = plan.workload
-    con = con or output_console()
+    con = con or console()
     title = f"{w.model}: {w.samples:,.0f} samples, {limits_and_goal(w)}"
     width = con.width
     if wide or width >= WIDE_COLUMNS:
@@ -163,7 +163,8 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
         con.print(f"Sensitivity: {plan.sensitivity}")
     front = plan.pareto
     if front:
-        pts = ", ".join(f"{format_hours(e.hours)}/{money(e.cost_usd)}" for e in front[:: max(1, len(front) // 6)])
+        pick = front[:: max(1, len(front) // 6)]
+        pts = ", ".join(f"{t}/{money(e.cost_usd)}" for t, e in zip(hours_apart([e.hours for e in pick]), pick))
         con.print(f"Cost × time Pareto front ({len(front)} points, fastest first): {pts}")
     p = plan.provenance
     ex = sum(p.get("excluded", {}).values())

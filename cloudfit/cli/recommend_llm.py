@@ -132,13 +132,13 @@ def _short(text: str, compact: bool = False) -> str:
 
 def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None, sky: Path | None, *,
             wide: bool = False, con=None, catalog_path=None) -> None:
-    from cloudfit.cli.render import limits_and_goal, money, output_console
+    from cloudfit.cli.render import console, limits_and_goal, money
     from cloudfit.cli.table import WIDE_COLUMNS, Column, fit_distinct, print_table
     from cloudfit.llm.memory import FULL_FRACTION
     from cloudfit.units import format_hours
 
     w, L = plan.workload, plan.layout
-    con = con or output_console()
+    con = con or console()
     ft = f"LoRA r={L['lora_rank']}" if L["finetune"] == "lora" else "full training"
     title = (f"{w.model} ({ft}, {L['precision']}): {L['tokens']:.3g} tokens at {seq_len:,}/sequence, "
              f"{limits_and_goal(w)}")

@@ -59,14 +59,6 @@ def console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, emoji=False)
 
 
-def output_console():
-    """The console for a command's report on stdout: plain text without rich when the output is not a
-    terminal (the same bytes, ~20 ms less: ``cloudfit.cli.plain``), else ``console()``."""
-    from cloudfit.cli import plain
-
-    return plain.console() or console()
-
-
 def error_line(message: str) -> None:
     """One line on stderr: ``cloudfit: error: <message>``."""
     text = " ".join(str(message).split()) or "unknown error"
@@ -78,6 +70,26 @@ def money(x: float | None) -> str:
     if x is None:
         return "—"
     return f"${x:,.2f}" if x < 1000 else f"${x:,.0f}"
+
+
+def hours_apart(hours: list[float]) -> list[str]:
+    """``format_hours`` of each, with as many more decimals (up to 3) as it takes for different hours to read
+    differently: a Pareto front's "4.0 min, 4.2 min, 4.4 min", not "4 min" three times."""
+    from cloudfit.units import format_hours
+
+    scale = {"s": (3600, 0), "min": (60, 0), "h": (1, 1), "d": (1 / 24, 1)}  # format_hours' units and decimals
+    units = [format_hours(h).rsplit(" ", 1)[1] for h in hours]
+    out = [format_hours(h) for h in hours]
+    for unit in set(units):  # each unit's decimals on their own: "44.1 min … 1.8 h", not "1.81 h"
+        mine = [i for i, u in enumerate(units) if u == unit]
+        factor, digits = scale[unit]
+        for extra in range(4):
+            text = {i: f"{hours[i] * factor:.{digits + extra}f} {unit}" for i in mine}
+            if len(set(text.values())) == len({hours[i] for i in mine}):
+                break
+        for i in mine:
+            out[i] = text[i]
+    return out
 
 
 def distinct(plan, k: int) -> list:

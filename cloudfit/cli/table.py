@@ -26,7 +26,7 @@ class Column:
 @dataclass(frozen=True)
 class TableSpec:
     """What ``fit`` chose: the title, the columns kept (headers, justification, widths: the widest cell's)
-    and their cells; drawn by rich (``_build``) or, for plain output, by ``cloudfit.cli.plain``."""
+    and their cells; drawn by rich (``_rich_table``)."""
     title: str | None
     headers: tuple
     justify: tuple
@@ -102,7 +102,8 @@ def fit(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]]
 def fit_distinct(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]], width: int, *,
                  wide: bool = False, ignore: Sequence[str] = ("#",)):
     """``fit``, then rows that look the same once columns are dropped (the same cluster in another zone
-    when "zone" went) are shown once: the first of them stays. Returns (table, dropped, rows hidden)."""
+    when "zone" went) are shown once: the first of them stays, and a "#" column numbers the rows shown
+    1, 2, 3 (not 1, 3, 5). Returns (table, dropped, rows hidden)."""
     t, dropped = fit(title, cols, rows, width, wide=wide)
     if not dropped:
         return t, dropped, 0
@@ -115,6 +116,8 @@ def fit_distinct(title: str | None, cols: Sequence[Column], rows: Sequence[Seque
             keep.append(r)
     if len(keep) == len(rows):
         return t, dropped, 0
+    numbered = [i for i, c in enumerate(cols) if c.header == "#"]
+    keep = [[str(n) if i in numbered else x for i, x in enumerate(r)] for n, r in enumerate(keep, 1)]
     t, dropped = fit(title, cols, keep, width, wide=wide)
     return t, dropped, len(rows) - len(keep)
 
@@ -126,17 +129,8 @@ def _spec(title, cols, rows, idx, compact) -> TableSpec:
 
 
 def print_table(con, table) -> None:
-    """Print ``table`` (a ``TableSpec`` or a rich Table) on ``con`` (a rich Console, or a
-    ``cloudfit.cli.plain.PlainConsole``); one wider than the console is printed at its natural width (the
-    terminal wraps the lines) instead of having its cells cut."""
-    from cloudfit.cli import plain
-
-    if isinstance(con, plain.PlainConsole):
-        lines = plain.table_lines(table, con.styled) if isinstance(table, TableSpec) else None
-        if lines is not None:
-            con.write_lines(lines)
-            return
-        con = con.rich()
+    """Print ``table`` (a ``TableSpec`` or a rich Table) on ``con`` (a rich Console); one wider than the
+    console is printed at its natural width (the terminal wraps the lines) instead of having its cells cut."""
     if isinstance(table, TableSpec):
         need, table = table.width, _rich_table(table)
     else:
@@ -144,11 +138,7 @@ def print_table(con, table) -> None:
     if need <= con.width:
         con.print(table)
         return
-    from rich.console import Console
+    from rich.segment import Segments
 
-    wide = Console(file=con.file, width=need, highlight=False, soft_wrap=False, emoji=getattr(con, "_emoji", False),
-                   record=getattr(con, "record", False),
-                   color_system=con.color_system or None, force_terminal=con.is_terminal)
-    wide.print(table)
-    if getattr(con, "record", False):  # keep what was printed in the caller's record (tests export it)
-        con._record_buffer.extend(wide._record_buffer)
+    # drawn at the width it needs and written uncropped (rich's public rendering API: no second Console)
+    con.print(Segments(con.render(table, con.options.update_width(need))), crop=False)
