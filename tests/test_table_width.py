@@ -176,3 +176,12 @@ def test_hours_apart():
     assert hours_apart([0.5, 2.0, 3.0]) == ["30 min", "2.0 h", "3.0 h"]  # already apart: format_hours as it is
     assert hours_apart([1.81, 1.84, 50.0, 70.0]) == ["1.81 h", "1.84 h", "2.1 d", "2.9 d"]  # each unit on its own
     assert hours_apart([1.0, 1.0]) == ["1.0 h", "1.0 h"]  # the same time reads the same
+
+
+def test_catalog_list_fits_80_columns_without_cutting_a_price(cli, monkeypatch):
+    """rich shrank its columns and cut prices to "$5.…"; now a column goes instead."""
+    from cloudfit import catalog
+
+    text = "\n".join(_lines_at_80(cli, monkeypatch, "catalog", "list", "--accelerator", "H100", "--region", "us-*"))
+    offs = catalog.load().filter(accelerators=("H100",), regions=("us-*",)).offerings
+    assert offs and all(o.zone in text and money(o.price_per_hour) in text for o in offs)

@@ -43,18 +43,19 @@ def list_(
     if as_json:
         print_json([o.to_dict() for o in offs])
         return
-    from rich.table import Table
+    from cloudfit.cli.table import Column, fit, print_table
 
     names = ", ".join(Path(x).name for x in cat.path.split(" + "))
-    t = Table(title=f"{len(offs)} offerings ({names})", title_justify="left")
-    for col, just in [("machine type", "left"), ("accelerators", "left"), ("vCPUs", "right"), ("memory GiB", "right"),
-                      ("zone", "left"), ("$/h", "right"), ("spot $/h", "right")]:
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
-    for o in offs:
-        t.add_row(o.machine_type, f"{o.accelerators_per_node}× {o.accelerator}", f"{o.vcpus:g}", f"{o.memory_gib:g}",
-                  o.zone if o.cloud == "gcp" else f"{o.cloud}:{o.zone}", money(o.price_per_hour),
-                  money(o.spot_price_per_hour))
-    console().print(t)
+    cols = [Column("machine type"), Column("accelerators"), Column("vCPUs", "right", keep=1),
+            Column("memory GiB", "right", keep=2), Column("zone"), Column("$/h", "right"), Column("spot $/h", "right")]
+    rows = [[o.machine_type, f"{o.accelerators_per_node}× {o.accelerator}", f"{o.vcpus:g}", f"{o.memory_gib:g}",
+             o.zone if o.cloud == "gcp" else f"{o.cloud}:{o.zone}", money(o.price_per_hour), money(o.spot_price_per_hour)]
+            for o in offs]
+    con = console()
+    t, dropped = fit(f"{len(offs)} offerings ({names})", cols, rows, con.width)  # columns dropped, never cut
+    print_table(con, t)
+    if dropped:
+        con.print(f"[dim](left out at {con.width} columns: {', '.join(dropped)}; --json shows them)[/dim]")
 
 
 @app.command("gpus")
