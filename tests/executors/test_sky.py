@@ -38,6 +38,14 @@ def _spec(name, configs, budget=50.0, job=JOB, **kw):
     return RunSpec(name, tuple(configs), job, budget, **kw)
 
 
+def _written(ex, launch_id):
+    from cloudfit.executors.skypilot import node_install
+
+    install = node_install(ex._wheel_dir(launch_id))
+    install.write()
+    return install
+
+
 @pytest.fixture
 def fake_sky(monkeypatch):
     def make(**kw):
@@ -107,12 +115,12 @@ def test_task_pins_every_config_and_runs_the_same_torchrun_command(fake_sky):
         {"cloud": "lambda", "region": "us-east-1", "instance_type": "gpu_1x_h100_pcie", "accelerators": "H100:1", "use_spot": False},
         {"cloud": "runpod", "region": "US", "instance_type": "1x_A100-80GB_SECURE", "accelerators": "A100-80GB:1",
          "use_spot": False, "zone": "US-TX-3"}]  # the 8-GPU p5 is another shape: not in one task
-    assert t["num_nodes"] == 1 and t["file_mounts"] == {"/cloudfit-ckpt": {"source": "s3://ckpt-bucket/ckpt", "mode": "MOUNT"}}
+    assert t["num_nodes"] == 1 and t["file_mounts"]["/cloudfit-ckpt"] == {"source": "s3://ckpt-bucket/ckpt", "mode": "MOUNT"}
     run = t["run"]
     assert "timeout --signal=TERM --kill-after=60 3600 python -m torch.distributed.run" in run
     assert "-m cloudfit.train --model mlp --steps 150 --checkpoint-dir /cloudfit-ckpt" in run and "--stop-at 1000000000" in run
     own = task_config(_spec("pin", spec.configs, job=JobSpec(model="mlp", steps=3)), spec.configs, launch_id="abc123456789")
-    assert own["file_mounts"]["/cloudfit-ckpt"] == {"name": "pin-abc12345-ckpt", "mode": "MOUNT"}  # unique per launch
+    assert own["file_mounts"]["/cloudfit-ckpt"] == {"name": "cloudfit-pin-abc123456789", "mode": "MOUNT"}  # this launch's
     with pytest.raises(UsageError, match="bucket URI"):
         task_config(_spec("pin", spec.configs, job=JobSpec(model="mlp", steps=3, checkpoint_dir="/tmp/x")), spec.configs,
                     launch_id="x")
@@ -201,7 +209,8 @@ def test_down_cancels_managed_jobs_and_downs_clusters_through_skypilot(fake_sky)
 
     spec = _spec("dn", [ClusterConfig(AWS_L4, 1, True)])
     ex.store.create_cluster("dn", "sky", 50.0, {})
-    c = _SkyCluster(ex, sys.modules["sky"], spec, ex._guard(50.0), lambda e: None, "lid")
+    c = _SkyCluster(ex, sys.modules["sky"], spec, ex._guard(50.0), lambda e: None, "lid", install=_written(ex, "lid"),
+                    key="ab" * 32)
     c.launch(0)  # the launcher dies here: nothing tears it down
     assert ex.live("dn") == ["managed-job-1"]
     res = ex.down("dn")

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from cloudfit import __version__
-from cloudfit.plan.skypilot import CHECKPOINT_MOUNT, skypilot_task
+from cloudfit.plan.skypilot import CHECKPOINT_MOUNT, Shipped, skypilot_task
 from cloudfit.train import checkpoints
 from cloudfit.types import ClusterConfig
 from tests.executors.plans import catalog_offering, make_plan
@@ -57,10 +57,10 @@ def test_setup_never_installs_a_name_from_the_package_index():
     on every node. Without a wheel the setup refuses; with one it installs that file, checked."""
     bare = skypilot_task(_plan())
     assert "cloudfit==" not in bare["setup"] and "exit 1" in bare["setup"]
-    task = skypilot_task(_plan(), wheel_name="cloudfit-9-py3-none-any.whl", wheel_sha256="0" * 64,
-                         wheel_path="/x/cloudfit-9-py3-none-any.whl", launch_id="abcdef0123456789")
+    wheel = Shipped("/cloudfit-wheel", "cloudfit-9-py3-none-any.whl", "/x/cloudfit-9-py3-none-any.whl", "0" * 64, 10)
+    task = skypilot_task(_plan(), wheel=wheel, launch_id="abcdef0123456789")
     assert task["file_mounts"]["/cloudfit-wheel/cloudfit-9-py3-none-any.whl"] == "/x/cloudfit-9-py3-none-any.whl"
-    assert "sha256sum -c" in task["setup"] and "pip install --quiet '/cloudfit-wheel/cloudfit-9-py3-none-any.whl'" in task["setup"]
+    assert "sha256sum -c" in task["setup"] and "pip install --quiet /cloudfit-wheel/cloudfit-9-py3-none-any.whl" in task["setup"]
 
 
 def _fresh_venv(tmp_path):
