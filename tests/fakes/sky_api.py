@@ -168,6 +168,7 @@ class FakeSky:
         self.bills: dict[str, list] = {}  # cluster name → [(start, end|None, $/h)]
         self.calls: list[tuple] = []
         self.launched: list[dict] = []  # every task config launched (managed or not)
+        self.tasks: list[Task] = []  # every task launched (its secrets too)
         self._n = 0
         self._job_n = 0  # SkyPilot numbers jobs 1, 2, … apart from requests
 
@@ -268,6 +269,7 @@ class FakeSky:
                                                     "$CLOUDFIT_CHECKPOINT_KEY on every node")
         self.jobs[job.job_id] = job
         self.launched.append(task.config)
+        self.tasks.append(task)
         return job
 
     def _advance(self, job: Job) -> Job:
