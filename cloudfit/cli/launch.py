@@ -478,6 +478,9 @@ def down(
         return
     con = console()
     what = {"gcp": "VM(s)", "sky": "SkyPilot cluster(s)/job(s)"}.get(backend, "process group(s)")
+    if backend == "sky" and res.already_gone and not (res.deleted or res.untracked or res.foreign):
+        con.print(f"{name}: already gone — SkyPilot lists no cluster or managed job of it; nothing to delete")
+        return
     con.print(f"{name}: deleted {len(res.deleted) + len(res.untracked)} {what}"
               + (f" ({', '.join(res.deleted + res.untracked)})" if res.deleted or res.untracked else "")
               + (f"; {len(res.already_gone)} already gone" if res.already_gone else "")
