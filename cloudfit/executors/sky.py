@@ -329,6 +329,9 @@ class SkyExecutor:
                 cluster.teardown()
             finally:
                 self._finish(spec.name, reason, cluster, last)
+                import shutil
+
+                shutil.rmtree(self._wheel_dir(launch_id), ignore_errors=True)  # uploaded by now: SkyPilot keeps its copy
         p = last.progress
         return RunResult(spec.name, "sky", reason, cluster.spend(), self.clock() - started, cluster.config,
                          steps=int(p.get("step") or 0), total_steps=int(p.get("total_steps") or spec.job.steps),

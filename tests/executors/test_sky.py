@@ -282,9 +282,12 @@ def test_the_nodes_install_the_checked_wheel_never_a_name_from_the_index(fake_sk
     assert r.reason == "completed", r.detail
     [task] = f.launched
     assert "cloudfit==" not in task["setup"] and "sha256sum -c" in task["setup"]
+    from cloudfit.executors.gcp.wheel import runtime_wheel
+
     [(remote, local)] = [(k, v) for k, v in task["file_mounts"].items() if k.startswith("/cloudfit-wheel/")]
-    sha = hashlib.sha256(Path(local).read_bytes()).hexdigest()
+    sha = hashlib.sha256(runtime_wheel()[1]).hexdigest()  # the fake's setup checked the uploaded file against it
     assert f"echo '{sha}  {remote}' | sha256sum -c" in task["setup"] and f"install --quiet {remote}" in task["setup"]
+    assert not Path(local).parent.exists()  # uploaded at launch; not left behind in the state folder
     assert ex.store.cluster("whl").info["install"].startswith("the nodes install cloudfit")
 
 
