@@ -322,6 +322,16 @@ def test_a_failed_launch_records_no_spend_for_what_skypilot_never_made(fake_sky)
     assert "sky check" in str(e.value) and "Failed to get AWS user" in str(e.value)
 
 
+def test_a_launch_that_fails_after_skypilot_made_a_cluster_is_billed_and_the_cluster_deleted(fake_sky):
+    """The other side of the rule: what SkyPilot reports as made (a cluster left in INIT) is billed and downed."""
+    f = fake_sky(launch_error=RuntimeError("provisioner crashed\nTraceback …"), half_made=True)
+    ex = _ex()
+    with pytest.raises(LaunchError, match=r"^SkyPilot could not launch .*RuntimeError: provisioner crashed; `sky api logs`"):
+        ex.run(_spec("half", [ClusterConfig(LAMBDA, 1, False)]))
+    assert ("down", "half") in f.calls and not f.clusters and ex.live("half") == []
+    assert ex.store.cluster("half").spend_usd > 0 and [x.state for x in ex.store.resources("half")] == ["deleted"]
+
+
 def test_cli_errors_are_one_line_and_down_of_a_cluster_already_gone_says_so(cli, fake_sky, tmp_path):
     """Before: SkyPilot's exceptions reached the user as 15–19 line tracebacks; `down` of a cluster that had
     gone printed a raw ClusterNotUpError (the jobs controller is not up when no managed job ever ran)."""

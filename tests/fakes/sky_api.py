@@ -15,7 +15,7 @@
   ``CLOUDFIT_CHECKPOINT_KEY`` has a value: the ranks then refuse ("ranks hold different checkpoint keys");
 * ``sky.jobs.queue`` raises ``ClusterNotUpError`` while no managed job was ever launched (no jobs controller);
 * ``launch_error``: an exception every launch request raises from ``sky.get`` before anything is made
-  (credentials, API server …);
+  (credentials, API server …), or, with ``half_made``, after a cluster was left in INIT (billed until downed);
 * a launch refused for capacity or quota raises ``sky.exceptions.ResourcesUnavailableError`` from ``sky.get``
   (after a half-made cluster was left in INIT: the launcher must down it);
 * jobs run on real time: progress (from the task's ``--steps``) reaches the log as the task's run script
@@ -157,8 +157,8 @@ class Request:
 class FakeSky:
     def __init__(self, *, job_s: float = 0.4, unavailable: tuple = (), preempt_at: tuple = (), recover_s: float = 0.15,
                  fail_at: float | None = None, cost_factor: float = 1.0, samples_per_step: int = 64,
-                 launch_error: BaseException | None = None) -> None:
-        self.launch_error = launch_error
+                 launch_error: BaseException | None = None, half_made: bool = False) -> None:
+        self.launch_error, self.half_made = launch_error, half_made
         self.job_s, self.unavailable, self.preempt_at, self.recover_s = job_s, set(unavailable), list(preempt_at), recover_s
         self.fail_at, self.cost_factor, self.samples_per_step = fail_at, cost_factor, samples_per_step
         self.lock = threading.Lock()
@@ -314,8 +314,11 @@ class FakeSky:
                 raise AssertionError("cloudfit's clusters must autostop with down=True (the cloud-side fence)")
             try:
                 self._check_task(task)
-            except ResourcesUnavailableError:
-                self.clusters[cluster_name] = {"status": "INIT", "task": task, "job": None}  # half-made
+            except Exception as e:
+                if isinstance(e, ResourcesUnavailableError) or self.half_made:
+                    self.clusters[cluster_name] = {"status": "INIT", "task": task, "job": None}  # half-made
+                    if self.half_made:  # its VMs exist until it is downed (a stockout's INIT cluster has none)
+                        self._bill(cluster_name, task, time.monotonic())
                 raise
             now = time.monotonic()
             job = self._new_job(cluster_name, task, False)
