@@ -235,7 +235,7 @@ def _render_preview(pv, plan, from_model: bool, stderr: bool = False) -> None:
         con.print(f"Recommended under {money(plan.workload.budget_usd)}: {e.config.label()} — "
                   f"{e.hours:.1f} h expected, {money(e.cost_usd)} expected (P90 {money(e.cost_p90_usd)})")
     verb = "Will create" if stderr else "Would create"
-    kind = "VM(s)" if pv.backend == "gcp" else "local process group"
+    kind = {"gcp": "VM(s)", "sky": "node(s) through SkyPilot"}.get(pv.backend, "local process group")
     con.print(f"[bold]{verb} on {pv.backend}: cluster {pv.name}, {len(pv.nodes)} {kind}[/bold]")
     # One block per node, never a table: every value printed in full, whatever the terminal width.
     for n in pv.nodes:
@@ -246,6 +246,10 @@ def _render_preview(pv, plan, from_model: bool, stderr: bool = False) -> None:
                       f"{n.accelerators}× {n.accelerator} ({d.get('guest_accelerator')}), {n.provisioning}, "
                       f"${n.price_per_hour:.4g}/h, max_run_duration {n.max_run_duration_s} s then "
                       f"{d.get('instance_termination_action')}, labels {labels}")
+        elif pv.backend == "sky":
+            con.print(f"  {n.name}: {d.get('cloud')} {d.get('region')}, instance type {n.machine_type}, "
+                      f"{n.accelerators}× {n.accelerator}, {n.provisioning}, ${n.price_per_hour:.4g}/h, job capped at "
+                      f"{n.max_run_duration_s} s, via {d.get('via')}")
         else:
             con.print(f"  {n.name}: {n.accelerators} rank(s) on this machine rehearsing {d.get('rehearsal_of')}, "
                       f"${n.price_per_hour:.4g}/h, stops itself after {n.max_run_duration_s} s, labels {labels}")
@@ -256,6 +260,8 @@ def _render_preview(pv, plan, from_model: bool, stderr: bool = False) -> None:
         if pv.install:
             con.print(f"  install: {pv.install}")
     else:
+        for line in d.get("ships", []) if pv.backend == "sky" else ():
+            con.print(f"  {line}")
         con.print(f"  command: {' '.join(d.get('command', []))}")
     con.print(f"Budget {money(pv.budget_usd)}; cost cap {money(pv.cost_cap_usd)} (every node to its max_run_duration "
               f"plus {pv.teardown_s:g} s teardown); guard checks every {pv.interval_s:g} s"
@@ -471,7 +477,10 @@ def down(
         print_json(res)
         return
     con = console()
-    what = "VM(s)" if backend == "gcp" else "process group(s)"
+    what = {"gcp": "VM(s)", "sky": "SkyPilot cluster(s)/job(s)"}.get(backend, "process group(s)")
+    if backend == "sky" and res.already_gone and not (res.deleted or res.untracked or res.foreign):
+        con.print(f"{name}: already gone — SkyPilot lists no cluster or managed job of it; nothing to delete")
+        return
     con.print(f"{name}: deleted {len(res.deleted) + len(res.untracked)} {what}"
               + (f" ({', '.join(res.deleted + res.untracked)})" if res.deleted or res.untracked else "")
               + (f"; {len(res.already_gone)} already gone" if res.already_gone else "")

@@ -39,7 +39,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from cloudfit.errors import BudgetExceeded, LaunchError, UsageError
+from cloudfit.errors import BudgetExceeded, CloudfitError, LaunchError, UsageError
 from cloudfit.executors import state as st
 from cloudfit.executors.base import (
     LABEL, NO_CAPACITY, DownResult, Event, EventSink, NodePlan, Poll, Preview, RunResult, RunSpec, Timing, supervise,
@@ -50,9 +50,6 @@ from cloudfit.types import ClusterConfig
 
 EXTRA = "pip install 'cloudfit[sky]'"
 CLOUDS = ("aws", "lambda", "runpod", "nebius")  # what this backend launches; GCP has its native executor
-#: cloudfit's accelerator name → SkyPilot's, where scripts/build_cloud_catalogs.py renamed an ambiguous one.
-SKY_NAMES = {("lambda", "H100-PCIe"): "H100", ("runpod", "H100-PCIe"): "H100", ("runpod", "A100-80GB-PCIe"): "A100-80GB",
-             ("runpod", "A100-80GB"): "A100-80GB-SXM", ("runpod", "H100"): "H100-SXM"}
 PROGRESS_TAG = "CLOUDFIT_PROGRESS "
 PROGRESS_FILE = "/tmp/cloudfit-progress.json"
 #: managed-job states (sky.jobs.ManagedJobStatus names) → how the launcher reads them
@@ -72,44 +69,61 @@ def load_sky():
     return sky
 
 
-def sky_accelerator(config: ClusterConfig) -> str:
-    o = config.offering
-    return f"{SKY_NAMES.get((o.cloud, o.accelerator), o.accelerator)}:{o.accelerators_per_node}"
+#: SkyPilot exception names → what to do about them (the rest: SkyPilot's own logs).
+_ADVICE = (
+    (("NoCloudAccessError", "CloudUserIdentityError", "InvalidCloudCredentials", "CloudError"),
+     "check the cloud's credentials with `sky check`"),
+    (("ApiServerConnectionError", "ApiServerAuthenticationError", "APIVersionMismatchError", "RequestInterruptedError"),
+     "check SkyPilot's API server (`sky api info`; `sky api start`)"),
+    (("ClusterNotUpError", "ClusterDoesNotExist"), "it is not up in SkyPilot: `sky status` lists what is"),
+    (("InvalidSkyPilotConfigError", "NotSupportedError", "ResourcesMismatchError"),
+     "the task or ~/.sky/config.yaml asks for something SkyPilot refuses: fix it and launch again"),
+)
 
 
-def sky_resources(config: ClusterConfig) -> dict[str, Any]:
-    """One ``resources`` entry pinned to the config (cloud, region, instance type, GPUs, spot)."""
-    o = config.offering
-    r = {"cloud": o.cloud, "region": o.region, "instance_type": o.machine_type,
-         "accelerators": sky_accelerator(config), "use_spot": bool(config.spot)}
-    if o.cloud == "runpod":  # RunPod's zones are data centres SkyPilot places in; the others: see the docstring
-        r["zone"] = o.zone
-    return r
+def sky_error_line(doing: str, e: BaseException) -> str:
+    """One line for a SkyPilot exception: what cloudfit was doing, SkyPilot's first line, what to do."""
+    kind = type(e).__name__
+    first = next((ln.strip() for ln in re.sub(r"\x1b\[[0-9;]*m|\[/?[a-z ]+\]", "", str(e)).splitlines() if ln.strip()),
+                 "")
+    first = first if len(first) <= 240 else first[:239] + "…"
+    advice = next((a for names, a in _ADVICE if kind in names), "`sky api logs` shows SkyPilot's side")
+    return f"SkyPilot could not {doing}: {kind}" + (f": {first}" if first else "") + f"; {advice}"
+
+
+def _is_sky_error(e: BaseException) -> bool:
+    return not isinstance(e, (CloudfitError, KeyboardInterrupt, SystemExit)) and isinstance(e, Exception)
 
 
 def checkpoint_mount(checkpoint_dir: str | None, name: str, launch_id: str) -> dict[str, Any]:
-    """The file mount of the checkpoint bucket: ``--checkpoint-dir`` as a store URI, else a bucket of this launch."""
+    """The checkpoint bucket: ``--checkpoint-dir`` as a store URI, else a bucket of this launch alone."""
+    from cloudfit.plan.skypilot import bucket_name
+
     if checkpoint_dir:
         if "://" not in checkpoint_dir:
             raise UsageError(f"--backend sky takes --checkpoint-dir as a bucket URI (s3://BUCKET/PATH, gs://…, r2://…), "
                              f"not {checkpoint_dir!r}: the nodes of another cloud cannot see this machine's folders")
-        return {"source": checkpoint_dir, "mode": "MOUNT"}
-    return {"name": f"{name}-{launch_id[:8]}-ckpt", "mode": "MOUNT"}
+        return {"source": checkpoint_dir}
+    return {"name": bucket_name(name, launch_id)}
+
+
+def run_words(spec: RunSpec, config: ClusterConfig, stop_at: float | None) -> list[str]:
+    """What torchrun runs on every node: cloudfit's trainer with its arguments, or the command after ``--``."""
+    from cloudfit.plan.skypilot import CHECKPOINT_MOUNT
+
+    job = spec.job
+    if job.command:
+        return ["--no-python", *job.command]
+    return ["-m", job.trainer, *job.trainer_args(CHECKPOINT_MOUNT, stop_at=stop_at, progress_file=PROGRESS_FILE,
+                                                   config=config)]
 
 
 def run_script(spec: RunSpec, config: ClusterConfig, cap_s: float | None, stop_at: float | None) -> str:
     """The task's ``run``: torchrun over SkyPilot's nodes (node 0 the rendezvous), capped by ``timeout``; node 0
     echoes the trainer's progress into the log."""
-    from cloudfit.plan.skypilot import CHECKPOINT_MOUNT
-
-    job = spec.job
-    if job.command:
-        target = ["--no-python", *job.command]
-    else:
-        target = ["-m", job.trainer, *job.trainer_args(CHECKPOINT_MOUNT, stop_at=stop_at, progress_file=PROGRESS_FILE,
-                                                         config=config)]
+    target = run_words(spec, config, stop_at)
     cap = f"timeout --signal=TERM --kill-after=60 {int(cap_s)} " if cap_s else ""
-    every = max(1, int(min(job.progress_every_s, 30)))
+    every = max(1, int(min(spec.job.progress_every_s, 30)))
     return (
         "set -u\n"
         'MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)\n'
@@ -125,23 +139,23 @@ def run_script(spec: RunSpec, config: ClusterConfig, cap_s: float | None, stop_a
 
 
 def task_config(spec: RunSpec, configs: Sequence[ClusterConfig], *, launch_id: str, cap_s: float | None = None,
-                stop_at: float | None = None) -> dict[str, Any]:
-    """The SkyPilot task (a dict for ``sky.Task.from_yaml_config`` or YAML) running ``spec`` on ``configs`` in order."""
-    from cloudfit.endpoints import pip_spec
-    from cloudfit.plan.skypilot import CHECKPOINT_MOUNT
+                stop_at: float | None = None, install=None, workdir=None) -> dict[str, Any]:
+    """The SkyPilot task (a dict for ``sky.Task.from_yaml_config`` or YAML) running ``spec`` on ``configs`` in order,
+    built by ``cloudfit.plan.skypilot.build_task`` (the one builder). ``install``: a
+    ``cloudfit.executors.skypilot.NodeInstall`` (default: this install's wheel, not written); ``workdir``: a
+    ``cloudfit.plan.skypilot.Shipped`` archive."""
+    from cloudfit.executors.skypilot import node_install
+    from cloudfit.plan.skypilot import build_task
 
-    first = configs[0]
-    same = [c for c in configs if (c.nodes, c.offering.accelerators_per_node) ==
-            (first.nodes, first.offering.accelerators_per_node) and c.offering.cloud in CLOUDS]
-    return {
-        "name": spec.name,
-        "resources": {"ordered": [sky_resources(c) for c in same]},
-        "num_nodes": int(first.nodes),
-        "file_mounts": {CHECKPOINT_MOUNT: checkpoint_mount(spec.job.checkpoint_dir, spec.name, launch_id)},
-        "envs": {"CLOUDFIT_CLUSTER": spec.name, "CLOUDFIT_LAUNCH_ID": launch_id},
-        "setup": f"python -m pip install --quiet {shlex.quote(pip_spec())}\n",
-        "run": run_script(spec, first, cap_s, stop_at),
-    }
+    install = install or node_install(st.default_path().parent / "sky" / launch_id)
+    same = [c for c in configs if c.offering.cloud in CLOUDS]
+    if not same:
+        raise UsageError(f"--backend sky launches {', '.join(CLOUDS)} configs; none given")
+    extra = "[hf]" if any(spec.job.model.startswith(p) for p in ("bert", "gpt2")) else ""
+    return build_task(spec.name, same, run_script(spec, same[0], cap_s, stop_at),
+                      bucket=checkpoint_mount(spec.job.checkpoint_dir, spec.name, launch_id), wheel=install.wheel,
+                      pip_words=install.pip_words, extra=extra, workdir=workdir,
+                      envs={"CLOUDFIT_CLUSTER": spec.name, "CLOUDFIT_LAUNCH_ID": launch_id})
 
 
 def parse_progress(log: str) -> dict[str, Any]:
@@ -219,42 +233,79 @@ class SkyExecutor:
                              + (" (use --backend gcp, the native executor)" if cloud == "gcp" else "")
                              + "; nothing launched")
 
+    def _wheel_dir(self, launch_id: str):
+        """Where a launch's wheel is written for SkyPilot to upload (beside the state store)."""
+        base = self._store.path if self._store is not None else st.default_path()
+        return base.parent / "sky" / launch_id
+
     def preview(self, spec: RunSpec) -> Preview:
+        from cloudfit.executors.skypilot import node_install
+        from cloudfit.plan.skypilot import shipping
+
         self._check_clouds(spec)
         self.sky  # noqa: B018 - the extra is named before anything else
         guard = self._guard(spec.budget_usd)
         config = spec.configs[0]
         guard.check_launchable(self._schedules(config))
         cap = guard.reserve([f"n{i}" for i in range(config.nodes)], self._schedules(config), 0.0)
-        task = task_config(spec, spec.configs, launch_id="new-uuid-at-launch", cap_s=cap)
+        launch_id = "launchid" + "0" * 8  # drawn at launch: the bucket's name ends with it
+        install = node_install(self._wheel_dir("LAUNCH-ID"))
+        workdir = self._workdir(spec)
+        task = task_config(spec, spec.configs, launch_id=launch_id, cap_s=cap, install=install, workdir=workdir)
+        bucket = task["file_mounts"]["/cloudfit-ckpt"]
+        if "name" in bucket:
+            bucket = {**bucket, "name": bucket["name"].replace(launch_id, "<launch id>")}
+            task["file_mounts"]["/cloudfit-ckpt"] = bucket
+        task["envs"]["CLOUDFIT_LAUNCH_ID"] = "<drawn at launch>"
         managed = bool(config.spot and self.managed_spot)
+        command = ["python", "-m", "torch.distributed.run", f"--nnodes={config.nodes}",
+                   f"--nproc-per-node={config.offering.accelerators_per_node}", *run_words(spec, config, None)]
+        ships = shipping(task, [f for f in (install.wheel, workdir) if f is not None])
+        if install.wheel is None:
+            ships.insert(0, install.describe)
         nodes = tuple(NodePlan(
             name=f"{spec.name}-{i}", zone=config.offering.zone, machine_type=config.offering.machine_type,
             accelerator=config.offering.accelerator, accelerators=config.offering.accelerators_per_node,
             provisioning="SPOT" if config.spot else "STANDARD", price_per_hour=config.price_per_hour / config.nodes,
             max_run_duration_s=int(cap), labels={LABEL: spec.name, **spec.labels},
-            detail={"cloud": config.offering.cloud, "via": "sky.jobs.launch" if managed else "sky.launch",
+            detail={"cloud": config.offering.cloud, "region": config.offering.region,
+                    "via": "sky.jobs.launch" if managed else "sky.launch", "command": command, "ships": ships,
                     "task": task}) for i in range(config.nodes))
         notes = [f"SkyPilot launches on {config.offering.cloud} ({'a managed spot job: recovered after preemption' if managed else 'a cluster, autostop down'}); "
                  f"the job is capped at {cap:.0f} s by `timeout` on the nodes"]
         return Preview("sky", spec.name, config, nodes, spec.budget_usd, guard.committed(0.0), self.timing.interval_s,
-                       self.timing.teardown_s, len(task["resources"]["ordered"]) - 1, tuple(notes))
+                       self.timing.teardown_s, len(task["resources"]["ordered"]) - 1, tuple(notes),
+                       install=install.describe)
+
+    @staticmethod
+    def _workdir(spec: RunSpec):
+        """The packed workdir a launch ships (``spec.record["workdir"]``: path, sha256, size_bytes), if any."""
+        from cloudfit.plan.skypilot import workdir_archive
+
+        w = spec.record.get("workdir") if spec.record else None
+        return workdir_archive(w["path"], w["sha256"], w.get("size_bytes")) if w else None
 
     # ---------------------------------------------------------------- run
 
     def run(self, spec: RunSpec, on_event: EventSink | None = None) -> RunResult:
+        from cloudfit.executors.skypilot import node_install
+
         emit = on_event or (lambda e: None)
         self._check_clouds(spec)
         sky = self.sky  # the extra is named before anything is recorded
         guard = self._guard(spec.budget_usd)
         guard.check_launchable(self._schedules(spec.configs[0]))  # before anything exists
         launch_id = uuid.uuid4().hex
+        install = node_install(self._wheel_dir(launch_id))
+        workdir = self._workdir(spec)
         self.store.create_cluster(spec.name, "sky", spec.budget_usd, {
             **spec.record, "launch_id": launch_id, "checkpoint_dir": spec.job.checkpoint_dir,
             "job": {"model": spec.job.model, "steps": spec.job.steps, "command": list(spec.job.command)},
-            "configs": [c.label() for c in spec.configs],
+            "configs": [c.label() for c in spec.configs], "install": install.describe,
         }, launcher_pid=os.getpid())
-        cluster = _SkyCluster(self, sky, spec, guard, emit, launch_id)
+        install.write()
+        key = self.store.checkpoint_key(spec.record.get("plan_id") or spec.name)  # every node, every relaunch: one key
+        cluster = _SkyCluster(self, sky, spec, guard, emit, launch_id, install=install, workdir=workdir, key=key)
         started = self.clock()
         if spec.deadline is not None:
             from cloudfit.executors.deadline import DeadlineWatch
@@ -274,8 +325,13 @@ class SkyExecutor:
             reason = "interrupted"
             raise
         finally:
-            cluster.teardown()
-            self._finish(spec.name, reason, cluster, last)
+            try:
+                cluster.teardown()
+            finally:
+                self._finish(spec.name, reason, cluster, last)
+                import shutil
+
+                shutil.rmtree(self._wheel_dir(launch_id), ignore_errors=True)  # uploaded by now: SkyPilot keeps its copy
         p = last.progress
         return RunResult(spec.name, "sky", reason, cluster.spend(), self.clock() - started, cluster.config,
                          steps=int(p.get("step") or 0), total_steps=int(p.get("total_steps") or spec.job.steps),
@@ -295,15 +351,32 @@ class SkyExecutor:
 
     # ---------------------------------------------------------------- down / live
 
+    def _get(self, doing: str, fn, *args, **kwargs):
+        """One SkyPilot request and its answer; SkyPilot's exception becomes one ``LaunchError`` line."""
+        sky = self.sky
+        try:
+            return sky.get(fn(*args, **kwargs))
+        except Exception as e:
+            if not _is_sky_error(e):
+                raise
+            raise LaunchError(sky_error_line(doing, e)) from None
+
     def _clusters(self, name: str) -> list[str]:
         sky = self.sky
-        recs = sky.get(sky.status(cluster_names=[name]))
+        recs = self._get(f"list the cluster {name}", sky.status, cluster_names=[name])
         return [str(_field(r, "name")) for r in recs or () if _field(r, "name") == name]
 
     def _jobs(self, name: str) -> list[int]:
-        """Managed jobs named ``name`` that have not ended."""
+        """Managed jobs named ``name`` that have not ended (none when SkyPilot's jobs controller is not up)."""
         sky = self.sky
-        recs = sky.get(sky.jobs.queue(refresh=False, skip_finished=True))
+        try:
+            recs = sky.get(sky.jobs.queue(refresh=False, skip_finished=True))
+        except Exception as e:
+            if type(e).__name__ == "ClusterNotUpError":  # no jobs controller: no managed job exists
+                return []
+            if not _is_sky_error(e):
+                raise
+            raise LaunchError(sky_error_line("list its managed jobs", e)) from None
         if isinstance(recs, tuple):  # version 2 of the queue answers (records, total, counts, …)
             recs = recs[0]
         return [int(_field(r, "job_id")) for r in recs or ()
@@ -313,7 +386,8 @@ class SkyExecutor:
         return sorted(self._clusters(name) + [f"managed-job-{j}" for j in self._jobs(name)])
 
     def down(self, name: str, *, all_with_label: bool = False) -> DownResult:
-        """Cancel the name's managed jobs and delete its cluster through SkyPilot (already gone is success)."""
+        """Cancel the name's managed jobs and delete its cluster through SkyPilot. A cluster SkyPilot no longer lists
+        is answered as already gone (``DownResult.already_gone``), never as SkyPilot's exception."""
         sky = self.sky
         rec = self.store.find_cluster(name)
         found = self.live(name)
@@ -325,16 +399,24 @@ class SkyExecutor:
             self.store.update_cluster(name, status=st.STOPPING, reason="down")
         deleted = []
         for j in self._jobs(name):
-            sky.get(sky.jobs.cancel(job_ids=[j]))
+            self._get(f"cancel managed job {j}", sky.jobs.cancel, job_ids=[j])
             deleted.append(f"managed-job-{j}")
         if self._clusters(name):
-            sky.get(sky.down(name))
-            deleted.append(name)
+            try:
+                sky.get(sky.down(name))
+                deleted.append(name)
+            except Exception as e:
+                if type(e).__name__ not in ("ClusterDoesNotExist", "ClusterNotUpError"):  # gone meanwhile: fine
+                    if not _is_sky_error(e):
+                        raise
+                    raise LaunchError(sky_error_line(f"delete the cluster {name}", e)) from None
         gone = []
         for r in self.store.resources(name, live_only=True) if rec else ():
             if not deleted:
                 gone.append(r.name)  # recorded, but SkyPilot lists nothing of it: never launched, or gone
             self.store.deleted(r.id, why="down")
+        if rec is not None and not deleted and not gone:
+            gone.append(name)  # nothing live recorded and nothing in SkyPilot: already gone
         if rec is not None and not rec.ended:
             spend = st.estimate_spend(self.store.resources(name), teardown_s=self.timing.teardown_s)
             self.store.update_cluster(name, status=st.ENDED, reason="down", spend_usd=spend)
@@ -378,6 +460,9 @@ class _SkyCluster:
     guard: Guard
     emit: EventSink
     launch_id: str
+    install: Any = None  # cloudfit.executors.skypilot.NodeInstall (default: this install's wheel)
+    workdir: Any = None  # cloudfit.plan.skypilot.Shipped: a packed workdir, or None
+    key: str = field(default="", repr=False)  # the plan's checkpoint key: a SkyPilot secret, never in the task dict
     watch: Any = None
     configs: list = field(default_factory=list)
     config_index: int = 0
@@ -432,13 +517,23 @@ class _SkyCluster:
         raise _NoCapacity("no alternative in the plan could be launched through SkyPilot: " + " | ".join(self.fallbacks[-3:]))
 
     def _launch_one(self, cfg: ClusterConfig) -> None:
+        from cloudfit.plan.skypilot import KEY_SECRET
+
         now = self.ex.clock()
         self.keys = [f"{self.spec.name}-{self.launch_id[:6]}-{self.recoveries}-{j}" for j in range(cfg.nodes)]
         cap = self.guard.reserve(self.keys, self.ex._schedules(cfg), now)
         self.managed = bool(cfg.spot and self.ex.managed_spot)
         self._stop_requested = False
-        task = self.sky.Task.from_yaml_config(task_config(
-            self.spec, [cfg], launch_id=self.launch_id, cap_s=cap, stop_at=time.time() + cap - self.ex.timing.grace_s))
+        try:
+            task = self.sky.Task.from_yaml_config(task_config(
+                self.spec, [cfg], launch_id=self.launch_id, cap_s=cap, install=self.install, workdir=self.workdir,
+                stop_at=time.time() + cap - self.ex.timing.grace_s),
+                secrets_overrides=[(KEY_SECRET, self.key)] if self.key else None)
+        except Exception as e:  # nothing was requested: nothing is billed
+            self._end_lives(billed=False)
+            if not _is_sky_error(e):
+                raise
+            raise LaunchError(sky_error_line(f"load the task for {cfg.label()}", e)) from None
         kind = "sky-managed-job" if self.managed else "sky-cluster"
         self.rid = self.ex.store.intend(self.spec.name, kind, self.spec.name, zone=cfg.offering.region,
                                         price_per_hour=cfg.price_per_hour, cap_s=cap,
@@ -446,16 +541,41 @@ class _SkyCluster:
         self.torn_down = False
         self.emit(Event("creating", f"launching {cfg.label()} through SkyPilot "
                                     f"({'managed spot job' if self.managed else 'cluster'}, job capped at {cap:.0f} s)"))
-        if self.managed:
-            ids, _ = self.sky.get(self.sky.jobs.launch(task, name=self.spec.name))
-            self.job_id = int(ids[0] if isinstance(ids, (list, tuple)) else ids)
-        else:
-            job_id, _ = self.sky.get(self.sky.launch(task, cluster_name=self.spec.name, down=True,
-                                                     idle_minutes_to_autostop=self.ex.AUTOSTOP_MIN))
-            self.job_id = int(job_id) if job_id is not None else None
+        unavailable = self.sky.exceptions.ResourcesUnavailableError
+        try:
+            if self.managed:
+                ids, _ = self.sky.get(self.sky.jobs.launch(task, name=self.spec.name))
+                self.job_id = int(ids[0] if isinstance(ids, (list, tuple)) else ids)
+            else:
+                job_id, _ = self.sky.get(self.sky.launch(task, cluster_name=self.spec.name, down=True,
+                                                         idle_minutes_to_autostop=self.ex.AUTOSTOP_MIN))
+                self.job_id = int(job_id) if job_id is not None else None
+        except unavailable:
+            raise
+        except Exception as e:
+            if not _is_sky_error(e):
+                raise
+            line = sky_error_line(f"launch {cfg.label()}", e)
+            self._failed_launch(line)
+            raise LaunchError(line) from None
         self.ex.store.confirm(self.rid, info={"job_id": self.job_id, "managed": self.managed})
         self.emit(Event("created", f"{cfg.nodes} node(s) on {cfg.offering.cloud} {cfg.offering.region}, "
                                    f"SkyPilot job {self.job_id}"))
+
+    def _failed_launch(self, why: str) -> None:
+        """A launch request that raised: billed only if SkyPilot reports what it made (a half-made cluster, a job);
+        otherwise nothing was requested from the cloud and nothing is billed or left to delete."""
+        try:
+            made = self.ex._jobs(self.spec.name) if self.managed else self.ex._clusters(self.spec.name)
+        except LaunchError:
+            made = ["unknown"]  # SkyPilot cannot say: keep the lives (billed), teardown asks again
+        if made:
+            return
+        self._end_lives(billed=False)
+        if self.rid is not None:
+            self.ex.store.failed(self.rid, why)
+            self.rid = None
+        self.torn_down, self.job_id = True, None
 
     def _end_lives(self, *, billed: bool = True) -> None:
         now = self.ex.clock()
@@ -479,7 +599,8 @@ class _SkyCluster:
     def _state(self) -> tuple[str, int, str]:
         """(SkyPilot's job status name, recoveries so far, failure reason)."""
         if self.managed:
-            recs = self.sky.get(self.sky.jobs.queue(refresh=False, skip_finished=False, job_ids=[self.job_id]))
+            recs = self.ex._get(f"read managed job {self.job_id}", self.sky.jobs.queue, refresh=False,
+                                skip_finished=False, job_ids=[self.job_id])
             if isinstance(recs, tuple):
                 recs = recs[0]
             rec = next((r for r in recs or () if int(_field(r, "job_id", -1)) == self.job_id), None)
@@ -579,14 +700,18 @@ class _SkyCluster:
         if self.torn_down:
             return
         if self.job_id is not None and self.managed:
-            self.sky.get(self.sky.jobs.cancel(job_ids=[self.job_id]))
+            self.ex._get(f"cancel managed job {self.job_id} (run `cloudfit down {self.spec.name}`)",
+                         self.sky.jobs.cancel, job_ids=[self.job_id])
         elif not self.managed:
             try:
                 self.sky.get(self.sky.down(self.spec.name))
-            except Exception as e:  # noqa: BLE001 - a cluster already gone is success; anything else is raised
+            except Exception as e:  # a cluster already gone is success; anything else is one line
                 gone = getattr(self.sky.exceptions, "ClusterDoesNotExist", ())
                 if not (isinstance(e, gone) or "does not exist" in str(e).lower()):
-                    raise
+                    if not _is_sky_error(e):
+                        raise
+                    raise LaunchError(sky_error_line(f"delete the cluster {self.spec.name} (run `cloudfit down "
+                                                     f"{self.spec.name}`)", e)) from None
         self.torn_down = True
         self._end_lives()
         if self.rid is not None:

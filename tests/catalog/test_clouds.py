@@ -206,11 +206,22 @@ def test_cloud_table_is_complete():
     assert not clouds.get("lambda").sells_spot and clouds.get("runpod").max_nodes == 1
 
 
-def test_skypilot_task_is_refused_for_another_cloud_not_emitted_for_gcp_configs(cli, tmp_path):
+def test_skypilot_task_is_written_for_another_clouds_plan(cli, tmp_path):
+    """Before: `--emit-skypilot` refused every plan not on GCP — the clouds SkyPilot exists for (issue 34)."""
+    import yaml
+
     task = tmp_path / "task.yaml"
+    out = tmp_path / "plan.json"
     r = cli("recommend", "--model", "resnet50", "--samples", "5e7", "--deadline", "24h", "--clouds", "gcp,aws",
-            "--emit-skypilot", str(task))
-    assert r.exit_code == 2 and "GCP plans only; this plan is for aws" in r.output and not task.exists()
+            "--emit-skypilot", str(task), "--out", str(out))
+    assert r.exit_code == 0, r.output
+    chosen = json.loads(out.read_text())["chosen"]["config"]
+    t = yaml.safe_load(task.read_text())
+    first = t["resources"]["ordered"][0]
+    assert (first["cloud"], first["instance_type"]) == ("aws", chosen["offering"]["machine_type"])
+    assert "zone" not in first and t["num_nodes"] == chosen["nodes"]  # AWS zones are AZ ids: SkyPilot picks
+    assert t["secrets"] == {"CLOUDFIT_CHECKPOINT_KEY": None} and (tmp_path / "task.key").exists()
+    assert [p for p in t["file_mounts"] if p.startswith("/cloudfit-wheel/")] and "cloudfit==" not in t["setup"]
 
 
 def test_checkpoint_interval_uses_the_clouds_hazard():

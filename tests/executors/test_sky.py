@@ -38,6 +38,14 @@ def _spec(name, configs, budget=50.0, job=JOB, **kw):
     return RunSpec(name, tuple(configs), job, budget, **kw)
 
 
+def _written(ex, launch_id):
+    from cloudfit.executors.skypilot import node_install
+
+    install = node_install(ex._wheel_dir(launch_id))
+    install.write()
+    return install
+
+
 @pytest.fixture
 def fake_sky(monkeypatch):
     def make(**kw):
@@ -107,12 +115,12 @@ def test_task_pins_every_config_and_runs_the_same_torchrun_command(fake_sky):
         {"cloud": "lambda", "region": "us-east-1", "instance_type": "gpu_1x_h100_pcie", "accelerators": "H100:1", "use_spot": False},
         {"cloud": "runpod", "region": "US", "instance_type": "1x_A100-80GB_SECURE", "accelerators": "A100-80GB:1",
          "use_spot": False, "zone": "US-TX-3"}]  # the 8-GPU p5 is another shape: not in one task
-    assert t["num_nodes"] == 1 and t["file_mounts"] == {"/cloudfit-ckpt": {"source": "s3://ckpt-bucket/ckpt", "mode": "MOUNT"}}
+    assert t["num_nodes"] == 1 and t["file_mounts"]["/cloudfit-ckpt"] == {"source": "s3://ckpt-bucket/ckpt", "mode": "MOUNT"}
     run = t["run"]
     assert "timeout --signal=TERM --kill-after=60 3600 python -m torch.distributed.run" in run
     assert "-m cloudfit.train --model mlp --steps 150 --checkpoint-dir /cloudfit-ckpt" in run and "--stop-at 1000000000" in run
     own = task_config(_spec("pin", spec.configs, job=JobSpec(model="mlp", steps=3)), spec.configs, launch_id="abc123456789")
-    assert own["file_mounts"]["/cloudfit-ckpt"] == {"name": "pin-abc12345-ckpt", "mode": "MOUNT"}  # unique per launch
+    assert own["file_mounts"]["/cloudfit-ckpt"] == {"name": "cloudfit-pin-abc123456789", "mode": "MOUNT"}  # this launch's
     with pytest.raises(UsageError, match="bucket URI"):
         task_config(_spec("pin", spec.configs, job=JobSpec(model="mlp", steps=3, checkpoint_dir="/tmp/x")), spec.configs,
                     launch_id="x")
@@ -201,7 +209,8 @@ def test_down_cancels_managed_jobs_and_downs_clusters_through_skypilot(fake_sky)
 
     spec = _spec("dn", [ClusterConfig(AWS_L4, 1, True)])
     ex.store.create_cluster("dn", "sky", 50.0, {})
-    c = _SkyCluster(ex, sys.modules["sky"], spec, ex._guard(50.0), lambda e: None, "lid")
+    c = _SkyCluster(ex, sys.modules["sky"], spec, ex._guard(50.0), lambda e: None, "lid", install=_written(ex, "lid"),
+                    key="ab" * 32)
     c.launch(0)  # the launcher dies here: nothing tears it down
     assert ex.live("dn") == ["managed-job-1"]
     res = ex.down("dn")
@@ -222,29 +231,13 @@ def _sky_python() -> str | None:
     return None
 
 
-_LOAD = """
-import json, sys
-import sky
-from sky import catalog
-out = []
-for cfg in json.load(open(sys.argv[1])):
-    task = sky.Task.from_yaml_config(cfg)
-    res = []
-    for r in task.resources:
-        acc = catalog.get_accelerators_from_instance_type(r.instance_type, clouds=str(r.cloud).lower())
-        res.append([str(r.cloud).lower(), r.region, r.zone, r.instance_type, r.accelerators, acc, bool(r.use_spot)])
-    out.append({"num_nodes": task.num_nodes, "resources": res, "mounts": sorted(task.storage_mounts)})
-print(json.dumps(out))
-"""
-
-
 def _seed_catalogs(home: Path) -> None:
     """SkyPilot fetches its catalog from GitHub; offline, give it the transcribed rows of the same catalog (v8)."""
     import csv
 
     cols = ["InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "SpotPrice", "Region",
             "AvailabilityZone", "GpuInfo"]
-    for cloud, name in (("aws", "aws_v8_vms_gpu_subset"), ("lambda", "lambda_v8_vms_gpu_subset"),
+    for cloud, name in (("aws", "aws_v8_vms_gpu_subset"), ("lambda", "lambda_v8_vms_gpu_subset"), ("gcp", "gcp_v8_vms_gpu_subset"),
                         ("nebius", "nebius_v8_vms_gpu"), ("runpod", "runpod_v8_vms_gpu_subset")):
         rows = list(csv.DictReader((REPO / "data" / "raw" / "catalog" / f"{name}.csv").open()))
         d = home / ".sky" / "catalogs" / "v8" / cloud
@@ -255,28 +248,223 @@ def _seed_catalogs(home: Path) -> None:
             w.writerows({c: r.get(c) or "" for c in cols} for r in rows)
 
 
-def test_emitted_tasks_load_in_the_real_skypilot_package_with_exactly_the_plans_resources(tmp_path):
+# ------------------------------------------------------------------ issue 34: `--backend sky` as trustworthy as gcp
+
+def _offering(cloud: str, machine: str, region: str) -> Offering:
+    """A real catalog row (the CLI re-prices plan files from the catalog)."""
+    from cloudfit import catalog
+    from cloudfit.types import CLOUDS
+
+    return next(o for o in catalog.load(clouds=CLOUDS).offerings
+                if (o.cloud, o.machine_type, o.region) == (cloud, machine, region))
+
+
+def _aws_plan(tmp_path, nodes=2):
+    import dataclasses
+
+    from cloudfit.plan.io import save_plan
+
+    plan = make_plan([ClusterConfig(_offering("aws", "g6.12xlarge", "us-east-1"), nodes, True)], model="mlp",
+                     samples=64 * 4 * nodes * 150)
+    plan = dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, clouds=("aws",)))
+    save_plan(plan, tmp_path / "plan.json")
+    return tmp_path / "plan.json"
+
+
+def test_the_nodes_install_the_checked_wheel_never_a_name_from_the_index(fake_sky):
+    """Before: setup ran `pip install cloudfit==0.1.0` (not on the index; whoever claims the name runs code on
+    every node): the fake's setup fails it, as a node would."""
+    import hashlib
+
+    f = fake_sky()
+    ex = _ex()
+    r = ex.run(_spec("whl", [ClusterConfig(LAMBDA, 1, False)]))
+    assert r.reason == "completed", r.detail
+    [task] = f.launched
+    assert "cloudfit==" not in task["setup"] and "sha256sum -c" in task["setup"]
+    from cloudfit.executors.gcp.wheel import runtime_wheel
+
+    [(remote, local)] = [(k, v) for k, v in task["file_mounts"].items() if k.startswith("/cloudfit-wheel/")]
+    sha = hashlib.sha256(runtime_wheel()[1]).hexdigest()  # the fake's setup checked the uploaded file against it
+    assert f"echo '{sha}  {remote}' | sha256sum -c" in task["setup"] and f"install --quiet {remote}" in task["setup"]
+    assert not Path(local).parent.exists()  # uploaded at launch; not left behind in the state folder
+    assert ex.store.cluster("whl").info["install"].startswith("the nodes install cloudfit")
+
+
+def test_every_node_of_a_two_node_job_gets_the_plans_key_as_a_secret(fake_sky, monkeypatch):
+    """Before: no key reached the nodes, each drew its own and the 2-node job refused itself ("ranks hold
+    different checkpoint keys"). The key is the plan's (the same across relaunches) and never in the task dict."""
+    monkeypatch.setenv("CLOUDFIT_PIP_SPEC", "https://pkgs.example.com/cloudfit-0.1.0-py3-none-any.whl")
+    f = fake_sky()
+    ex = _ex(min_billed_s=0.0)
+    spec = _spec("two", [ClusterConfig(AWS_L4, 2, True)], record={"plan_id": "plan-abc"})
+    r = ex.run(spec)
+    assert r.reason == "completed" and r.steps == 150, r.detail
+    key = ex.store.checkpoint_key("plan-abc")
+    assert f.tasks[0].secrets == {"CLOUDFIT_CHECKPOINT_KEY": key}
+    assert f.launched[0]["secrets"] == {"CLOUDFIT_CHECKPOINT_KEY": None} and key not in json.dumps(f.launched)
+    assert key not in json.dumps(ex.store.cluster("two").info) + json.dumps(ex.store.events("two"))
+    ex.run(_spec("two-again", spec.configs, record={"plan_id": "plan-abc"}))  # a relaunch resumes: the same key
+    assert f.tasks[1].secrets == f.tasks[0].secrets
+
+
+def test_a_failed_launch_records_no_spend_for_what_skypilot_never_made(fake_sky):
+    """Before: a launch SkyPilot refused (no credentials) was billed a minimum minute per node ($0.70 here)."""
+    from tests.fakes.sky_api import CloudUserIdentityError
+
+    fake_sky(launch_error=CloudUserIdentityError("Failed to get AWS user.\n  Reason: no credentials\n  Details: …"))
+    ex = _ex()
+    with pytest.raises(Exception) as e:
+        ex.run(_spec("nocred", [ClusterConfig(AWS_H100, 2, True)]))
+    rec = ex.store.cluster("nocred")
+    assert rec.spend_usd == 0 and rec.ended and [x.state for x in ex.store.resources("nocred")] == ["failed"]
+    assert isinstance(e.value, LaunchError) and "\n" not in str(e.value)  # SkyPilot's 3 lines → one, with what to do
+    assert "sky check" in str(e.value) and "Failed to get AWS user" in str(e.value)
+
+
+def test_a_launch_that_fails_after_skypilot_made_a_cluster_is_billed_and_the_cluster_deleted(fake_sky):
+    """The other side of the rule: what SkyPilot reports as made (a cluster left in INIT) is billed and downed."""
+    f = fake_sky(launch_error=RuntimeError("provisioner crashed\nTraceback …"), half_made=True)
+    ex = _ex()
+    with pytest.raises(LaunchError, match=r"^SkyPilot could not launch .*RuntimeError: provisioner crashed; `sky api logs`"):
+        ex.run(_spec("half", [ClusterConfig(LAMBDA, 1, False)]))
+    assert ("down", "half") in f.calls and not f.clusters and ex.live("half") == []
+    assert ex.store.cluster("half").spend_usd > 0 and [x.state for x in ex.store.resources("half")] == ["deleted"]
+
+
+def test_cli_errors_are_one_line_and_down_of_a_cluster_already_gone_says_so(cli, fake_sky, tmp_path):
+    """Before: SkyPilot's exceptions reached the user as 15–19 line tracebacks; `down` of a cluster that had
+    gone printed a raw ClusterNotUpError (the jobs controller is not up when no managed job ever ran)."""
+    from tests.fakes.sky_api import CloudUserIdentityError
+
+    plan = _aws_plan(tmp_path)
+    f = fake_sky(launch_error=CloudUserIdentityError("Failed to get AWS user.\n  Reason: no credentials"))
+    r = cli("launch", str(plan), "--backend", "sky", "--yes", "--budget", "50", "--name", "gone", "--check-interval", "0.05")
+    lines = r.output.strip().splitlines()  # the launch's progress line, then the error in one line
+    assert r.exit_code == 1 and len(lines) == 2 and "Traceback" not in r.output, r.output
+    assert lines[-1].startswith("cloudfit: error: SkyPilot could not launch") and "sky check" in lines[-1]
+    f.launch_error = None
+    ex = _ex()
+    ex.store.create_cluster("od", "sky", 50.0, {})  # a launcher that died after its cluster came up …
+    from cloudfit.executors.sky import _SkyCluster
+
+    spec = _spec("od", [ClusterConfig(LAMBDA, 1, False)])
+    _SkyCluster(ex, sys.modules["sky"], spec, ex._guard(50.0), lambda e: None, "lid", install=_written(ex, "lid"),
+                key="ab" * 32).launch(0)
+    f.clusters.clear()  # … then SkyPilot's autostop deleted it
+    for name in ("od", "gone"):
+        r = cli("down", name, "--yes")
+        assert r.exit_code == 0 and "already gone" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    r = cli("down", "never-launched", "--backend", "sky", "--yes")
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1
+
+
+def test_plain_dry_run_shows_nodes_command_what_ships_and_the_bucket(cli, fake_sky, tmp_path):
+    """Before: "5 local process group … rehearsing None" and an empty `command:`."""
+    fake_sky()
+    r = cli("launch", str(_aws_plan(tmp_path)), "--backend", "sky", "--dry-run", "--budget", "50")
+    out = r.output
+    assert r.exit_code == 0 and "rehearsing" not in out and "local process group" not in out, out
+    assert "2 node(s) through SkyPilot" in out and "aws us-east-1, instance type g6.12xlarge, 4× L4, SPOT" in out
+    [cmd] = [ln for ln in out.splitlines() if ln.strip().startswith("command:")]
+    assert "python -m torch.distributed.run --nnodes=2 --nproc-per-node=4 -m cloudfit.train --model mlp --steps 150" in cmd
+    assert "ships cloudfit-" in out and "KiB, sha256 " in out and "bucket cloudfit-" in out and "/cloudfit-ckpt" in out
+
+
+def test_a_token_in_the_pip_spec_reaches_neither_the_task_nor_the_dry_run(cli, fake_sky, tmp_path, monkeypatch):
+    """Before: `?token=` in $CLOUDFIT_PIP_SPEC went into the task and `--dry-run --json`."""
+    f = fake_sky()
+    monkeypatch.setenv("CLOUDFIT_PIP_SPEC", "https://alice:hunter2@pkgs.example.com/cloudfit-0.1.0-py3-none-any.whl"
+                                            "?token=s3cr3t&v=1 --extra-index-url https://bob:pw9@idx.example.com/simple")
+    plan = _aws_plan(tmp_path)
+    for extra in (("--json",), ()):
+        r = cli("launch", str(plan), "--backend", "sky", "--dry-run", "--budget", "50", *extra)
+        assert r.exit_code == 0 and "pkgs.example.com/cloudfit-0.1.0-py3-none-any.whl?v=1" in r.output, r.output
+        assert not any(s in r.output for s in ("hunter2", "s3cr3t", "pw9", "alice"))
+    r = cli("launch", str(plan), "--backend", "sky", "--yes", "--budget", "50", "--name", "tok", "--check-interval", "0.05")
+    assert r.exit_code == 0, r.output
+    seen = json.dumps(f.launched) + r.output
+    assert "pkgs.example.com" in f.launched[0]["setup"] and not any(s in seen for s in ("hunter2", "s3cr3t", "pw9"))
+
+
+_LOAD_ALL = """
+import json, sys
+import sky
+from sky import catalog
+out = []
+for item in json.load(open(sys.argv[1])):
+    if "yaml" in item:
+        task = sky.Task.from_yaml(item["yaml"])
+    else:
+        task = sky.Task.from_yaml_config(item["config"], secrets_overrides=[tuple(s) for s in item["overrides"]])
+    res = []
+    for r in task.resources:
+        acc = catalog.get_accelerators_from_instance_type(r.instance_type, clouds=str(r.cloud).lower())
+        res.append([str(r.cloud).lower(), r.region, r.zone, r.instance_type, r.accelerators, acc, bool(r.use_spot)])
+    out.append({"num_nodes": task.num_nodes, "resources": res, "file_mounts": task.file_mounts or {},
+                "storage": {k: [s.name, s.source] for k, s in task.storage_mounts.items()},
+                "secrets": {k: v.get_secret_value() for k, v in task.secrets.items()},
+                "refs": sorted(r.name for r in task.managed_secret_refs), "setup": task.setup, "run": task.run})
+print(json.dumps(out))
+"""
+
+
+def test_every_task_both_paths_build_loads_in_real_skypilot_with_its_mounts_secret_and_resources(tmp_path):
+    """`--emit-skypilot` for a plan of every cloud (before: GCP only) and `--backend sky`'s own task (with a
+    workdir archive and the key as an override), parsed by SkyPilot 0.14's task loader."""
+    import yaml
+
+    from cloudfit.executors.skypilot import emit, node_install
     from cloudfit.executors.sky import task_config
+    from cloudfit.plan.skypilot import workdir_archive
+    from tests.executors.plans import catalog_offering
 
     py = _sky_python()
     if py is None:
         pytest.skip("skypilot is not installed (pip install 'cloudfit[sky]', or set CLOUDFIT_SKY_PYTHON)")
-    groups = [[ClusterConfig(AWS_H100, 2, True)], [ClusterConfig(LAMBDA, 1, False), ClusterConfig(RUNPOD, 1, False),
-                                                   ClusterConfig(NEBIUS, 1, True)]]
-    tasks = [task_config(_spec("real", g), g, launch_id="0123456789ab", cap_s=600) for g in groups]
+    gcp = ClusterConfig(catalog_offering("us-central1-a", "a3-highgpu-8g", "H100", 8), 2, True)
+    plans = {"aws": [ClusterConfig(AWS_H100, 2, True)], "gcp": [gcp], "lambda": [ClusterConfig(LAMBDA, 1, False)],
+             "runpod": [ClusterConfig(RUNPOD, 1, False)], "nebius": [ClusterConfig(NEBIUS, 1, True)]}
+    items, expect = [], []
+    for cloud, configs in plans.items():
+        (tmp_path / cloud).mkdir()
+        e = emit(make_plan(configs), tmp_path / cloud / "task.yaml")
+        items.append({"yaml": str(e.task)})
+        expect.append((configs, yaml.safe_load(e.task.read_text()), {}))
+    archive = tmp_path / "wd.tar"
+    archive.write_bytes(b"\0" * 10240)
+    import hashlib
+
+    wd = workdir_archive(str(archive), hashlib.sha256(archive.read_bytes()).hexdigest(), 10240)
+    install = node_install(tmp_path / "run")
+    install.write()
+    run = task_config(_spec("real", [ClusterConfig(AWS_L4, 2, True)], job=JobSpec(model="mlp", steps=9)),
+                      [ClusterConfig(AWS_L4, 2, True)], launch_id="0123456789abcdef", cap_s=600, install=install,
+                      workdir=wd)
+    items.append({"config": run, "overrides": [["CLOUDFIT_CHECKPOINT_KEY", "k" * 64]]})
+    expect.append(([ClusterConfig(AWS_L4, 2, True)], run, {"CLOUDFIT_CHECKPOINT_KEY": "k" * 64}))
+    mixed = [ClusterConfig(LAMBDA, 1, False), ClusterConfig(RUNPOD, 1, False), ClusterConfig(NEBIUS, 1, True)]
+    items.append({"config": task_config(_spec("mix", mixed), mixed, launch_id="0123456789abcdef", install=install),
+                  "overrides": []})
     path = tmp_path / "tasks.json"
-    path.write_text(json.dumps(tasks))
+    path.write_text(json.dumps(items))
     _seed_catalogs(tmp_path / "home")
-    p = subprocess.run([py, "-c", _LOAD, str(path)], capture_output=True, text=True, timeout=300,
+    p = subprocess.run([py, "-c", _LOAD_ALL, str(path)], capture_output=True, text=True, timeout=300,
                        env={**os.environ, "HOME": str(tmp_path / "home"), "PYTHONPATH": ""})
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(p.stdout.strip().splitlines()[-1])
-    for g, t in zip(groups, got):
-        assert t["num_nodes"] == g[0].nodes and t["mounts"] == ["/cloudfit-ckpt"]
-        assert len(t["resources"]) == len(g)
-        for c, (cloud, region, zone, itype, acc, catalog_acc, spot) in zip(g, sorted(
-                t["resources"], key=lambda r: [x.offering.machine_type for x in g].index(r[3]))):
-            o = c.offering
-            assert (cloud, region, itype, spot) == (o.cloud, o.region, o.machine_type, c.spot)
-            assert zone == (o.zone if o.cloud == "runpod" else None)
-            assert acc == catalog_acc and sum(acc.values()) == o.accelerators_per_node  # SkyPilot's own name
+    *got, mix = got
+    assert [r[3] for r in mix["resources"]] == [c.offering.machine_type for c in mixed]  # every cloud's, in order
+    for (configs, task, secrets), t in zip(expect, got, strict=True):
+        c, o = configs[0], configs[0].offering
+        assert t["num_nodes"] == c.nodes and len(t["resources"]) == 1
+        cloud, region, zone, itype, acc, catalog_acc, spot = t["resources"][0]
+        assert (cloud, region, itype, spot) == (o.cloud, o.region, o.machine_type, c.spot)
+        assert zone == (o.zone if o.cloud in ("gcp", "runpod") else None)
+        assert acc == catalog_acc and sum(acc.values()) == o.accelerators_per_node  # SkyPilot's own name, its catalog's
+        assert t["secrets"] == secrets and t["refs"] == ([] if secrets else ["CLOUDFIT_CHECKPOINT_KEY"])
+        wheel = {k: v for k, v in t["file_mounts"].items() if k.startswith("/cloudfit-wheel/")}
+        assert len(wheel) == 1 and all(Path(v).is_file() for v in wheel.values())
+        assert list(t["storage"]) == ["/cloudfit-ckpt"] and t["storage"]["/cloudfit-ckpt"][0].startswith("cloudfit-")
+        assert t["setup"] == task["setup"] and "torch.distributed.run" in t["run"]
+    assert t["file_mounts"]["/cloudfit-workdir/wd.tar"] == str(archive) and "tar -xf /cloudfit-workdir/wd.tar" in t["setup"]

@@ -6,7 +6,16 @@
 * every call except ``tail_logs`` returns an opaque request id; only ``sky.get`` turns it into the result
   (and raises the request's exception there, as the API server does);
 * ``Task.from_yaml_config`` rejects unknown keys, a resource whose instance type / accelerators / region are
-  not in the fake catalog of its cloud, and a ``run`` without torchrun;
+  not in the fake catalog of its cloud, and a ``run`` without torchrun; a null secret stays a reference without a
+  value unless ``secrets_overrides`` gives it one (as SkyPilot 0.14 does);
+* a launch uploads every local file mount (a missing file refuses the launch) and runs ``setup`` as SkyPilot
+  would: each ``sha256sum -c`` line is checked against the uploaded file, and ``pip install`` of a name from the
+  package index fails (``cloudfit`` there is not this project) — the job ends FAILED_SETUP;
+* each node of a multi-node job draws its own checkpoint key unless the task's secret
+  ``CLOUDFIT_CHECKPOINT_KEY`` has a value: the ranks then refuse ("ranks hold different checkpoint keys");
+* ``sky.jobs.queue`` raises ``ClusterNotUpError`` while no managed job was ever launched (no jobs controller);
+* ``launch_error``: an exception every launch request raises from ``sky.get`` before anything is made
+  (credentials, API server …), or, with ``half_made``, after a cluster was left in INIT (billed until downed);
 * a launch refused for capacity or quota raises ``sky.exceptions.ResourcesUnavailableError`` from ``sky.get``
   (after a half-made cluster was left in INIT: the launcher must down it);
 * jobs run on real time: progress (from the task's ``--steps``) reaches the log as the task's run script
@@ -18,13 +27,16 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import re
+import shlex
 import sys
 import threading
 import time
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 #: (cloud, instance type) → (SkyPilot accelerator name, count, regions, $/h per node)
@@ -36,7 +48,8 @@ CATALOG = {
     ("runpod", "1x_A100-80GB_SECURE"): ("A100-80GB", 1, ("US",), 1.39),
     ("nebius", "gpu-h100-sxm_1gpu-16vcpu-200gb"): ("H100", 1, ("eu-north1",), 2.95),
 }
-TASK_KEYS = {"name", "resources", "num_nodes", "file_mounts", "envs", "setup", "run", "workdir"}
+TASK_KEYS = {"name", "resources", "num_nodes", "file_mounts", "envs", "secrets", "setup", "run", "workdir"}
+KEY_SECRET = "CLOUDFIT_CHECKPOINT_KEY"
 RESOURCE_KEYS = {"cloud", "region", "zone", "instance_type", "accelerators", "use_spot"}
 
 
@@ -48,6 +61,7 @@ class ManagedJobStatus(enum.Enum):
     SUCCEEDED = "SUCCEEDED"
     CANCELLED = "CANCELLED"
     FAILED = "FAILED"
+    FAILED_SETUP = "FAILED_SETUP"
 
 
 class JobStatus(enum.Enum):
@@ -55,6 +69,11 @@ class JobStatus(enum.Enum):
     SUCCEEDED = "SUCCEEDED"
     CANCELLED = "CANCELLED"
     FAILED = "FAILED"
+    FAILED_SETUP = "FAILED_SETUP"
+
+
+class CloudUserIdentityError(Exception):
+    pass
 
 
 class ResourcesUnavailableError(Exception):
@@ -72,9 +91,10 @@ class ClusterNotUpError(Exception):
 @dataclass
 class Task:
     config: dict
+    secrets: dict = field(default_factory=dict, repr=False)  # name → value (references without one are left out)
 
     @classmethod
-    def from_yaml_config(cls, config: dict) -> "Task":
+    def from_yaml_config(cls, config: dict, env_overrides=None, secrets_overrides=None) -> "Task":
         unknown = set(config) - TASK_KEYS
         if unknown:
             raise ValueError(f"Invalid task args: {sorted(unknown)}")
@@ -91,7 +111,9 @@ class Task:
                 raise ValueError(f"Invalid region {r.get('region')!r} for {r['instance_type']}")
         if "torch.distributed.run" not in config.get("run", "") or int(config.get("num_nodes", 1)) < 1:
             raise ValueError("a cloudfit task runs torchrun on at least one node")
-        return cls(json.loads(json.dumps(config)))
+        secrets = {k: str(v) for k, v in (config.get("secrets") or {}).items() if v is not None}
+        secrets.update(dict(secrets_overrides or ()))
+        return cls(json.loads(json.dumps(config)), secrets)
 
     @property
     def steps(self) -> int:
@@ -117,6 +139,8 @@ class Job:
     lost_s: float = 0.0  # seconds of work thrown away by preemptions
     preempt_at: list = field(default_factory=list)  # seconds after start
     fail_at: float | None = None
+    fail_status: str = "FAILED"
+    failure_reason: str = "user code failed"
     checkpoint_every: int = 50
     stopped: bool = False
 
@@ -132,7 +156,9 @@ class Request:
 
 class FakeSky:
     def __init__(self, *, job_s: float = 0.4, unavailable: tuple = (), preempt_at: tuple = (), recover_s: float = 0.15,
-                 fail_at: float | None = None, cost_factor: float = 1.0, samples_per_step: int = 64) -> None:
+                 fail_at: float | None = None, cost_factor: float = 1.0, samples_per_step: int = 64,
+                 launch_error: BaseException | None = None, half_made: bool = False) -> None:
+        self.launch_error, self.half_made = launch_error, half_made
         self.job_s, self.unavailable, self.preempt_at, self.recover_s = job_s, set(unavailable), list(preempt_at), recover_s
         self.fail_at, self.cost_factor, self.samples_per_step = fail_at, cost_factor, samples_per_step
         self.lock = threading.Lock()
@@ -142,6 +168,7 @@ class FakeSky:
         self.bills: dict[str, list] = {}  # cluster name → [(start, end|None, $/h)]
         self.calls: list[tuple] = []
         self.launched: list[dict] = []  # every task config launched (managed or not)
+        self.tasks: list[Task] = []  # every task launched (its secrets too)
         self._n = 0
         self._job_n = 0  # SkyPilot numbers jobs 1, 2, … apart from requests
 
@@ -169,7 +196,7 @@ class FakeSky:
         jobs = types.ModuleType("sky.jobs")
         exc = types.ModuleType("sky.exceptions")
         exc.ResourcesUnavailableError, exc.ClusterDoesNotExist = ResourcesUnavailableError, ClusterDoesNotExist
-        exc.ClusterNotUpError = ClusterNotUpError
+        exc.ClusterNotUpError, exc.CloudUserIdentityError = ClusterNotUpError, CloudUserIdentityError
         sky.Task, sky.get, sky.exceptions, sky.jobs = Task, self.get, exc, jobs
         for name in ("launch", "status", "queue", "cancel", "down", "cost_report", "tail_logs"):
             setattr(sky, name, getattr(self, f"sky_{name}"))
@@ -185,6 +212,11 @@ class FakeSky:
     def _check_task(self, task) -> Task:
         if not isinstance(task, Task):
             raise TypeError("launch takes a sky.Task")
+        if self.launch_error is not None:
+            raise self.launch_error
+        for remote, src in (task.config.get("file_mounts") or {}).items():
+            if isinstance(src, str) and "://" not in src and not Path(src).is_file():
+                raise ValueError(f"File mount source {src!r} for {remote} does not exist locally")
         key = (task.resource["cloud"], task.resource["instance_type"], bool(task.resource.get("use_spot")))
         if key in self.unavailable or key[:2] in self.unavailable:
             raise ResourcesUnavailableError(f"Failed to acquire resources in all zones of {task.resource['region']} "
@@ -200,20 +232,53 @@ class FakeSky:
             if b[1] is None:
                 b[1] = now
 
+    @staticmethod
+    def _setup_failure(task: Task) -> str:
+        """What running the task's ``setup`` on a node would fail with ("" when it installs)."""
+        mounts = task.config.get("file_mounts") or {}
+        checked = set()
+        for sha, remote in re.findall(r"echo '([0-9a-f]{64})  (\S+)' \| sha256sum -c", task.config.get("setup", "")):
+            src = mounts.get(remote)
+            if not isinstance(src, str) or hashlib.sha256(Path(src).read_bytes()).hexdigest() != sha:
+                return f"{remote} does not match its SHA-256 {sha[:12]}…"
+            checked.add(remote)
+        for line in task.config.get("setup", "").splitlines():
+            if "pip install" not in line:
+                continue
+            for word in shlex.split(line.split("pip install", 1)[1]):
+                if word.startswith("-"):
+                    continue
+                path = re.sub(r"\[.*\]$", "", word)
+                if path.startswith("/"):
+                    if path not in mounts:
+                        return f"ERROR: {path} does not exist"
+                    if path not in checked:
+                        return f"{path} was installed without a SHA-256 check"
+                elif re.match(r"(?i)cloudfit\b", word):  # the index's `cloudfit` is not this project
+                    return f"ERROR: No matching distribution found for {word}"
+        return ""
+
     def _new_job(self, name: str, task: Task, managed: bool) -> Job:
         self._job_n += 1
         job = Job(self._job_n, name, task, managed, time.monotonic(), preempt_at=list(self.preempt_at), fail_at=self.fail_at)
+        why = self._setup_failure(task)
+        if why:
+            job.fail_at, job.fail_status, job.failure_reason = 0.0, "FAILED_SETUP", why
+        elif int(task.config.get("num_nodes", 1)) > 1 and not task.secrets.get(KEY_SECRET):
+            job.fail_at, job.failure_reason = 0.0, ("the ranks hold different checkpoint keys: set "
+                                                    "$CLOUDFIT_CHECKPOINT_KEY on every node")
         self.jobs[job.job_id] = job
         self.launched.append(task.config)
+        self.tasks.append(task)
         return job
 
     def _advance(self, job: Job) -> Job:
         now = time.monotonic()
-        if job.status in ("SUCCEEDED", "CANCELLED", "FAILED"):
+        if job.status in ("SUCCEEDED", "CANCELLED", "FAILED", "FAILED_SETUP"):
             return job
         t = now - job.start
         if job.fail_at is not None and t >= job.fail_at:
-            job.status = "FAILED"
+            job.status = job.fail_status
         elif job.status == "RECOVERING" and now >= job.down_until:
             job.status = "RUNNING"
         elif job.managed and job.preempt_at and t >= job.preempt_at[0] and job.status == "RUNNING":
@@ -225,7 +290,7 @@ class FakeSky:
             job.recovery_count += 1
         elif job.step_at(now, self.job_s) >= job.task.steps:
             job.status = "SUCCEEDED"
-        if job.status in ("SUCCEEDED", "FAILED") and job.managed:
+        if job.status in ("SUCCEEDED", "FAILED", "FAILED_SETUP") and job.managed:
             self._unbill(f"{job.name}-{job.job_id}", now)  # the controller downs a managed job's cluster
         return job
 
@@ -249,8 +314,11 @@ class FakeSky:
                 raise AssertionError("cloudfit's clusters must autostop with down=True (the cloud-side fence)")
             try:
                 self._check_task(task)
-            except ResourcesUnavailableError:
-                self.clusters[cluster_name] = {"status": "INIT", "task": task, "job": None}  # half-made
+            except Exception as e:
+                if isinstance(e, ResourcesUnavailableError) or self.half_made:
+                    self.clusters[cluster_name] = {"status": "INIT", "task": task, "job": None}  # half-made
+                    if self.half_made:  # its VMs exist until it is downed (a stockout's INIT cluster has none)
+                        self._bill(cluster_name, task, time.monotonic())
                 raise
             now = time.monotonic()
             job = self._new_job(cluster_name, task, False)
@@ -282,7 +350,7 @@ class FakeSky:
     def _cancel(self, job_ids):
         for j in job_ids or ():
             job = self._advance(self.jobs[j])
-            if job.status not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            if job.status not in ("SUCCEEDED", "FAILED", "FAILED_SETUP", "CANCELLED"):
                 job.stopped, job.status = True, "CANCELLED"
                 if job.managed:
                     self._unbill(f"{job.name}-{job.job_id}", time.monotonic())
@@ -339,16 +407,18 @@ class FakeSky:
 
     def jobs_queue(self, refresh, skip_finished=False, all_users=False, job_ids=None):
         def go():
+            if not any(j.managed for j in self.jobs.values()):
+                raise ClusterNotUpError("Managed jobs controller is not up. No managed jobs to show.")
             out = []
             for j in list(self.jobs.values()):
                 if not j.managed or (job_ids is not None and j.job_id not in job_ids):
                     continue
                 self._advance(j)
-                if skip_finished and j.status in ("SUCCEEDED", "CANCELLED", "FAILED"):
+                if skip_finished and j.status in ("SUCCEEDED", "CANCELLED", "FAILED", "FAILED_SETUP"):
                     continue
                 out.append({"job_id": j.job_id, "job_name": j.name, "status": ManagedJobStatus[j.status],
                             "recovery_count": j.recovery_count,
-                            "failure_reason": "user code failed" if j.status == "FAILED" else None})
+                            "failure_reason": j.failure_reason if j.status.startswith("FAILED") else None})
             return out
 
         return self._req(go)

@@ -3,7 +3,7 @@
 Before: ``run`` passed ``--samples`` to the trainer (which requires ``--steps``), checkpoints went to a
 node-local folder, ``setup`` installed ``cloudfit==<version>`` from the index (not there; a name anyone
 could claim), one bucket served every job of a model, and a3-edgegpu-8g (which SkyPilot cannot attach)
-was emitted. Loaded with the real ``skypilot`` package when it is importable (skipped otherwise).
+was emitted. The real ``skypilot`` package loads every emitted task in tests/executors/test_sky.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from cloudfit import __version__
-from cloudfit.plan.skypilot import CHECKPOINT_MOUNT, skypilot_task
+from cloudfit.plan.skypilot import CHECKPOINT_MOUNT, Shipped, skypilot_task
 from cloudfit.train import checkpoints
 from cloudfit.types import ClusterConfig
 from tests.executors.plans import catalog_offering, make_plan
@@ -57,10 +57,10 @@ def test_setup_never_installs_a_name_from_the_package_index():
     on every node. Without a wheel the setup refuses; with one it installs that file, checked."""
     bare = skypilot_task(_plan())
     assert "cloudfit==" not in bare["setup"] and "exit 1" in bare["setup"]
-    task = skypilot_task(_plan(), wheel_name="cloudfit-9-py3-none-any.whl", wheel_sha256="0" * 64,
-                         wheel_path="/x/cloudfit-9-py3-none-any.whl", launch_id="abcdef0123456789")
+    wheel = Shipped("/cloudfit-wheel", "cloudfit-9-py3-none-any.whl", "/x/cloudfit-9-py3-none-any.whl", "0" * 64, 10)
+    task = skypilot_task(_plan(), wheel=wheel, launch_id="abcdef0123456789")
     assert task["file_mounts"]["/cloudfit-wheel/cloudfit-9-py3-none-any.whl"] == "/x/cloudfit-9-py3-none-any.whl"
-    assert "sha256sum -c" in task["setup"] and "pip install --quiet '/cloudfit-wheel/cloudfit-9-py3-none-any.whl'" in task["setup"]
+    assert "sha256sum -c" in task["setup"] and "pip install --quiet /cloudfit-wheel/cloudfit-9-py3-none-any.whl" in task["setup"]
 
 
 def _fresh_venv(tmp_path):
@@ -113,12 +113,44 @@ def test_the_run_command_trains_locally_with_skypilot_environment(tmp_path):
     assert checkpoints(tmp_path / "bucket")[0][0] == 5  # the trainer accepted every argument and finished
 
 
-def test_the_yaml_loads_with_the_real_skypilot_package(tmp_path):
-    sky = pytest.importorskip("sky", reason="skypilot is not installed (pip install skypilot)")
-    from cloudfit.executors.skypilot import emit
+def test_a_workdir_archive_is_mounted_checked_then_unpacked_before_anything_runs(tmp_path):
+    """`build_task`'s workdir: a packed folder (path, sha256, size) file-mounted, checked, unpacked into SkyPilot's
+    workdir; a swapped archive stops the setup before `tar` or `pip` sees it."""
+    import hashlib
+    import tarfile
 
-    path = emit(_plan(), tmp_path / "task.yaml").task
-    task = sky.Task.from_yaml(str(path))
-    assert task.num_nodes == 2
-    assert len(task.resources) == 2 and {r.instance_type for r in task.resources} == {"a3-highgpu-8g"}
-    assert CHECKPOINT_MOUNT in task.storage_mounts
+    from cloudfit.plan.skypilot import WORKDIR, workdir_archive
+    from cloudfit.errors import UsageError
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("print('hi')\n")
+    archive = tmp_path / "wd.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(src / "train.py", arcname="train.py")
+    data = archive.read_bytes()
+    with pytest.raises(UsageError, match="not the 3 it was packed with"):
+        workdir_archive(str(archive), hashlib.sha256(data).hexdigest(), 3)
+    wd = workdir_archive(str(archive), hashlib.sha256(data).hexdigest(), len(data))
+    wheel = Shipped("/cloudfit-wheel", "w.whl", str(tmp_path / "w.whl"), "0" * 64, 0)
+    task = skypilot_task(_plan(), pip_words=["numpy"], workdir=wd)
+    assert task["file_mounts"]["/cloudfit-workdir/wd.tar.gz"] == str(archive) and wheel.remote not in task["file_mounts"]
+    setup = task["setup"].replace("/cloudfit-workdir/wd.tar.gz", str(archive)).replace(WORKDIR, str(tmp_path / "wd"))
+    setup = setup.replace("python -m pip install --quiet numpy", "true")
+    p = subprocess.run(["bash", "-c", setup], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and (tmp_path / "wd" / "train.py").read_text() == "print('hi')\n", p.stderr
+    archive.write_bytes(data + b"x")  # swapped after packing: refused before tar runs
+    (tmp_path / "wd" / "train.py").unlink()
+    p = subprocess.run(["bash", "-c", setup], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "does not match its SHA-256" in p.stderr and not (tmp_path / "wd" / "train.py").exists()
+
+
+def test_emit_writes_the_task_of_every_clouds_plan_with_skypilots_names():
+    """Before: `--emit-skypilot` refused every plan that was not on GCP."""
+    from tests.executors.test_sky import AWS_H100, LAMBDA, NEBIUS, RUNPOD
+
+    for o, acc in ((AWS_H100, "H100:8"), (LAMBDA, "H100:1"), (RUNPOD, "A100-80GB:1"), (NEBIUS, "H100:1")):
+        task = skypilot_task(make_plan([ClusterConfig(o, 1, o.spot_price_per_hour is not None)]))
+        [r] = task["resources"]["ordered"]
+        assert (r["cloud"], r["instance_type"], r["accelerators"], r["region"]) == (o.cloud, o.machine_type, acc, o.region)
+        assert ("zone" in r) == (o.cloud == "runpod") and task["secrets"] == {"CLOUDFIT_CHECKPOINT_KEY": None}
