@@ -45,6 +45,20 @@ LAYOUT = typer.Option(None, "--layout", help="LLM: pin layout degrees, e.g. 'tp=
 GLOBAL_BATCH = typer.Option(None, "--global-batch", help="LLM: sequences per optimizer step (default ≈4M tokens; ≈1M for LoRA).")
 
 
+def in_existing_folder(value):
+    """Option callback for a file cloudfit writes: its folder must exist (``UsageError`` otherwise): a typo in
+    ``--out`` is not a folder tree created silently."""
+    if value is not None:
+        from pathlib import Path
+
+        parent = Path(value).expanduser().parent
+        if not parent.is_dir():
+            from cloudfit.errors import UsageError
+
+            raise UsageError(f"cannot write {value}: the folder {parent} does not exist (create it first)")
+    return value
+
+
 def split(values: Optional[list[str]]) -> list[str]:
     """Accept repeated options and comma-separated lists alike."""
     out: list[str] = []

@@ -26,6 +26,25 @@ def deadline_slack_hours(deadline_hours: float) -> float:
     return min(DEADLINE_SLACK_HOURS, DEADLINE_SLACK_SHARE * deadline_hours)
 
 
+def check_length(space: Space, amount: str | None = None) -> None:
+    """``UsageError`` (exit 2) when even the fastest candidate of ``space`` needs longer than a year
+    (``cloudfit.types.MAX_JOB_HOURS``) to compute the workload's samples: no deadline or budget can make such
+    a job a plan (``--samples 1e30`` would otherwise be priced in the 10²⁷ dollars). ``amount``: what the
+    workload trains, in words (default: its samples)."""
+    from cloudfit.errors import UsageError
+    from cloudfit.types import MAX_JOB_HOURS
+
+    if not len(space):
+        return
+    hours = space.compute_hours
+    j = int(np.argmin(hours))
+    if float(hours[j]) > MAX_JOB_HOURS:
+        w = space.workload
+        raise UsageError(f"{amount or f'{w.samples:,.3g} samples'} take at least {float(hours[j]) / MAX_JOB_HOURS:,.3g} years on the "
+                         f"fastest cluster searched ({_describe_config(space.config(j))}); cloudfit plans jobs of up "
+                         "to a year")
+
+
 def _describe(e: Estimate) -> str:
     return _describe_config(e.config)
 

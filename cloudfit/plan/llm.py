@@ -74,6 +74,9 @@ class LLMJob:
     #: ``cloudfit.llm.memory.ROOMY_FRACTION``); 1.0 = all of it
     memory_limit: float = 1.0
 
+    def __post_init__(self) -> None:
+        self.shape.check_lora_rank(self.lora_rank)
+
     def constants(self):
         from cloudfit.llm.predict import constants
 
@@ -126,8 +129,6 @@ def token_workload(*, tokens: float, model: str | None = None, config: str | Pat
 
     if finetune not in ("full", "lora"):
         raise UsageError(f"--finetune must be full or lora, got {finetune!r}")
-    if finetune == "lora" and lora_rank < 1:
-        raise UsageError(f"--lora-rank must be at least 1, got {lora_rank}")
     if global_batch is not None and global_batch < 1:
         raise UsageError(f"--global-batch must be at least 1, got {global_batch}")
     samples = tokens_to_samples(tokens, seq_len)
@@ -518,10 +519,11 @@ def _goal(workload: Workload, plan: Plan) -> float:
 
 def _plan(workload: Workload, space: LLMSpace) -> Plan:
     from cloudfit import spot
-    from cloudfit.plan.explain import infeasible
+    from cloudfit.plan.explain import check_length, infeasible
     from cloudfit.plan.rank import pareto_front, rank
     from cloudfit.search import Problem, get_searcher
 
+    check_length(space, f"{space.job.tokens:,.3g} tokens")
     problem = Problem.of(workload)
     result = get_searcher("exhaustive").search(space, problem)
     if result.n_feasible == 0:
