@@ -15,7 +15,11 @@ PROFILE = typer.Option(None, "--profile", "-p", help="A profile JSON made by `cl
 SAMPLES = typer.Option(None, "--samples", help="Total training samples.")
 EPOCHS = typer.Option(None, "--epochs", help="Epochs (with --dataset-size).")
 DATASET_SIZE = typer.Option(None, "--dataset-size", help="Samples per epoch (with --epochs).")
-DEADLINE = typer.Option(None, "--deadline", help="Finish within, e.g. 12h, 90m, 2d.")
+DEADLINE = typer.Option(None, "--deadline", help="Finish within, e.g. 12h, 90m, 2d (a unit is required; at most 365d).")
+BUDGET = typer.Option(None, "--budget",
+                      help="Spend at most this many USD, e.g. 300. What must fit is the plan's 90% cost quantile "
+                           "(the P90 $ column; the --confidence quantile) plus 30 s of the cluster's price that the "
+                           "budget guard keeps in reserve, not its expected cost.")
 OBJECTIVE = typer.Option(None, "--objective",
                          help="cost, time (the cost × time knee: fastest while 1% less time costs under ~1% more) "
                               "or fastest (the literal fastest). Default: cost under a deadline, time under a budget.")

@@ -31,7 +31,7 @@ def recommend(
     epochs: Optional[float] = opts.EPOCHS,
     dataset_size: Optional[int] = opts.DATASET_SIZE,
     deadline: Optional[str] = opts.DEADLINE,
-    budget: Optional[str] = typer.Option(None, "--budget", help="Spend at most this many USD, e.g. 300."),
+    budget: Optional[str] = opts.BUDGET,
     objective: Optional[str] = opts.OBJECTIVE,
     regions: Optional[list[str]] = opts.REGIONS,
     accelerators: Optional[list[str]] = opts.ACCELERATORS,
@@ -161,10 +161,10 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
         con.print(cloud_line)
     if plan.sensitivity:
         con.print(f"Sensitivity: {plan.sensitivity}")
-    front = plan.pareto
+    front = [e for e in plan.pareto if e.feasible]  # only plans it would pick: within the limits (plan.json has all)
     if front:
         pts = ", ".join(f"{format_hours(e.hours)}/{money(e.cost_usd)}" for e in front[:: max(1, len(front) // 6)])
-        con.print(f"Cost × time Pareto front ({len(front)} points, fastest first): {pts}")
+        con.print(f"Cost × time Pareto front within the limits ({len(front)} points, fastest first): {pts}")
     p = plan.provenance
     ex = sum(p.get("excluded", {}).values())
     note = f"; {ex:,} left out ({'; '.join(p['excluded'])})" if ex else ""

@@ -18,7 +18,7 @@ def search(
     epochs: Optional[float] = opts.EPOCHS,
     dataset_size: Optional[int] = opts.DATASET_SIZE,
     deadline: Optional[str] = opts.DEADLINE,
-    budget: Optional[str] = typer.Option(None, "--budget", help="Spend at most this many USD on the training run."),
+    budget: Optional[str] = opts.BUDGET,
     objective: Optional[str] = opts.OBJECTIVE,
     regions: Optional[list[str]] = opts.REGIONS,
     accelerators: Optional[list[str]] = opts.ACCELERATORS,

@@ -83,6 +83,10 @@ def explain(chosen: Estimate, runner: Estimate | None, problem: Problem) -> str:
             f"so each sample costs less{risk}.")
 
 
+#: What the knee's note says when the knee is also the fastest feasible plan of the whole space.
+FASTEST_WITHIN = "It is also the fastest plan within the limits."
+
+
 def explain_knee(space: Space, problem: Problem, chosen: Estimate, a, ids: np.ndarray | None = None) -> tuple[str, str]:
     """(why the knee, what the literal fastest and the cheapest would be) for the knee objective."""
     from cloudfit.plan.knee import KNEE_ELASTICITY, cheapest_id, fastest_id
@@ -95,13 +99,14 @@ def explain_knee(space: Space, problem: Problem, chosen: Estimate, a, ids: np.nd
     why = (f"{_describe(chosen)} in {chosen.config.offering.zone} takes {format_hours(chosen.hours)} for "
            f"${chosen.cost_usd:,.2f} expected: {rule}.")
     notes = []
-    if fast is not None and fast.hours < chosen.hours * (1 - 1e-6) and fast.cost_usd > chosen.cost_usd + 0.005:
+    faster = fast is not None and fast.hours < chosen.hours * (1 - 1e-6)
+    if faster and fast.cost_usd > chosen.cost_usd + 0.005:
         ratio = fast.cost_usd / max(chosen.cost_usd, 1e-9)
         notes.append(f"The literal fastest, {_describe(fast)}, takes {format_hours(fast.hours)} for ${fast.cost_usd:,.2f} "
                      f"({ratio:,.1f}× the cost to save {format_hours(chosen.hours - fast.hours)}, "
                      f"{(1 - fast.hours / chosen.hours):.0%}); --objective fastest picks it.")
-    else:
-        notes.append("It is also the fastest plan within the limits.")
+    elif not faster:  # said only when no feasible plan (of those searched) is faster
+        notes.append(FASTEST_WITHIN if ids is None else "It is also the fastest plan found within the limits.")
     if cheap is not None and cheap.cost_usd < chosen.cost_usd - 0.005 and cheap.hours > chosen.hours * (1 + 1e-6):
         notes.append(f"The cheapest, {_describe(cheap)}, takes {format_hours(cheap.hours)} for ${cheap.cost_usd:,.2f}.")
     return why, " ".join(notes)
