@@ -39,10 +39,9 @@ def check_length(space: Space, amount: str | None = None) -> None:
     hours = space.compute_hours
     j = int(np.argmin(hours))
     if float(hours[j]) > MAX_JOB_HOURS:
-        w = space.workload
-        raise UsageError(f"{amount or f'{w.samples:,.3g} samples'} take at least {float(hours[j]) / MAX_JOB_HOURS:,.3g} years on the "
-                         f"fastest cluster searched ({_describe_config(space.config(j))}); cloudfit plans jobs of up "
-                         "to a year")
+        what = amount or f"{space.workload.samples:,.3g} samples"
+        raise UsageError(f"{what} take at least {float(hours[j]) / MAX_JOB_HOURS:,.3g} years on the fastest cluster "
+                         f"searched ({_describe_config(space.config(j))}); cloudfit plans jobs of up to a year")
 
 
 def _describe(e: Estimate) -> str:
