@@ -21,6 +21,18 @@ SpotPolicy = Literal["allow", "never", "only"]
 #: Clouds with a shipped catalog (``catalogs/<cloud>.csv``); their properties are in ``cloudfit.catalog.clouds``.
 CLOUDS: tuple[str, ...] = ("gcp", "aws", "lambda", "runpod", "nebius")
 
+#: The longest job cloudfit plans (a deadline, or the fastest cluster's time for the samples asked): one year.
+#: Prices, spot hazards and the catalog are snapshots of months; a plan beyond a year is not something they
+#: describe (a documented cap, not a measurement).
+MAX_JOB_HOURS = 365.0 * 24.0
+
+#: The most VMs in one planned cluster: 256 (2,048 GPUs at 8 per VM). The capacity prior
+#: (``cloudfit.spot.capacity``) is fitted on fleets of up to 16 GPUs, so larger fleets are an extrapolation
+#: by two orders of magnitude already, and the search's memory grows with the node count (peak RSS of
+#: ``recommend`` for llama3-8b at 256 nodes: 0.39 GB on GCP, 0.73 GB with ``--clouds all``; 23 GB and an OOM kill
+#: at 100,000): a documented cap that bounds both.
+MAX_NODES_LIMIT = 256
+
 
 def check_clouds(clouds) -> tuple[str, ...]:
     """``clouds`` as a tuple if it is a non-empty collection of known cloud names; ``UsageError`` otherwise."""
@@ -328,8 +340,14 @@ class Workload:
             raise UsageError(f"--objective must be cost, time or fastest, got {self.objective!r}")
         if self.spot not in ("allow", "never", "only"):
             raise UsageError(f"spot policy must be allow, never or only, got {self.spot!r}")
-        if self.max_nodes < 1:
-            raise UsageError(f"--max-nodes must be at least 1, got {self.max_nodes}")
+        if not str(self.model).strip():
+            raise UsageError("the model name is empty: give --model NAME (see `cloudfit models`) or --profile PATH")
+        if self.deadline_hours is not None and self.deadline_hours > MAX_JOB_HOURS:
+            raise UsageError(f"a deadline of {self.deadline_hours / 24:,.0f} days is beyond the year cloudfit plans "
+                             "for (prices and spot hazards are snapshots of months): give at most 365d")
+        if not 1 <= self.max_nodes <= MAX_NODES_LIMIT:
+            raise UsageError(f"--max-nodes must be between 1 and {MAX_NODES_LIMIT} (the largest cluster cloudfit "
+                             f"plans: {MAX_NODES_LIMIT * 8:,} GPUs at 8 per VM), got {self.max_nodes}")
         if self.max_gpus is not None and self.max_gpus < 1:
             raise UsageError(f"--max-gpus must be at least 1, got {self.max_gpus}")
         check_clouds(self.clouds)

@@ -16,11 +16,14 @@ _PER_HOUR = {"s": 1 / 3600, "sec": 1 / 3600, "m": 1 / 60, "min": 1 / 60, "h": 1.
 
 
 def parse_hours(text: str, what: str = "deadline") -> float:
-    """``"12h"`` → 12.0; ``"90m"`` → 1.5; ``"2d"`` → 48.0; a bare number is hours. Must be > 0."""
+    """``"12h"`` → 12.0; ``"90m"`` → 1.5; ``"2d"`` → 48.0. The unit is required (``"24"`` could be hours,
+    minutes or days: ``UsageError``). Must be > 0."""
     m = _DURATION.match(str(text))
     if not m:
         raise UsageError(f"cannot read {what} {text!r}: use a number with a unit, e.g. 12h, 90m or 2d")
-    hours = float(m.group(1)) * _PER_HOUR[(m.group(2) or "h").lower()]
+    if m.group(2) is None:
+        raise UsageError(f"the {what} {text!r} has no unit: write {m.group(1)}h, {m.group(1)}m or {m.group(1)}d")
+    hours = float(m.group(1)) * _PER_HOUR[m.group(2).lower()]
     if not hours > 0 or not math.isfinite(hours):
         raise UsageError(f"the {what} must be positive, got {text!r}")
     return hours

@@ -218,14 +218,35 @@ class _EventPrinter:
     def __init__(self, con) -> None:
         self.con = con
         self.last_progress = 0.0
+        self.since: tuple[float, int, object] | None = None  # (time, step, restart) the rate is measured from
 
     def __call__(self, e) -> None:
+        message = e.message
         if e.kind == "progress":
+            eta = self.eta(e.data)
             now = time.monotonic()
             if now - self.last_progress < 2.0:
                 return
             self.last_progress = now
-        self.con.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {e.message}")
+            message += f" · ETA {eta}" if eta else ""
+        self.con.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {message}")
+
+    def eta(self, d) -> str | None:
+        """Time left at the rate measured since the first progress of this run (or of its latest restart):
+        remaining steps × seconds per step seen so far; None until a step has passed."""
+        from cloudfit.units import format_hours
+
+        step, total = d.get("step"), d.get("total_steps")
+        if not isinstance(step, int) or not isinstance(total, int):
+            return None
+        t = d.get("updated_at") if isinstance(d.get("updated_at"), (int, float)) else time.time()
+        if self.since is None or step < self.since[1] or d.get("restart") != self.since[2]:
+            self.since = (t, step, d.get("restart"))
+            return None
+        done, took = step - self.since[1], t - self.since[0]
+        if done <= 0 or took <= 0 or step >= total:
+            return None
+        return format_hours((total - step) * took / done / 3600.0)
 
 
 def _render_preview(pv, plan, from_model: bool, stderr: bool = False) -> None:

@@ -15,7 +15,11 @@ PROFILE = typer.Option(None, "--profile", "-p", help="A profile JSON made by `cl
 SAMPLES = typer.Option(None, "--samples", help="Total training samples.")
 EPOCHS = typer.Option(None, "--epochs", help="Epochs (with --dataset-size).")
 DATASET_SIZE = typer.Option(None, "--dataset-size", help="Samples per epoch (with --epochs).")
-DEADLINE = typer.Option(None, "--deadline", help="Finish within, e.g. 12h, 90m, 2d.")
+DEADLINE = typer.Option(None, "--deadline", help="Finish within, e.g. 12h, 90m, 2d (a unit is required; at most 365d).")
+BUDGET = typer.Option(None, "--budget",
+                      help="Spend at most this many USD, e.g. 300. What must fit is the plan's 90% cost quantile "
+                           "(the P90 $ column; the --confidence quantile) plus 30 s of the cluster's price that the "
+                           "budget guard keeps in reserve, not its expected cost.")
 OBJECTIVE = typer.Option(None, "--objective",
                          help="cost, time (the cost × time knee: fastest while 1% less time costs under ~1% more) "
                               "or fastest (the literal fastest). Default: cost under a deadline, time under a budget.")
@@ -43,6 +47,20 @@ LORA_RANK = typer.Option(16, "--lora-rank", help="LLM: rank of the LoRA adapters
 CONFIG = typer.Option(None, "--config", help="LLM: a Hugging Face config.json of your own decoder.", dir_okay=False)
 LAYOUT = typer.Option(None, "--layout", help="LLM: pin layout degrees, e.g. 'tp=8,ac=full' (the rest searched); auto = search all.")
 GLOBAL_BATCH = typer.Option(None, "--global-batch", help="LLM: sequences per optimizer step (default ≈4M tokens; ≈1M for LoRA).")
+
+
+def in_existing_folder(value):
+    """Option callback for a file cloudfit writes: its folder must exist (``UsageError`` otherwise): a typo in
+    ``--out`` is not a folder tree created silently."""
+    if value is not None:
+        from pathlib import Path
+
+        parent = Path(value).expanduser().parent
+        if not parent.is_dir():
+            from cloudfit.errors import UsageError
+
+            raise UsageError(f"cannot write {value}: the folder {parent} does not exist (create it first)")
+    return value
 
 
 def split(values: Optional[list[str]]) -> list[str]:

@@ -36,6 +36,7 @@ def predict(
     """Predict samples/s (with a 10–90% band) of a profiled model on COUNT × ACCELERATOR × NODES."""
     from cloudfit.errors import UsageError
 
+    _check_point(accelerator, count, nodes, machine_type, network_gbps)
     llm_profile = None
     if profile is not None:
         llm_profile = _llm_profile(profile)
@@ -63,8 +64,6 @@ def _predict_profile(*, profile, accelerator, count, nodes, precision, batch_siz
     from cloudfit.perf import model as perf
     from cloudfit.profiling import io as pio
 
-    if count < 1 or nodes < 1:
-        raise UsageError(f"--count and --nodes must be at least 1 (got {count} and {nodes})")
     from cloudfit.catalog import hardware
 
     acc = hardware.canonical_name(accelerator)
@@ -199,6 +198,38 @@ def _offering_note(acc: str, count: int) -> str | None:
     if not gcp:
         return f"no GCP VM in the catalog offers {acc}{sold}"
     return f"no GCP VM offers {count}× {acc} (the catalog has {', '.join(map(str, gcp))} per VM){sold}"
+
+
+def _check_point(accelerator: str, count: int, nodes: int, machine_type: str | None,
+                 network_gbps: float | None) -> None:
+    """One line, exit 2, for a hardware point no cloud has: more GPUs per VM than any catalog's largest VM,
+    more nodes than cloudfit plans (``MAX_NODES_LIMIT``), a network that is not a positive number, or a
+    machine type that does not carry the accelerator (GPU counts a catalog lacks only get a note)."""
+    import math
+
+    from cloudfit import catalog
+    from cloudfit.catalog import hardware
+    from cloudfit.errors import UsageError
+    from cloudfit.types import CLOUDS, MAX_NODES_LIMIT
+
+    if network_gbps is not None and not (network_gbps > 0 and math.isfinite(network_gbps)):
+        raise UsageError(f"--network-gbps must be a positive number of Gbit/s, got {network_gbps:g}")
+    if not 1 <= nodes <= MAX_NODES_LIMIT:
+        raise UsageError(f"--nodes must be between 1 and {MAX_NODES_LIMIT} (the largest cluster cloudfit plans), "
+                         f"got {nodes}")
+    acc = hardware.canonical_name(accelerator)
+    offs = catalog.load(clouds=CLOUDS).offerings
+    most = max(o.accelerators_per_node for o in offs)
+    if not 1 <= count <= most:
+        raise UsageError(f"--count must be between 1 and {most} (the most GPUs any VM in the catalogs carries), "
+                         f"got {count}")
+    if machine_type is not None:
+        carried = {o.accelerator for o in offs if o.machine_type == machine_type}
+        if acc not in carried:
+            with_acc = sorted({o.machine_type for o in offs if o.accelerator == acc})
+            has = f"it carries {', '.join(sorted(carried))}" if carried else "no catalog lists it with a GPU"
+            raise UsageError(f"machine type {machine_type} cannot carry an {acc} ({has}); {acc} VMs: "
+                             f"{', '.join(with_acc[:6])}{', …' if len(with_acc) > 6 else ''}")
 
 
 def _check_shape(acc: str, count: int, precision: str) -> str | None:

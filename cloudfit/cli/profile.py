@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import typer
 
+from cloudfit.cli.options import in_existing_folder
 from cloudfit.cli.render import console, print_json
 
 app = typer.Typer(help="Profile a model (a short real training run), add measurements from elsewhere, show a profile.",
@@ -31,7 +32,7 @@ def run(
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
     precision: str = typer.Option("fp32", "--precision", help="fp32, fp16 or bf16 (autocast; fp16 with loss scaling)."),
     out: Optional[Path] = typer.Option(
-        None, "--out", "-o", dir_okay=False,
+        None, "--out", "-o", dir_okay=False, callback=in_existing_folder,
         help="Profile file to write (default ./MODEL.json). An existing profile of MODEL keeps its other measurements."),
     stats_only: bool = typer.Option(False, "--stats-only", help="Count FLOPs/bytes/parameters only (seconds, no training); writes only with --out."),
     replace: bool = typer.Option(False, "--replace", help="Overwrite --out instead of merging into it."),

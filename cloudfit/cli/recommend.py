@@ -31,7 +31,7 @@ def recommend(
     epochs: Optional[float] = opts.EPOCHS,
     dataset_size: Optional[int] = opts.DATASET_SIZE,
     deadline: Optional[str] = opts.DEADLINE,
-    budget: Optional[str] = typer.Option(None, "--budget", help="Spend at most this many USD, e.g. 300."),
+    budget: Optional[str] = opts.BUDGET,
     objective: Optional[str] = opts.OBJECTIVE,
     regions: Optional[list[str]] = opts.REGIONS,
     accelerators: Optional[list[str]] = opts.ACCELERATORS,
@@ -50,9 +50,9 @@ def recommend(
     trials: int = typer.Option(200, "--trials", help="Optuna trials with --search bayes."),
     seed: int = typer.Option(0, "--seed", help="Seed of --search bayes."),
     as_json: bool = typer.Option(False, "--json", help='Print {"plan": …, "candidates": […]} to stdout.'),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write plan.json here (the input of `cloudfit launch`).", dir_okay=False),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Save the cost × time Pareto front as .png, .svg or .pdf.", dir_okay=False),
-    emit_skypilot: Optional[Path] = typer.Option(None, "--emit-skypilot", help="Write a SkyPilot task YAML for the chosen config.", dir_okay=False),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write plan.json here (the input of `cloudfit launch`).", dir_okay=False, callback=opts.in_existing_folder),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Save the cost × time Pareto front as .png, .svg or .pdf.", dir_okay=False, callback=opts.in_existing_folder),
+    emit_skypilot: Optional[Path] = typer.Option(None, "--emit-skypilot", help="Write a SkyPilot task YAML for the chosen config.", dir_okay=False, callback=opts.in_existing_folder),
     tokens: Optional[float] = opts.TOKENS,
     seq_len: int = opts.SEQ_LEN,
     finetune: str = opts.FINETUNE,
@@ -161,11 +161,11 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
         con.print(cloud_line)
     if plan.sensitivity:
         con.print(f"Sensitivity: {plan.sensitivity}")
-    front = plan.pareto
+    front = [e for e in plan.pareto if e.feasible]  # only plans it would pick: within the limits (plan.json has all)
     if front:
         pick = front[:: max(1, len(front) // 6)]
         pts = ", ".join(f"{t}/{money(e.cost_usd)}" for t, e in zip(hours_apart([e.hours for e in pick]), pick))
-        con.print(f"Cost × time Pareto front ({len(front)} points, fastest first): {pts}")
+        con.print(f"Cost × time Pareto front within the limits ({len(front)} points, fastest first): {pts}")
     p = plan.provenance
     ex = sum(p.get("excluded", {}).values())
     note = f"; {ex:,} left out ({'; '.join(p['excluded'])})" if ex else ""

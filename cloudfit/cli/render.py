@@ -108,14 +108,14 @@ def distinct(plan, k: int) -> list:
 
 
 def limits_and_goal(w) -> str:
-    """"deadline 24.0 h at 90% and budget $300.00, the cost × time knee": a recommend table title's tail."""
+    """"deadline 24.0 h at 90% and P90 cost ≤ $300.00, the cost × time knee": a recommend table title's tail."""
     from cloudfit.units import format_hours
 
     limits = []
     if w.deadline_hours is not None:
         limits.append(f"deadline {format_hours(w.deadline_hours)} at {w.confidence:.0%}")
-    if w.budget_usd is not None:
-        limits.append(f"budget {money(w.budget_usd)}")
+    if w.budget_usd is not None:  # what must fit the budget is the cost quantile at the confidence (Problem)
+        limits.append(f"P{w.confidence * 100:g} cost ≤ {money(w.budget_usd)}")
     goal = {"cost": "minimising cost", "time": "the cost × time knee", "fastest": "minimising time"}.get(w.objective, w.objective)
     return f"{' and '.join(limits)}, {goal}"
 

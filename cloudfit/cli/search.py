@@ -18,7 +18,7 @@ def search(
     epochs: Optional[float] = opts.EPOCHS,
     dataset_size: Optional[int] = opts.DATASET_SIZE,
     deadline: Optional[str] = opts.DEADLINE,
-    budget: Optional[str] = typer.Option(None, "--budget", help="Spend at most this many USD on the training run."),
+    budget: Optional[str] = opts.BUDGET,
     objective: Optional[str] = opts.OBJECTIVE,
     regions: Optional[list[str]] = opts.REGIONS,
     accelerators: Optional[list[str]] = opts.ACCELERATORS,
@@ -42,8 +42,8 @@ def search(
     compute_endpoint: Optional[str] = typer.Option(None, "--compute-endpoint", envvar="CLOUDFIT_COMPUTE_ENDPOINT", help="gcp: Compute Engine API endpoint."),
     check_interval: Optional[float] = typer.Option(None, "--check-interval", help="local/gcp: seconds between budget checks and polls of a probe (default: 30 on gcp, 1 locally)."),
     checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint-dir", help="gcp: gs://BUCKET/PATH the probe VMs write to (one folder per probe)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the final plan here (plan.json).", dir_okay=False),
-    save_profile: Optional[Path] = typer.Option(None, "--save-profile", help="Write the profile with every probe's measurement here (for later `recommend --profile`).", dir_okay=False),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the final plan here (plan.json).", dir_okay=False, callback=opts.in_existing_folder),
+    save_profile: Optional[Path] = typer.Option(None, "--save-profile", help="Write the profile with every probe's measurement here (for later `recommend --profile`).", dir_okay=False, callback=opts.in_existing_folder),
     as_json: bool = typer.Option(False, "--json", help="Print trials, spend and the plan as JSON to stdout."),
 ) -> None:
     """Active search: a few short paid probe runs, chosen by Bayesian optimisation, then a plan."""

@@ -143,6 +143,7 @@ class LocalExecutor:
     # ---------------------------------------------------------------- running
 
     def run(self, spec: RunSpec, on_event: EventSink | None = None) -> RunResult:
+        _require_torch()  # before anything exists or is charged
         emit = on_event or (lambda e: None)
         budget, prior = carried_budget(self.store, spec)
         guard, schedules = self._guard(spec, budget)
@@ -235,6 +236,16 @@ class LocalExecutor:
 
             raise UsageError(f"no cluster named {name!r} in {self.store.path} and no local process carries its label")
         return DownResult(name, tuple(deleted), tuple(gone), tuple(untracked))
+
+
+def _require_torch() -> None:
+    """``ModuleNotFoundError`` for torch (which the CLI turns into the one line naming the extra to install,
+    ``cloudfit[profile]``) when it is not installed: the ranks run under torch's launcher, so the job would
+    otherwise start, fail, and point at its train.log."""
+    from importlib.util import find_spec
+
+    if find_spec("torch") is None:
+        raise ModuleNotFoundError("No module named 'torch'", name="torch")
 
 
 def _job_info(spec: RunSpec) -> dict[str, Any]:

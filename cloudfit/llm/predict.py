@@ -284,8 +284,7 @@ def predict(model: str | LLMShape | None, accelerator: str, *, config: str | Pat
         raise UsageError(f"--count and --nodes must be at least 1 (got {gpus_per_node} and {nodes})")
     if finetune not in ("full", "lora"):
         raise UsageError(f"--finetune must be full or lora, got {finetune!r}")
-    if finetune == "lora" and lora_rank < 1:
-        raise UsageError(f"--lora-rank must be at least 1, got {lora_rank}")
+    shape.check_lora_rank(lora_rank)
     if batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
     _check_precision(accelerator, precision)

@@ -33,13 +33,11 @@ class LLMWorkload:
             raise UsageError(f"--seq-len must be a positive integer, got {self.seq_len!r}")
         if self.finetune not in FINETUNE:
             raise UsageError(f"--finetune must be full or lora, got {self.finetune!r}")
-        if self.finetune == "lora" and (not isinstance(self.lora_rank, int) or self.lora_rank < 1):
-            raise UsageError(f"--lora-rank must be at least 1, got {self.lora_rank!r}")
         if self.precision not in ("bf16", "fp16", "fp8"):
             raise UsageError(f"--precision must be bf16, fp16 or fp8 for LLM training, got {self.precision!r}")
         if self.model is None and self.config is None:
             raise UsageError("give --model NAME or --config path/config.json")
-        self.shape  # resolve (and validate) the model once
+        self.shape.check_lora_rank(self.lora_rank)  # resolves (and validates) the model once
 
     @cached_property
     def shape(self) -> LLMShape:

@@ -52,6 +52,14 @@ class LLMShape:
         if self.mlp not in ("swiglu", "gelu"):
             raise UsageError(f"model {self.name}: mlp must be swiglu or gelu, got {self.mlp!r}")
 
+    def check_lora_rank(self, rank: int) -> None:
+        """``UsageError`` unless ``rank`` is a LoRA rank this model can take: 1 … its hidden size (an adapter
+        pair A·B of rank r on a d×d projection is a full-rank update at r = d; above it the extra rank is
+        void). Checked whatever ``--finetune`` says: a rank of 0 is no adapter, never a setting."""
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 1 <= rank <= self.hidden:
+            raise UsageError(f"--lora-rank must be between 1 and {self.name}'s hidden size {self.hidden:,}, "
+                             f"got {rank!r}")
+
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads

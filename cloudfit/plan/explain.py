@@ -26,6 +26,24 @@ def deadline_slack_hours(deadline_hours: float) -> float:
     return min(DEADLINE_SLACK_HOURS, DEADLINE_SLACK_SHARE * deadline_hours)
 
 
+def check_length(space: Space, amount: str | None = None) -> None:
+    """``UsageError`` (exit 2) when even the fastest candidate of ``space`` needs longer than a year
+    (``cloudfit.types.MAX_JOB_HOURS``) to compute the workload's samples: no deadline or budget can make such
+    a job a plan (``--samples 1e30`` would otherwise be priced in the 10²⁷ dollars). ``amount``: what the
+    workload trains, in words (default: its samples)."""
+    from cloudfit.errors import UsageError
+    from cloudfit.types import MAX_JOB_HOURS
+
+    if not len(space):
+        return
+    hours = space.compute_hours
+    j = int(np.argmin(hours))
+    if float(hours[j]) > MAX_JOB_HOURS:
+        what = amount or f"{space.workload.samples:,.3g} samples"
+        raise UsageError(f"{what} take at least {float(hours[j]) / MAX_JOB_HOURS:,.3g} years on the fastest cluster "
+                         f"searched ({_describe_config(space.config(j))}); cloudfit plans jobs of up to a year")
+
+
 def _describe(e: Estimate) -> str:
     return _describe_config(e.config)
 
@@ -64,6 +82,10 @@ def explain(chosen: Estimate, runner: Estimate | None, problem: Problem) -> str:
             f"so each sample costs less{risk}.")
 
 
+#: What the knee's note says when the knee is also the fastest feasible plan of the whole space.
+FASTEST_WITHIN = "It is also the fastest plan within the limits."
+
+
 def explain_knee(space: Space, problem: Problem, chosen: Estimate, a, ids: np.ndarray | None = None) -> tuple[str, str]:
     """(why the knee, what the literal fastest and the cheapest would be) for the knee objective."""
     from cloudfit.plan.knee import KNEE_ELASTICITY, cheapest_id, fastest_id
@@ -76,13 +98,14 @@ def explain_knee(space: Space, problem: Problem, chosen: Estimate, a, ids: np.nd
     why = (f"{_describe(chosen)} in {chosen.config.offering.zone} takes {format_hours(chosen.hours)} for "
            f"${chosen.cost_usd:,.2f} expected: {rule}.")
     notes = []
-    if fast is not None and fast.hours < chosen.hours * (1 - 1e-6) and fast.cost_usd > chosen.cost_usd + 0.005:
+    faster = fast is not None and fast.hours < chosen.hours * (1 - 1e-6)
+    if faster and fast.cost_usd > chosen.cost_usd + 0.005:
         ratio = fast.cost_usd / max(chosen.cost_usd, 1e-9)
         notes.append(f"The literal fastest, {_describe(fast)}, takes {format_hours(fast.hours)} for ${fast.cost_usd:,.2f} "
                      f"({ratio:,.1f}× the cost to save {format_hours(chosen.hours - fast.hours)}, "
                      f"{(1 - fast.hours / chosen.hours):.0%}); --objective fastest picks it.")
-    else:
-        notes.append("It is also the fastest plan within the limits.")
+    elif not faster:  # said only when no feasible plan (of those searched) is faster
+        notes.append(FASTEST_WITHIN if ids is None else "It is also the fastest plan found within the limits.")
     if cheap is not None and cheap.cost_usd < chosen.cost_usd - 0.005 and cheap.hours > chosen.hours * (1 + 1e-6):
         notes.append(f"The cheapest, {_describe(cheap)}, takes {format_hours(cheap.hours)} for ${cheap.cost_usd:,.2f}.")
     return why, " ".join(notes)

@@ -43,7 +43,7 @@ from cloudfit.llm import space as lsp
 from cloudfit.llm.zoo import LLMShape
 from cloudfit.search.space import (GUARD_INTERVAL_S, TEARDOWN_S, Priced, Space, _price_groups, add_candidates,
                                    single_node_clouds)
-from cloudfit.types import ModelStats, Plan, Profile, Workload
+from cloudfit.types import MAX_NODES_LIMIT, ModelStats, Plan, Profile, Workload
 
 RELAUNCH_BASE_S = 30.0
 RELAUNCH_PER_NODE_S = 2.0
@@ -70,9 +70,13 @@ class LLMJob:
     #: the profile's anchors that measured a peak (``cloudfit.llm.anchor.Anchor``): memory is anchored on them
     #: (their repr, peaks included, is part of the space's cache key)
     memory_anchors: tuple = ()
-    #: the fraction of each GPU's memory a layout may fill (``recommend_llm``'s headroom pass sets
-    #: ``cloudfit.llm.memory.ROOMY_FRACTION``); 1.0 = all of it
-    memory_limit: float = 1.0
+    #: the fraction of each GPU's memory a layout may fill: ``FULL_FRACTION`` (95%) at most, since the predicted
+    #: peak is an estimate and the allocator fragments; ``recommend_llm``'s headroom pass sets
+    #: ``cloudfit.llm.memory.ROOMY_FRACTION``
+    memory_limit: float = lmem.FULL_FRACTION
+
+    def __post_init__(self) -> None:
+        self.shape.check_lora_rank(self.lora_rank)
 
     def constants(self):
         from cloudfit.llm.predict import constants
@@ -126,8 +130,6 @@ def token_workload(*, tokens: float, model: str | None = None, config: str | Pat
 
     if finetune not in ("full", "lora"):
         raise UsageError(f"--finetune must be full or lora, got {finetune!r}")
-    if finetune == "lora" and lora_rank < 1:
-        raise UsageError(f"--lora-rank must be at least 1, got {lora_rank}")
     if global_batch is not None and global_batch < 1:
         raise UsageError(f"--global-batch must be at least 1, got {global_batch}")
     samples = tokens_to_samples(tokens, seq_len)
@@ -445,10 +447,14 @@ def _does_not_fit(job: LLMJob, res, hws, max_nodes: int, constraints: dict) -> I
     ratio, h, n, need = rows[0]
     hw = hws[h]
     pinned = f" with --layout {job.layout}" if constraints else ""
+    room = job.memory_limit * hw.capacity_gib
     msg = (f"{job.shape.name} does not fit{pinned}: the smallest layout needs {need:,.1f} GiB per GPU on {n} × "
-           f"{hw.gpus_per_node}×{hw.accelerator} ({hw.capacity_gib:g} GiB)")
+           f"{hw.gpus_per_node}×{hw.accelerator} ({hw.capacity_gib:g} GiB, of which plans fill at most "
+           f"{job.memory_limit:.0%})")
     hints = []
     for nn in (2 * max_nodes, 4 * max_nodes, 8 * max_nodes):  # more nodes: memory only (cheap)
+        if nn > MAX_NODES_LIMIT:
+            break
         g, k = lsp.layout_grids([nn * hw.gpus_per_node], [hw.nvlink_domain], heads=job.shape.heads,
                                 kv_heads=job.shape.kv_heads, layers=job.shape.layers, seq_len=job.seq_len,
                                 global_batch=job.batch, exact=job.global_batch is not None)
@@ -456,7 +462,7 @@ def _does_not_fit(job: LLMJob, res, hws, max_nodes: int, constraints: dict) -> I
             g = g.take(lsp.constrain(g, constraints))
         fit = res.memory_fits[h] if res.memory_fits else None
         if len(g) and float(lsp.anchored_memory_gib(st, g, fit, precision=job.precision, finetune=job.finetune,
-                                                    lora_rank=job.lora_rank).min()) <= hw.capacity_gib:
+                                                    lora_rank=job.lora_rank).min()) <= room:
             hints.append(f"--max-nodes {nn}")
             break
     if job.finetune == "full":
@@ -488,7 +494,8 @@ def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | P
         cat = space.catalog
     plan = _plan(workload, space)
     L = plan.layout
-    if job.memory_limit < 1.0 or L["memory_gib_per_device"] <= lmem.ROOMY_FRACTION * L["memory_capacity_gib"]:
+    if (job.memory_limit <= lmem.ROOMY_FRACTION
+            or L["memory_gib_per_device"] <= lmem.ROOMY_FRACTION * L["memory_capacity_gib"]):
         return plan
     try:
         roomy = _plan(workload, _space(workload, replace(job, memory_limit=lmem.ROOMY_FRACTION), cat))
@@ -501,7 +508,12 @@ def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | P
     note = (f" Memory: every layout of this plan leaves ≥ {1 - lmem.ROOMY_FRACTION:.0%} of each GPU free; the best "
             f"plan that does not ({L['text']}, {L['memory_gib_per_device']:,.1f} of {L['memory_capacity_gib']:g} GiB) "
             f"is {extra:.1%} better on the objective.")
-    return replace(roomy, explanation=roomy.explanation + note,
+    from cloudfit.plan.explain import FASTEST_WITHIN
+
+    # the crowded plan is within the limits too: "the fastest" holds only among the roomy plans
+    sensitivity = (roomy.sensitivity or "").replace(FASTEST_WITHIN, "It is the fastest plan within the limits "
+                                                    f"that leaves ≥ {1 - lmem.ROOMY_FRACTION:.0%} of each GPU free.")
+    return replace(roomy, explanation=roomy.explanation + note, sensitivity=sensitivity,
                    provenance={**roomy.provenance, "memory_headroom": note.strip()})
 
 
@@ -518,10 +530,11 @@ def _goal(workload: Workload, plan: Plan) -> float:
 
 def _plan(workload: Workload, space: LLMSpace) -> Plan:
     from cloudfit import spot
-    from cloudfit.plan.explain import infeasible
+    from cloudfit.plan.explain import check_length, infeasible
     from cloudfit.plan.rank import pareto_front, rank
     from cloudfit.search import Problem, get_searcher
 
+    check_length(space, f"{space.job.tokens:,.3g} tokens")
     problem = Problem.of(workload)
     result = get_searcher("exhaustive").search(space, problem)
     if result.n_feasible == 0:

@@ -20,7 +20,7 @@ from typing import Any
 from cloudfit import __version__
 from cloudfit.catalog import Catalog
 from cloudfit.errors import CloudfitError
-from cloudfit.plan.explain import infeasible
+from cloudfit.plan.explain import check_length, infeasible
 from cloudfit.plan.rank import N_ALTERNATIVES, N_PARETO, ZONES_PER_CONFIG, Ranked, pareto_front, rank  # noqa: F401
 from cloudfit.search import Problem, get_searcher
 from cloudfit.search.space import Space, build_space
@@ -66,6 +66,7 @@ def recommend(
     profile_file = model_version = None
     if space is None:
         space, model_version, profile_file = _space_of(workload, profile, catalog)
+    check_length(space)
     problem = Problem.of(workload)
     result = get_searcher(searcher, **(searcher_options or {})).search(space, problem)
     if result.n_feasible == 0:

@@ -13,7 +13,7 @@ import numpy as np
 
 from cloudfit.plan.explain import explain, sensitivity
 from cloudfit.search import Problem
-from cloudfit.search.problem import score
+from cloudfit.search.problem import reasons, score
 from cloudfit.search.space import Space, estimate
 from cloudfit.types import Estimate, Workload
 
@@ -107,7 +107,8 @@ def pareto_front(space: Space, problem: Problem, limit: int = N_PARETO) -> tuple
         front = [front[k] for k in pick]
     ids = np.asarray(front, dtype=np.int64)
     feasible, _, _ = score(a.take(ids), problem)
-    return tuple(estimate(space, int(i), a, feasible=bool(feasible[j])) for j, i in enumerate(ids))
+    why = reasons(a.take(ids), problem)
+    return tuple(estimate(space, int(i), a, feasible=bool(feasible[j]), reason=why[j]) for j, i in enumerate(ids))
 
 
 def _cheapest_of_each_group(space: Space, hours: np.ndarray, cost: np.ndarray) -> np.ndarray:

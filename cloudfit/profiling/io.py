@@ -275,6 +275,9 @@ def shipped_profiles() -> dict[str, Path]:
 def resolve_profile(name_or_path: str | os.PathLike) -> Path:
     """An existing file, else ``./NAME.json`` (what ``cloudfit profile run NAME`` writes), else a
     shipped profile name (``resnet50`` → ``profiles/resnet50.json``)."""
+    if not str(name_or_path).strip():
+        raise ProfileError("the profile name is empty: give a shipped profile name (see `cloudfit models`) or a "
+                           "profile file")
     p = Path(name_or_path).expanduser()
     if p.is_file():
         return p
@@ -320,10 +323,31 @@ def validate_measurement(m: Measurement) -> Measurement:
     return dataclasses.replace(m, accelerator=acc, samples_per_second=float(m.samples_per_second))
 
 
+def check_within_peak(profile: Profile, m: Measurement) -> None:
+    """``ProfileError`` when ``m``'s rate would need more FLOP/s than its GPUs' dense peak at its precision:
+    the profile's FLOPs per sample (forward + backward) × samples/s > GPUs × peak. No measured run beats the
+    spec sheet, so such a row is a typo (a rate of another unit, a missing decimal point), and anchored on it
+    every prediction would be off by the same factor. CPU rows have no peak to check against."""
+    from cloudfit.catalog import hardware
+
+    if m.accelerator == CPU or not profile.stats.flops_per_sample > 0:
+        return
+    gpus = m.count * m.nodes
+    peak = gpus * hardware.get(m.accelerator).peak_tflops(m.precision) * 1e12
+    need = profile.stats.flops_per_sample * m.samples_per_second
+    if need > peak:
+        raise ProfileError(f"{m.samples_per_second:,.6g} samples/s of {profile.model} would need "
+                           f"{need / 1e12:,.4g} TFLOP/s ({profile.stats.flops_per_sample / 1e9:,.3g} GFLOPs per "
+                           f"sample), beyond the {peak / 1e12:,.4g} TFLOP/s {m.precision} peak of {gpus}× "
+                           f"{m.accelerator}: check the rate")
+
+
 def add_measurement(path: str | os.PathLike, m: Measurement) -> Profile:
     """Append a validated measurement to the profile at ``path`` (written atomically); returns the new profile."""
     m = validate_measurement(m)
-    profile = load_profile(path).with_measurement(m)
+    profile = load_profile(path)
+    check_within_peak(profile, m)
+    profile = profile.with_measurement(m)
     save_profile(profile, path)
     return profile
 

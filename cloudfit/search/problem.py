@@ -131,6 +131,24 @@ def violation(a, problem: Problem) -> np.ndarray:
     return v
 
 
+def reasons(a, problem: Problem) -> list[str]:
+    """Per assessed candidate, why it misses the limits in words ("" where it meets them; the same tests
+    as :func:`violation`): "P(on time) 62% < 90%", "P90 cost $599.39 + $8.49 guard reserve > $600.00 budget"."""
+    n = int(np.size(a.hours))
+    out = [[] for _ in range(n)]
+    if problem.deadline_hours is not None:
+        p = np.asarray(a.p_on_time, dtype=float)
+        for i in np.flatnonzero(problem.confidence - p > 1e-12):
+            out[i].append(f"P(on time) {p[i]:.0%} < {problem.confidence:.0%} of meeting the deadline")
+    if problem.budget_usd is not None:
+        q = cost_quantile(a, problem.confidence)
+        reserve = np.broadcast_to(np.asarray(getattr(a, "reserve_usd", 0.0), dtype=float), q.shape)
+        for i in np.flatnonzero(q + reserve > problem.budget_usd + 1e-9):
+            out[i].append(f"P{problem.confidence * 100:g} cost ${q[i]:,.2f} + ${reserve[i]:,.2f} guard reserve > "
+                          f"${problem.budget_usd:,.2f} budget")
+    return ["; ".join(r) for r in out]
+
+
 def score(a, problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(feasible mask, primary key, secondary key) for assessed candidates; lower keys are better."""
     feasible = violation(a, problem) == 0.0

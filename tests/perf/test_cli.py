@@ -52,8 +52,8 @@ def test_does_not_fit_is_reported_not_predicted(cli):
 
 @pytest.mark.parametrize("args, needle", [
     (("--accelerator", "Z9000"), "unknown accelerator"),
-    (("--accelerator", "A100", "--count", "0"), "at least 1"),
-    (("--accelerator", "A100", "--nodes", "0"), "at least 1"),
+    (("--accelerator", "A100", "--count", "0"), "--count must be between 1 and"),
+    (("--accelerator", "A100", "--nodes", "0"), "--nodes must be between 1 and"),
     (("--accelerator", "A100", "--precision", "fp4"), "precision"),
     (("--accelerator", "A100", "--batch-size", "0"), "batch size"),
 ])

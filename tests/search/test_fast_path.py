@@ -20,7 +20,7 @@ from cloudfit import catalog
 from cloudfit.plan import explain as explain_mod, planner as plan_mod
 from cloudfit.search import Problem
 from cloudfit.search.exhaustive import ExhaustiveSearcher
-from cloudfit.search.problem import Ranking, rank, score
+from cloudfit.search.problem import Ranking, rank, reasons, score
 from cloudfit.search.space import Priced, build_space, estimate
 from cloudfit.workload import make_workload
 
@@ -112,8 +112,9 @@ def test_recommend_equals_the_plain_evaluation(cat, kw):
     assert p.explanation == explain_mod.explain(p.chosen, runner_e, problem)
     ids = np.asarray(_thin(front))
     sub = space._assess(d, ids)
-    feasible = score(sub, problem)[0]
-    assert p.pareto == tuple(estimate(space, int(i), sub, j, feasible=bool(feasible[j])) for j, i in enumerate(ids))
+    feasible, why = score(sub, problem)[0], reasons(sub, problem)
+    assert p.pareto == tuple(estimate(space, int(i), sub, j, feasible=bool(feasible[j]), reason=why[j])
+                             for j, i in enumerate(ids))
     assert [(e.hours, e.cost_usd) for e in p.pareto] == [(float(a.hours[i]), float(a.cost_usd[i])) for i in ids]
 
     # the sensitivity line's best candidate at the looser limit
