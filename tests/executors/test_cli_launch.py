@@ -224,6 +224,41 @@ def test_kill_9_mid_creation_then_down_from_a_new_process_leaves_no_vm(fake, pla
     assert StateStore().cluster("k9").reason == "down"
 
 
+def _status_is(name: str, status: str) -> bool:
+    if not (Path(os.environ["CLOUDFIT_HOME"]) / "state.db").exists():
+        return False
+    rec = StateStore().find_cluster(name)
+    return rec is not None and rec.status == status
+
+
+def test_status_shows_vms_that_shut_themselves_down_as_stopped_but_billing(fake, tmp_path):
+    """Issue 34: a VM whose self-delete was refused powers itself off (TERMINATED, disks billed, max_run_duration
+    no longer runs); with the launcher gone, `status` said "running … stop at their max_run_duration"."""
+    fake.simulate_job_s = 3600.0  # the job is still training when the launcher dies
+    p1 = write_plan(tmp_path / "p1.json", [t4(nodes=1)], budget_usd=30)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "cloudfit", "launch", str(p1), "--yes", "--name", "sd", "--checkpoint-dir",
+         "gs://ckpt-bucket/sd", *_gcp_args(fake)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (fake.vms("sd", statuses=("RUNNING",)) and _status_is("sd", "running")):
+        time.sleep(0.05)
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait()
+    (vm,) = fake.vms("sd")
+    running = json.loads(run_cloudfit("status", "sd", "--json").stdout)
+    assert running["status"] == "running" and running["stopped_vms"] == [] and "max_run_duration" in running["warning"]
+    fake.shut_down(vm)  # `self_delete || shutdown -h now`: the delete was refused
+    row = json.loads(run_cloudfit("status", "sd", "--json").stdout)
+    assert row["stopped_vms"] == [vm] and row["status"] == "stopped, billing"
+    assert "cloudfit down sd --yes" in row["warning"] and "max_run_duration" not in row["warning"]
+    text = run_cloudfit("status", "sd", env={"COLUMNS": "200"}).stdout
+    assert "sd (gcp): stopped, billing" in text and f"{vm} (stopped, billing)" in text
+    assert "cloudfit down sd --yes" in text and "max_run_duration" not in text
+    listing = json.loads(run_cloudfit("status", "--json").stdout)["clusters"]
+    assert [(r["name"], r["status"], r["stopped_vms"]) for r in listing] == [("sd", "stopped, billing", [vm])]
+    assert run_cloudfit("down", "sd", "--yes").returncode == 0 and fake.vms() == []  # the command it names ends it
+
+
 def test_no_secret_reaches_state_scripts_plans_or_output(cli, fake, plan, tmp_path, monkeypatch):
     secrets = ["ya29.SECRET-ACCESS-TOKEN", "-----BEGIN PRIVATE KEY-----MIIsecret", "AIzaSECRETAPIKEY"]
     key = tmp_path / "sa.json"

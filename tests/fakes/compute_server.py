@@ -141,6 +141,15 @@ class FakeCompute:
                 raise AssertionError(f"{name} is {inst['status']}, not RUNNING")
             self._terminate(key, "compute.instances.preempted")
 
+    def shut_down(self, name: str) -> None:
+        """The guest powers the VM off (``shutdown -h now``, what the startup script does when its self-delete
+        is refused): TERMINATED, whatever the termination action (that applies to preemption and
+        max_run_duration only); the VM and its disks stay until deleted."""
+        with self._lock:
+            key = self._find(name)
+            self._running_since.pop(key, None)
+            self.instances[key]["status"] = "TERMINATED"
+
     def vms(self, label: str | None = None, *, statuses: tuple[str, ...] | None = None) -> list[str]:
         """Names of instances that exist (any status unless ``statuses``), optionally with cloudfit-cluster=label."""
         with self._lock:

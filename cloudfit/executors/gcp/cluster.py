@@ -241,6 +241,10 @@ class GcpExecutor:
     def live(self, name: str) -> list[str]:
         return sorted(vm for _, vm in self.labelled(name))
 
+    def vm_states(self, name: str) -> dict[str, str]:
+        """``{vm name: Compute Engine status}`` of every VM labelled with ``name`` (``RUNNING``, ``TERMINATED``, …)."""
+        return {vm: status for (_, vm), (status, _) in sorted(self.labelled(name).items())}
+
     def down(self, name: str, *, all_with_label: bool = False) -> DownResult:
         """Delete the VMs of ``name``'s recorded launches (every launch of that name in this state
         store); VMs that carry the cluster label but belong to another launch (another state folder,
