@@ -156,7 +156,8 @@ def launch(
 
 
 def _run(ready, as_json: bool) -> None:
-    """Run a prepared launch, events on stderr; the result on stdout; exit 1 / 4 / 5 for failed / budget / timeout."""
+    """Run a prepared launch, events on stderr; the result on stdout; exit 1 / 2 / 4 / 5 for failed / refused /
+    budget / timeout."""
     err = console(stderr=True)
     for note in ready.notes:  # what the rehearsal (or the runnable layout) changed vs the plan
         err.print(f"Note: {note}", soft_wrap=True)
@@ -169,6 +170,8 @@ def _run(ready, as_json: bool) -> None:
         _render_result(result)
     if result.reason == "failed":
         raise typer.Exit(1)
+    if result.reason == "refused":  # a rank refused its input (a checkpoint that does not verify): bad input
+        raise typer.Exit(2)
     if result.reason == "budget":  # a script must not mistake a budget stop for a finished training
         raise typer.Exit(EXIT_BUDGET)
     if result.reason == "timeout":
@@ -268,7 +271,7 @@ def _render_result(r) -> None:
     con = console()
     what = {"completed": "completed", "budget": "stopped at the budget (checkpoint saved)",
             "timeout": "stopped at the timeout (checkpoint saved)", "failed": "failed",
-            "interrupted": "interrupted", "down": "deleted by `cloudfit down`"}.get(r.reason, r.reason)
+            "refused": "refused (not restarted)", "interrupted": "interrupted", "down": "deleted by `cloudfit down`"}.get(r.reason, r.reason)
     line = f"{r.name}: {what} after {r.elapsed_s:.0f} s; spent {money(r.spend_usd) if r.spend_usd >= 0.01 else f'${r.spend_usd:.4f}'}"
     if r.total_steps:
         line += f"; step {r.steps}/{r.total_steps}"

@@ -112,7 +112,7 @@ def test_gcp_dry_run_prints_the_exact_instances_and_creates_nothing(cli, fake, p
     j = cli("launch", str(plan), "--dry-run", "--json", "--name", "dry", *_gcp_args(fake))
     pv = json.loads(j.output)["preview"]
     assert [n["name"] for n in pv["nodes"]] == ["dry-0", "dry-1"] and pv["cost_cap_usd"] <= 30
-    assert "torch.distributed.run" in pv["startup_script"] and "instance metadata" in pv["install"]
+    assert "cloudfit.runtime.torchrun" in pv["startup_script"] and "instance metadata" in pv["install"]
 
 
 def _library_preview(plan_path, backend, fake=None, **options):
