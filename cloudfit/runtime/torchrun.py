@@ -73,12 +73,12 @@ _LAST_SHUTDOWN_FAILED: bool | None = None
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
 
     _patch()
     args = torchrun.parse_args(argv)
     try:
-        torchrun.run(args)
+        record(torchrun.run)(args)  # as torchrun's own main: other failures keep its error report
     except ChildFailedError as e:
         refused = sorted(r for r, f in e.failures.items() if f.exitcode == FINAL_EXIT)
         if not refused:

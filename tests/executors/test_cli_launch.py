@@ -224,6 +224,17 @@ def test_kill_9_mid_creation_then_down_from_a_new_process_leaves_no_vm(fake, pla
     assert StateStore().cluster("k9").reason == "down"
 
 
+def test_a_refusal_on_the_vms_ends_the_gcp_launch_with_the_ranks_line_and_exit_2(cli, fake, plan):
+    """Issue 34: the startup script reports a rank's exit 2 (state `refused`, its line): final, not 'failed'."""
+    line = "cloudfit.train: checkpoint file gs://ckpt-bucket/rf/step-000000004/__1_0.distcp: signature does not verify"
+    fake.refuse_with = line
+    r = cli("launch", str(plan), "--yes", "--name", "rf", "--steps", "20", "--check-interval", "0.1",
+            *_gcp_args(fake, "--checkpoint-dir", "gs://ckpt-bucket/rf"))
+    assert r.exit_code == 2, r.output
+    assert line in r.output and "refused (not restarted)" in r.output and "guest attribute" not in r.output
+    assert StateStore().cluster("rf").reason == "refused" and fake.vms() == []
+
+
 def _status_is(name: str, status: str) -> bool:
     if not (Path(os.environ["CLOUDFIT_HOME"]) / "state.db").exists():
         return False

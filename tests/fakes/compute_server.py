@@ -63,6 +63,7 @@ class FakeCompute:
     insert_delay_s: float = 0.0  # the insert *call* itself takes this long (to kill a launcher mid-way)
     simulate_job_s: float | None = None
     stop_reaction_s: float = 0.2
+    refuse_with: str | None = None  # the simulated job ends as the startup script reports a rank's exit 2: this line
     instances: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     operations: dict[tuple[str, str, str], _Op] = field(default_factory=dict)
     faults: list[_Fault] = field(default_factory=list)
@@ -251,7 +252,10 @@ class FakeCompute:
                     total = int(m.group(1)) if m else 100  # what the startup script would train
                     g["cloudfit/progress"] = json.dumps({"step": int(total * frac), "total_steps": total,
                                                          "samples_per_second": 1234.0, "state": "running"})
-                    if frac >= 1.0:
+                    if frac >= 1.0 and self.refuse_with is not None:  # `guest error …; guest state refused`
+                        g["cloudfit/error"], g["cloudfit/exit_code"] = self.refuse_with, "2"
+                        g["cloudfit/state"] = "refused"
+                    elif frac >= 1.0:
                         g["cloudfit/state"] = "completed"
 
     def _maybe_http_fault(self, method: str, path: str) -> int | None:

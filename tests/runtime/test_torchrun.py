@@ -39,6 +39,7 @@ def test_a_refused_checkpoint_ends_the_job_after_one_attempt_with_exit_2(tmp_pat
     assert prog["state"] == "refused" and prog["error"] == line
 
 
+@pytest.mark.slow  # 14–21 s on the loaded 2-core machine
 def test_sigterm_to_the_agent_and_every_worker_exits_0_without_a_traceback(tmp_path):
     """Before: the agent re-raised the forwarded SIGTERM (exit 1, a traceback) though every rank stopped cleanly."""
     t = Trainer("cnn", tmp_path)
