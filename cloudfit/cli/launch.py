@@ -436,9 +436,11 @@ def _gcp_vms(row: dict[str, Any], rec, project, endpoint) -> None:
     command that ends the bill."""
     from cloudfit.errors import CloudfitError
     from cloudfit.executors import get_executor
+    from cloudfit.executors.gcp.clients import Retry
 
-    try:
-        ex = get_executor("gcp", project=project or rec.info.get("project"), endpoint=endpoint or rec.info.get("endpoint"))
+    try:  # a look, not a launch: a few seconds of retries, then "unknown"
+        ex = get_executor("gcp", project=project or rec.info.get("project"), endpoint=endpoint or rec.info.get("endpoint"),
+                          retry=Retry(attempts=3, base_s=0.5, cap_s=2.0, total_s=10.0))
         states = ex.vm_states(rec.name)
     except CloudfitError as e:
         row["live_vms"] = f"unknown ({e})"

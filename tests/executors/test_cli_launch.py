@@ -242,6 +242,7 @@ def _status_is(name: str, status: str) -> bool:
     return rec is not None and rec.status == status
 
 
+@pytest.mark.slow  # five CLI processes: 14–40 s on the loaded 2-core machine
 def test_status_shows_vms_that_shut_themselves_down_as_stopped_but_billing(fake, tmp_path):
     """Issue 34: a VM whose self-delete was refused powers itself off (TERMINATED, disks billed, max_run_duration
     no longer runs); with the launcher gone, `status` said "running … stop at their max_run_duration"."""
