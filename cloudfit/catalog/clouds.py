@@ -16,8 +16,10 @@ default**, named as such in ``Cloud.notes`` (and so in ``catalogs/README.md``, "
 * Revocation hazard (``cloudfit.spot.hazard``): GCP and AWS have measured traces; a cloud that sells
   spot without any public trace (Nebius) takes the highest pooled GPU rate measured on any cloud (AWS
   V100 Spot 2022–23, 0.229 per node-hour) — a pessimistic documented default, not a measurement.
-* Preemption notice: GCP gives 30 s, AWS 2 min (provider documentation); cloudfit's checkpointing is
-  periodic (Young/Daly) and does not rely on the notice, so it only enters the notes.
+* Preemption notice: GCP Spot 30 s, AWS Spot 2 min (provider documentation, sources in
+  ``catalogs/README.md``, "Preemption notice"); Nebius publishes none (``None``: never counted on).
+  Every spot plan checks its stop checkpoint against it (``cloudfit.spot.checkpointing.preemption_notice``);
+  the price counts the lost interval per preemption either way (a notice is best effort).
 """
 
 from __future__ import annotations

@@ -156,7 +156,8 @@ def launch(
 
 
 def _run(ready, as_json: bool) -> None:
-    """Run a prepared launch, events on stderr; the result on stdout; exit 1 / 4 / 5 for failed / budget / timeout."""
+    """Run a prepared launch, events on stderr; the result on stdout; exit 1 / 2 / 4 / 5 for failed / refused /
+    budget / timeout."""
     err = console(stderr=True)
     for note in ready.notes:  # what the rehearsal (or the runnable layout) changed vs the plan
         err.print(f"Note: {note}", soft_wrap=True)
@@ -169,6 +170,8 @@ def _run(ready, as_json: bool) -> None:
         _render_result(result)
     if result.reason == "failed":
         raise typer.Exit(1)
+    if result.reason == "refused":  # a rank refused its input (a checkpoint that does not verify): bad input
+        raise typer.Exit(2)
     if result.reason == "budget":  # a script must not mistake a budget stop for a finished training
         raise typer.Exit(EXIT_BUDGET)
     if result.reason == "timeout":
@@ -295,7 +298,7 @@ def _render_result(r) -> None:
     con = console()
     what = {"completed": "completed", "budget": "stopped at the budget (checkpoint saved)",
             "timeout": "stopped at the timeout (checkpoint saved)", "failed": "failed",
-            "interrupted": "interrupted", "down": "deleted by `cloudfit down`"}.get(r.reason, r.reason)
+            "refused": "refused (not restarted)", "interrupted": "interrupted", "down": "deleted by `cloudfit down`"}.get(r.reason, r.reason)
     line = f"{r.name}: {what} after {r.elapsed_s:.0f} s; spent {money(r.spend_usd) if r.spend_usd >= 0.01 else f'${r.spend_usd:.4f}'}"
     if r.total_steps:
         line += f"; step {r.steps}/{r.total_steps}"
@@ -326,6 +329,9 @@ def status(
     if name is None:
         rows = [_cluster_row(store, c) for c in store.clusters()
                 if "@" not in c.name and (show_all or not (c.ended and c.info.get("cleared_at")))]
+        for r in rows:  # a gcp cluster whose launcher is gone: ask Compute Engine what its VMs are doing
+            if r.get("launcher_alive") is False and r["backend"] == "gcp":
+                _gcp_vms(r, store.cluster(r["name"]), project, endpoint)
         if as_json:
             print_json({"clusters": rows})
             return
@@ -347,7 +353,7 @@ def status(
     if rec.info.get("rehearsal") or rec.info.get("layout"):
         row["layout"] = rec.info.get("rehearsal") or rec.info.get("layout")
     if not rec.ended and rec.backend == "gcp":
-        row["live_vms"] = _live_vms(name, rec, project, endpoint)
+        _gcp_vms(row, rec, project, endpoint)
     if as_json:
         print_json(row)
         return
@@ -385,7 +391,10 @@ def status(
     if row.get("warning"):
         con.print(f"[yellow]{row['warning']}[/yellow]")
     if "live_vms" in row:
-        con.print(f"Live VMs: {', '.join(row['live_vms']) if isinstance(row['live_vms'], list) and row['live_vms'] else row['live_vms'] or 'none'}")
+        vms = row["live_vms"]
+        if isinstance(vms, list):
+            vms = ", ".join(vm + (" (stopped, billing)" if vm in row.get("stopped_vms", ()) else "") for vm in vms)
+        con.print(f"Live VMs: {vms or 'none'}")
     for r in row["resources"]:
         con.print(f"  {r['kind']} {r['name']} {r['zone']} {r['state']}" + (f" ({r['error']})" if r.get("error") else ""))
     for e in row["events"][-10:]:
@@ -442,15 +451,42 @@ def _live_progress(rec) -> dict[str, Any]:
         return {}
 
 
-def _live_vms(name, rec, project, endpoint):
+#: Compute Engine states of a VM that exists without running: its disks are billed until it is deleted, and
+#: max_run_duration (which counts running time) never ends it.
+_STOPPED_STATES = ("TERMINATED", "STOPPED", "SUSPENDED")
+
+
+def _gcp_vms(row: dict[str, Any], rec, project, endpoint) -> None:
+    """``row["live_vms"]``: every VM of the cluster (or ``unknown (why)``). With the launcher gone, VMs that
+    shut themselves down without being deleted (their delete was refused: ``shutdown -h now`` leaves them
+    TERMINATED) are ``row["stopped_vms"]``, the status says stopped but billing, and the warning names the
+    command that ends the bill."""
     from cloudfit.errors import CloudfitError
     from cloudfit.executors import get_executor
+    from cloudfit.executors.gcp.clients import Retry
 
-    try:
-        ex = get_executor("gcp", project=project or rec.info.get("project"), endpoint=endpoint or rec.info.get("endpoint"))
-        return ex.live(name)
+    try:  # a look, not a launch: a few seconds of retries, then "unknown"
+        ex = get_executor("gcp", project=project or rec.info.get("project"), endpoint=endpoint or rec.info.get("endpoint"),
+                          retry=Retry(attempts=3, base_s=0.5, cap_s=2.0, total_s=10.0))
+        states = ex.vm_states(rec.name)
     except CloudfitError as e:
-        return f"unknown ({e})"
+        row["live_vms"] = f"unknown ({e})"
+        return
+    row["live_vms"] = sorted(states)
+    if row.get("launcher_alive") is not False:
+        return  # a live launcher replaces or deletes stopped VMs itself
+    stopped = [vm for vm, s in states.items() if s in _STOPPED_STATES]
+    row["stopped_vms"] = stopped
+    down = f"run `cloudfit down {rec.name} --yes`"
+    if stopped:
+        row["status"] = "stopped, billing"
+        running = len(states) - len(stopped)
+        row["warning"] = (f"the launcher is gone and {len(stopped)} VM(s) shut themselves down without being deleted "
+                          f"({', '.join(stopped)}): stopped, their disks billed until deleted"
+                          + (f"; {running} still running until their max_run_duration" if running else "")
+                          + f" — {down} to end the bill")
+    elif not states:
+        row["warning"] = f"the launcher is gone and no VM of {rec.name} is left — {down} to record it as ended"
 
 
 # ------------------------------------------------------------------------------ down

@@ -32,9 +32,10 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from cloudfit.errors import BudgetExceeded, UsageError
 from cloudfit.types import ClusterConfig
 
-#: How a run ended (stored in the state store, shown by ``status``).
-COMPLETED, BUDGET, TIMEOUT, FAILED, INTERRUPTED, DOWN, NO_CAPACITY = (
-    "completed", "budget", "timeout", "failed", "interrupted", "down", "no-capacity")
+#: How a run ended (stored in the state store, shown by ``status``). ``refused``: a rank refused its input
+#: (a checkpoint whose signature does not verify; exit 2) — final, never restarted.
+COMPLETED, BUDGET, TIMEOUT, FAILED, INTERRUPTED, DOWN, NO_CAPACITY, REFUSED = (
+    "completed", "budget", "timeout", "failed", "interrupted", "down", "no-capacity", "refused")
 
 MAX_STEPS = 10**12  # optimizer steps a job may ask for (a step a microsecond is still 11 days)
 LABEL = "cloudfit-cluster"  # the label (GCP) / environment variable (local) naming a node's cluster
@@ -210,7 +211,7 @@ class Preview:
 class RunResult:
     name: str
     backend: str
-    reason: str  # completed | budget | timeout | failed | interrupted | no-capacity
+    reason: str  # completed | budget | timeout | failed | refused | interrupted | no-capacity
     spend_usd: float
     elapsed_s: float
     config: ClusterConfig | None  # the config that ran (after fallbacks)
@@ -263,7 +264,7 @@ class Executor(Protocol):
 class Poll:
     """What a backend saw on one look at its running cluster."""
 
-    state: str = "running"  # running | completed | stopped | failed | down
+    state: str = "running"  # running | completed | stopped | failed | refused | down
     progress: Mapping[str, Any] = field(default_factory=dict)
     lost: tuple[str, ...] = ()  # nodes that vanished (preempted, expired, crashed)
     detail: str = ""
@@ -326,9 +327,9 @@ def supervise(running: Running, guard, *, timing: Timing, timeout_s: float | Non
                 reason = DOWN
                 emit(Event("down", "the cluster is being deleted by `cloudfit down`"))
                 break
-            if last.state == "failed":
-                reason = FAILED
-                emit(Event("failed", last.detail or "the job failed"))
+            if last.state in ("failed", REFUSED):
+                reason = FAILED if last.state == "failed" else REFUSED
+                emit(Event(reason, last.detail or "the job failed"))
                 break
             if guard.should_stop(tick):
                 reason = BUDGET
@@ -388,7 +389,7 @@ def _graceful_stop(running: Running, timing: Timing, clock, sleep, last: Poll) -
         if not p.progress:
             p.progress = last.progress
         last = p
-        if p.state in ("completed", "stopped", "failed", DOWN):
+        if p.state in ("completed", "stopped", "failed", REFUSED, DOWN):
             break
         sleep(min(0.2, max(0.0, deadline - clock())))
     return last

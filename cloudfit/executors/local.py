@@ -1,8 +1,9 @@
 """The local backend: the plan's job as torch.distributed processes on this machine — a rehearsal.
 
-The job runs under torch's elastic launcher (``python -m torch.distributed.run --standalone``,
+The job runs under torch's elastic launcher (``python -m cloudfit.runtime.torchrun --standalone``: torchrun,
 gloo on CPUs, NCCL on GPUs) with ``--max-restarts``, so a rank that dies makes the whole worker
-group restart and resume from the newest checkpoint.
+group restart and resume from the newest checkpoint — but a rank that refuses its input (exit 2: a
+checkpoint that does not verify) ends the job at once, and the launch reports its line with exit 2.
 
 Scaling rule: the plan's ``nodes × accelerators_per_node`` ranks are scaled down to this machine:
 ``ranks = min(plan ranks, max_ranks)`` with ``max_ranks = min(4, CPU cores)`` (CUDA devices when
@@ -37,11 +38,12 @@ from typing import Any, Sequence
 
 from cloudfit.executors import state as st
 from cloudfit.executors.base import (
-    ENV_CHECKPOINT_KEY, ENV_CLUSTER, LABEL, DownResult, Event, EventSink, NodePlan, Poll, Preview, RunResult, RunSpec,
+    ENV_CHECKPOINT_KEY, ENV_CLUSTER, LABEL, REFUSED, DownResult, Event, EventSink, NodePlan, Poll, Preview, RunResult, RunSpec,
     Timing, carried_budget, supervise, taken_over,
 )
 from cloudfit.executors.budget import Guard, PriceSchedule, check_launchable
 
+FINAL_EXIT = 2  # cloudfit.runtime.torchrun.FINAL_EXIT: a rank refused its input
 ENV_ELASTIC = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # torch elastic restarts hang on CPU without it (#135712)
 
 
@@ -111,7 +113,7 @@ class LocalExecutor:
         return {"dir": d, "checkpoints": ckpt, "progress": d / "progress.json", "stop": d / "STOP", "log": d / "train.log"}
 
     def _argv(self, spec: RunSpec, paths: dict[str, Path], stop_at: float | None) -> list[str]:
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={self.ranks(spec)}",
+        launcher = [sys.executable, "-m", "cloudfit.runtime.torchrun", "--standalone", f"--nproc-per-node={self.ranks(spec)}",
                     f"--max-restarts={self.max_restarts}", "--monitor-interval=0.5"]
         if spec.job.command:
             return launcher + ["--no-python", *spec.job.command]
@@ -303,6 +305,9 @@ class _LocalRunning:
         if code == 0:
             state = progress.get("state", "completed") if progress else "completed"
             return Poll("stopped" if state == "stopped" else "completed", progress)
+        if code == FINAL_EXIT or progress.get("state") == "refused":  # a rank refused its input: final, its line
+            return Poll(REFUSED, progress, detail=progress.get("error") or
+                        f"a rank refused its input (exit {code}); see {self.paths['log']}")
         return Poll("failed", progress, detail=f"the job exited with code {code}; see {self.paths['log']}")
 
     def replace(self, lost: Sequence[str]) -> None:  # local processes are never preempted

@@ -284,3 +284,16 @@ def infeasible(space: Space, problem: Problem) -> InfeasibleError:
     relax = (" Relax to " + " or ".join(hints) + ".") if hints else ""
     return InfeasibleError(f"no configuration meets {' and '.join(limits)}.{relax} Closest: {near}.",
                            closest=tuple(closest))
+
+
+def preemption_notice(space: Space, a, i: int, chosen: Estimate, *, write_s: float, step_s: float = 0.0) -> dict | None:
+    """``plan.json``'s ``provenance.preemption_notice`` for the chosen candidate ``i`` (``a``: the space's
+    assessment): does the stop's checkpoint fit its cloud's notice, and the lost work the price counts
+    (``cloudfit.spot.checkpointing.preemption_notice``). ``None`` on demand."""
+    from cloudfit.spot.checkpointing import preemption_notice as notice
+
+    c = chosen.config
+    return notice(c.offering.cloud, spot=c.spot, write_s=write_s, step_s=step_s,
+                  interval_h=float(a.checkpoint_interval_h[i]),
+                  hazard_per_hour=float(space.hazard_per_node_hour[i]) * c.nodes,
+                  preemptions=float(a.expected_preemptions[i]))

@@ -555,8 +555,16 @@ def _plan(workload: Workload, space: LLMSpace) -> Plan:
         "layouts_enumerated": int(space.search.n_layouts.sum()), "excluded": dict(space.excluded),
     }
     provenance.update(r.provenance)
+    explanation = f"{r.explanation} Layout: {spec['why']}"
+    from cloudfit.plan.explain import preemption_notice
+
+    step_s = spec["global_batch"] * spec["seq_len"] / spec["tokens_per_second"] if spec["tokens_per_second"] > 0 else 0.0
+    notice = preemption_notice(space, a, i0, chosen, write_s=float(space.write_s[i0]), step_s=step_s)
+    if notice is not None:
+        provenance["preemption_notice"] = notice
+        explanation = f"{explanation} {notice['note']}"
     plan = Plan(workload=workload, chosen=chosen, alternatives=r.alternatives, pareto=pareto_front(space, problem),
-                provenance=provenance, explanation=f"{r.explanation} Layout: {spec['why']}", layout=spec)
+                provenance=provenance, explanation=explanation, layout=spec)
     return replace(plan, sensitivity=r.sensitivity(space, problem))
 
 

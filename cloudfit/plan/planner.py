@@ -93,9 +93,23 @@ def recommend(
         "excluded": dict(space.excluded),
     }
     provenance.update(r.provenance)
+    explanation = r.explanation
+    notice = _notice(space, r)
+    if notice is not None:
+        provenance["preemption_notice"] = notice
+        explanation = f"{explanation} {notice['note']}"
     plan = Plan(workload=workload, chosen=chosen, alternatives=r.alternatives, pareto=pareto,
-                provenance=provenance, explanation=r.explanation)
+                provenance=provenance, explanation=explanation)
     return replace(plan, sensitivity=r.sensitivity(space, problem))
+
+
+def _notice(space, r) -> dict | None:
+    """The chosen spot cluster's stop checkpoint against its cloud's preemption notice (None on demand)."""
+    from cloudfit.plan.explain import preemption_notice
+    from cloudfit.spot import DEFAULT_OVERHEADS
+
+    return preemption_notice(space, r.assessment, int(r.picked[0]), r.chosen,
+                             write_s=DEFAULT_OVERHEADS.checkpoint_s(space.checkpoint_bytes))
 
 
 def _space_of(workload: Workload, profile: Profile | None, catalog) -> tuple[Space, str, str | None]:

@@ -47,9 +47,10 @@ from cloudfit.runtime.family import BadInput
 #: that signal": a supervisor (SkyPilot, Kubernetes, systemd, a CI runner) reads them as "terminated",
 #: not "failed" nor "finished", which is true — the run was told to go and left a checkpoint to resume
 #: from; they cannot be confused with the launcher's 1–5. Under torchrun a stopped rank exits 0 whatever
-#: the reason (torchrun restarts a worker group whose rank exits non-zero, and an agent that was itself
-#: signalled exits with its own code after its workers): the reason is the progress file's
-#: ``stop_reason``, which the launcher turns into its own exit code (``cloudfit launch``'s table).
+#: the reason (torchrun restarts a worker group whose rank exits non-zero; an agent that was itself
+#: signalled exits 0 under ``cloudfit.runtime.torchrun`` once every worker did, 1 under plain torchrun): the
+#: reason is the progress file's ``stop_reason``, which the launcher turns into its own exit code
+#: (``cloudfit launch``'s table). Exit 2 is final under ``cloudfit.runtime.torchrun``: never restarted.
 EXIT_OK, EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_TIMEOUT = 0, 2, 4, 5
 EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
 STOP_EXIT = {"stop-file": EXIT_BUDGET, "stop-at": EXIT_TIMEOUT, "sigterm": EXIT_SIGTERM, "sigint": EXIT_SIGINT}

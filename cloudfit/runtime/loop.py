@@ -50,6 +50,7 @@ def main(family: Family, argv: list[str] | None = None) -> int:
     except (OSError, ValueError):  # stderr is no file (captured, in a notebook)
         pass
     rank = int(os.environ.get("RANK", 0))
+    args = None
     try:
         args = parse(family, argv)
         key = integrity.checkpoint_key()
@@ -62,12 +63,36 @@ def main(family: Family, argv: list[str] | None = None) -> int:
     gc.collect()  # free that model (and DDP's reducer) while the group lives: freed after it, gloo's teardown can hang
     if rank == 0:
         print(said, file=sys.stderr, flush=True)
+        _refused(said, args)
     _abandon_group()
     from cloudfit.runtime.ranks import exit_now, torchrun_env
 
     if torchrun_env()[0]:  # under torchrun: exit 2, not a SIGABRT in the teardown
         exit_now(control.EXIT_BAD_INPUT)
     return control.EXIT_BAD_INPUT
+
+
+def _refused(said: str, args: argparse.Namespace | None) -> None:
+    """Rank 0 records the refusal in the progress file (state ``refused``, ``error`` its one line), where a
+    launcher reads why the job ended: a refusal is final, nothing restarts it (``cloudfit.runtime.torchrun``)."""
+    import json
+
+    from cloudfit.runtime.progress import PROGRESS_SCHEMA, write_json_atomic
+
+    where = getattr(args, "progress_file", None) or os.environ.get("CLOUDFIT_PROGRESS_FILE")
+    ckpt = getattr(args, "checkpoint_dir", None) or os.environ.get("CLOUDFIT_CHECKPOINT_DIR")
+    if not where and not ckpt:
+        return
+    path = Path(where) if where else Path(ckpt) / "progress.json"
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        old = {}
+    try:
+        write_json_atomic(path, {**(old if isinstance(old, dict) else {}), "schema_version": PROGRESS_SCHEMA,
+                                 "state": "refused", "error": said, "updated_at": time.time()})
+    except OSError:  # a folder that cannot be written: the line on stderr is all there is
+        pass
 
 
 def _abandon_group() -> None:

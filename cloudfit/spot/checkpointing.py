@@ -57,3 +57,50 @@ def planned_interval(config, model: str) -> tuple[float, float, float]:
     lam = cluster_hazard_per_hour(config)
     c = planned_write_s(model)
     return young_daly_s(lam, c), lam, c
+
+
+def preemption_notice(cloud: str, *, spot: bool, write_s: float, interval_h: float, hazard_per_hour: float,
+                      preemptions: float, step_s: float = 0.0) -> dict | None:
+    """Does the stop's checkpoint (the step in progress, then the write) fit the cloud's preemption notice?
+    ``None`` on demand. Either way the price counts, per preemption, the work since the last interval
+    checkpoint (Daly's model: the mean of a truncated exponential over τ + C, ≈ half of it): a notice is
+    best effort (AWS says so; a host failure gives none), so a SIGTERM save that fits is a bonus, never priced;
+    one that does not fit cannot finish before the kill, and then the lost work is what the preemption costs.
+    ``cloudfit.catalog.clouds`` holds each cloud's notice and its source (``catalogs/README.md``)."""
+    if not spot:
+        return None
+    import numpy as np
+
+    from cloudfit.catalog.clouds import get
+    from cloudfit.spot.model import _trunc_mean
+
+    notice = get(cloud).preemption_notice_s
+    save_s = float(step_s) + float(write_s)
+    length_h = float(interval_h) + float(write_s) / 3600.0 if math.isfinite(interval_h) else float("nan")
+    lost_h = (float(length_h * _trunc_mean(np.asarray(hazard_per_hour * length_h)))
+              if hazard_per_hour > 0 and math.isfinite(length_h) else 0.0)
+    fits = notice is not None and save_s <= notice
+    name = {"gcp": "GCP", "aws": "AWS", "runpod": "RunPod"}.get(cloud, cloud.capitalize())
+    what = (f"The stop's checkpoint ({_secs(step_s)} step + {_secs(write_s)} write)" if step_s
+            else f"The stop's checkpoint ({_secs(write_s)})")
+    lost = (f"≈{_mins(lost_h)} of work since the last interval checkpoint per preemption "
+            f"({preemptions:.2g} expected: ≈{_mins(lost_h * preemptions)})")
+    if notice is None:
+        note = f"{name} publishes no preemption notice, so {what[0].lower() + what[1:]} is not counted on: the price counts {lost}."
+    elif fits:
+        note = f"{what} fits {name}'s {notice:g} s preemption notice; the price still counts {lost}: a notice is best effort."
+    else:
+        note = f"{what} cannot finish in {name}'s {notice:g} s preemption notice: the price counts {lost}."
+    return {"cloud": cloud, "notice_s": notice, "save_s": round(save_s, 3), "step_s": round(float(step_s), 3),
+            "write_s": round(float(write_s), 3), "fits": fits, "interval_h": float(interval_h),
+            "lost_per_preemption_h": lost_h, "expected_preemptions": float(preemptions),
+            "expected_lost_h": lost_h * float(preemptions), "lost_work_priced": True, "note": note}
+
+
+def _secs(s: float) -> str:
+    return f"{s:.3g} s" if s < 100 else f"{s:,.0f} s"
+
+
+def _mins(h: float) -> str:
+    m = h * 60.0
+    return f"{m:.2g} min" if m < 100 else f"{m:,.0f} min"

@@ -112,7 +112,7 @@ def test_gcp_dry_run_prints_the_exact_instances_and_creates_nothing(cli, fake, p
     j = cli("launch", str(plan), "--dry-run", "--json", "--name", "dry", *_gcp_args(fake))
     pv = json.loads(j.output)["preview"]
     assert [n["name"] for n in pv["nodes"]] == ["dry-0", "dry-1"] and pv["cost_cap_usd"] <= 30
-    assert "torch.distributed.run" in pv["startup_script"] and "instance metadata" in pv["install"]
+    assert "cloudfit.runtime.torchrun" in pv["startup_script"] and "instance metadata" in pv["install"]
 
 
 def _library_preview(plan_path, backend, fake=None, **options):
@@ -222,6 +222,53 @@ def test_kill_9_mid_creation_then_down_from_a_new_process_leaves_no_vm(fake, pla
     assert p.returncode == 0, p.stderr
     assert fake.vms() == []
     assert StateStore().cluster("k9").reason == "down"
+
+
+def test_a_refusal_on_the_vms_ends_the_gcp_launch_with_the_ranks_line_and_exit_2(cli, fake, plan):
+    """Issue 34: the startup script reports a rank's exit 2 (state `refused`, its line): final, not 'failed'."""
+    line = "cloudfit.train: checkpoint file gs://ckpt-bucket/rf/step-000000004/__1_0.distcp: signature does not verify"
+    fake.refuse_with = line
+    r = cli("launch", str(plan), "--yes", "--name", "rf", "--steps", "20", "--check-interval", "0.1",
+            *_gcp_args(fake, "--checkpoint-dir", "gs://ckpt-bucket/rf"))
+    assert r.exit_code == 2, r.output
+    assert line in r.output and "refused (not restarted)" in r.output and "guest attribute" not in r.output
+    assert StateStore().cluster("rf").reason == "refused" and fake.vms() == []
+
+
+def _status_is(name: str, status: str) -> bool:
+    if not (Path(os.environ["CLOUDFIT_HOME"]) / "state.db").exists():
+        return False
+    rec = StateStore().find_cluster(name)
+    return rec is not None and rec.status == status
+
+
+@pytest.mark.slow  # five CLI processes: 14–40 s on the loaded 2-core machine
+def test_status_shows_vms_that_shut_themselves_down_as_stopped_but_billing(fake, tmp_path):
+    """Issue 34: a VM whose self-delete was refused powers itself off (TERMINATED, disks billed, max_run_duration
+    no longer runs); with the launcher gone, `status` said "running … stop at their max_run_duration"."""
+    fake.simulate_job_s = 3600.0  # the job is still training when the launcher dies
+    p1 = write_plan(tmp_path / "p1.json", [t4(nodes=1)], budget_usd=30)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "cloudfit", "launch", str(p1), "--yes", "--name", "sd", "--checkpoint-dir",
+         "gs://ckpt-bucket/sd", *_gcp_args(fake)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (fake.vms("sd", statuses=("RUNNING",)) and _status_is("sd", "running")):
+        time.sleep(0.05)
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait()
+    (vm,) = fake.vms("sd")
+    running = json.loads(run_cloudfit("status", "sd", "--json").stdout)
+    assert running["status"] == "running" and running["stopped_vms"] == [] and "max_run_duration" in running["warning"]
+    fake.shut_down(vm)  # `self_delete || shutdown -h now`: the delete was refused
+    row = json.loads(run_cloudfit("status", "sd", "--json").stdout)
+    assert row["stopped_vms"] == [vm] and row["status"] == "stopped, billing"
+    assert "cloudfit down sd --yes" in row["warning"] and "max_run_duration" not in row["warning"]
+    text = run_cloudfit("status", "sd", env={"COLUMNS": "200"}).stdout
+    assert "sd (gcp): stopped, billing" in text and f"{vm} (stopped, billing)" in text
+    assert "cloudfit down sd --yes" in text and "max_run_duration" not in text
+    listing = json.loads(run_cloudfit("status", "--json").stdout)["clusters"]
+    assert [(r["name"], r["status"], r["stopped_vms"]) for r in listing] == [("sd", "stopped, billing", [vm])]
+    assert run_cloudfit("down", "sd", "--yes").returncode == 0 and fake.vms() == []  # the command it names ends it
 
 
 def test_no_secret_reaches_state_scripts_plans_or_output(cli, fake, plan, tmp_path, monkeypatch):

@@ -71,7 +71,7 @@ def test_gcp_startup_script_runs_torchrun_with_the_plans_layout(cli, fake, llm_p
         assert _meta(body, "cloudfit-node-rank") == str(i)
         script = _meta(body, "startup-script")
         assert f"NNODES={nodes}\n" in script and f"NPROC={per_node}\n" in script
-        assert "torch.distributed.run" in script and "--rdzv-backend=c10d" in script
+        assert "cloudfit.runtime.torchrun" in script and "--rdzv-backend=c10d" in script
         argv = _trainer_argv(script)
         opts = dict(zip(argv[::2], argv[1::2]))
         d = lay["degrees"]
@@ -290,7 +290,7 @@ def test_local_launch_survives_a_killed_rank_then_resumes_resharded_on_fewer_ran
         _when(lambda: complete_checkpoints(ckpt), timeout=240)
         killed_after = complete_checkpoints(ckpt)[0][0]
         workers = _when_value(lambda: [p for p in psutil.Process(proc.pid).children(recursive=True)
-                                       if "cloudfit.train_llm" in " ".join(p.cmdline()) and "torch.distributed.run" not in
+                                       if "cloudfit.train_llm" in " ".join(p.cmdline()) and "cloudfit.runtime.torchrun" not in
                                        " ".join(p.cmdline())])
         os.kill(workers[-1].pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=300)

@@ -188,3 +188,24 @@ def test_the_local_backend_keeps_a_deadline_and_rehearses_the_switch(tmp_path):
     prices = [p.price_per_hour for p in ex.store.resources("ldl")]
     assert prices == [spot.price_per_hour, od.price_per_hour]  # charged at the on-demand price after the switch
     assert 0 < rec.spend_usd <= 5.0 and ex.live("ldl") == []
+
+
+@pytest.mark.slow
+def test_a_planted_checkpoint_ends_the_launch_with_the_ranks_line_and_exit_2(tmp_path):
+    """Issue 34: torchrun restarted the refusing ranks 4× and the launch said "the job exited with code 1"."""
+    plan = write_plan(tmp_path / "plan.json", [ClusterConfig(offering(price=None), 2, False)], samples=1e9)
+    ckpt = tmp_path / "ckpt"
+    args = ["launch", str(plan), "--name", "planted", "--checkpoint-dir", str(ckpt)]
+    first = run_cloudfit(*args, "--steps", "2", env={"COLUMNS": "200"})
+    assert first.returncode == 0, first.stderr
+    [(_, path)] = checkpoints(ckpt)
+    shard = sorted(path.glob("*.distcp"))[-1]
+    shard.write_bytes(b"\0" + shard.read_bytes()[1:])  # someone who can write the folder plants it
+    p = run_cloudfit(*args, "--steps", "4", env={"COLUMNS": "200"})
+    line = f"cloudfit.train: checkpoint file {shard}: signature does not verify: refused (nothing in it was loaded)"
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert line in p.stderr and "refused (not restarted)" in p.stdout and "exited with code" not in p.stdout + p.stderr
+    log = (Path(os.environ["CLOUDFIT_HOME"]) / "clusters" / "planted" / "train.log").read_text()
+    assert log.count("signature does not verify") == 1, log[-3000:]  # one attempt, not --max-restarts more
+    row = json.loads(run_cloudfit("status", "planted", "--json").stdout)
+    assert row["reason"] == "refused" and row["progress"]["error"] == line

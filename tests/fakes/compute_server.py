@@ -63,6 +63,7 @@ class FakeCompute:
     insert_delay_s: float = 0.0  # the insert *call* itself takes this long (to kill a launcher mid-way)
     simulate_job_s: float | None = None
     stop_reaction_s: float = 0.2
+    refuse_with: str | None = None  # the simulated job ends as the startup script reports a rank's exit 2: this line
     instances: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     operations: dict[tuple[str, str, str], _Op] = field(default_factory=dict)
     faults: list[_Fault] = field(default_factory=list)
@@ -140,6 +141,15 @@ class FakeCompute:
             if inst["status"] != "RUNNING":
                 raise AssertionError(f"{name} is {inst['status']}, not RUNNING")
             self._terminate(key, "compute.instances.preempted")
+
+    def shut_down(self, name: str) -> None:
+        """The guest powers the VM off (``shutdown -h now``, what the startup script does when its self-delete
+        is refused): TERMINATED, whatever the termination action (that applies to preemption and
+        max_run_duration only); the VM and its disks stay until deleted."""
+        with self._lock:
+            key = self._find(name)
+            self._running_since.pop(key, None)
+            self.instances[key]["status"] = "TERMINATED"
 
     def vms(self, label: str | None = None, *, statuses: tuple[str, ...] | None = None) -> list[str]:
         """Names of instances that exist (any status unless ``statuses``), optionally with cloudfit-cluster=label."""
@@ -242,7 +252,10 @@ class FakeCompute:
                     total = int(m.group(1)) if m else 100  # what the startup script would train
                     g["cloudfit/progress"] = json.dumps({"step": int(total * frac), "total_steps": total,
                                                          "samples_per_second": 1234.0, "state": "running"})
-                    if frac >= 1.0:
+                    if frac >= 1.0 and self.refuse_with is not None:  # `guest error …; guest state refused`
+                        g["cloudfit/error"], g["cloudfit/exit_code"] = self.refuse_with, "2"
+                        g["cloudfit/state"] = "refused"
+                    elif frac >= 1.0:
                         g["cloudfit/state"] = "completed"
 
     def _maybe_http_fault(self, method: str, path: str) -> int | None:

@@ -36,8 +36,10 @@ class Trainer:
         return [*self.base, "--checkpoint-dir", str(self.ckpt), "--metrics-file",
                 str(self.tmp / "metrics.jsonl"), "--progress-file", str(self.tmp / "progress.json"), *args]
 
-    def torchrun(self, *args: str, nproc: int = 2, max_restarts: int = 0, env: dict | None = None) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+    def torchrun(self, *args: str, nproc: int = 2, max_restarts: int = 0, env: dict | None = None,
+                 launcher: str = "torch.distributed.run") -> subprocess.Popen:
+        """The trainer under torchrun (``launcher="cloudfit.runtime.torchrun"``: cloudfit's, as its launches run it)."""
+        cmd = [sys.executable, "-m", launcher, "--standalone", f"--nproc-per-node={nproc}",
                f"--max-restarts={max_restarts}", "--monitor-interval=0.2", "-m", self.module, *self.argv(*args)]
         log = open(self.tmp / f"torchrun-{time.monotonic_ns()}.log", "w")
         return subprocess.Popen(cmd, env=_env(env), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -109,7 +109,8 @@ def test_recommend_equals_the_plain_evaluation(cat, kw):
     assert p.provenance["feasible"] == order.size
     d = problem.deadline_hours
     runner_e = None if runner is None else estimate(space, runner, space._assess(d, np.asarray([runner])), 0)
-    assert p.explanation == explain_mod.explain(p.chosen, runner_e, problem)
+    notice = p.provenance.get("preemption_notice")  # a spot pick: its stop checkpoint against the notice, after
+    assert p.explanation == explain_mod.explain(p.chosen, runner_e, problem) + (f" {notice['note']}" if notice else "")
     ids = np.asarray(_thin(front))
     sub = space._assess(d, ids)
     feasible, why = score(sub, problem)[0], reasons(sub, problem)

@@ -241,6 +241,10 @@ class GcpExecutor:
     def live(self, name: str) -> list[str]:
         return sorted(vm for _, vm in self.labelled(name))
 
+    def vm_states(self, name: str) -> dict[str, str]:
+        """``{vm name: Compute Engine status}`` of every VM labelled with ``name`` (``RUNNING``, ``TERMINATED``, …)."""
+        return {vm: status for (_, vm), (status, _) in sorted(self.labelled(name).items())}
+
     def down(self, name: str, *, all_with_label: bool = False) -> DownResult:
         """Delete the VMs of ``name``'s recorded launches (every launch of that name in this state
         store); VMs that carry the cluster label but belong to another launch (another state folder,
@@ -589,7 +593,7 @@ class _GcpCluster:
             filter=f"labels.{LABEL} = {self.spec.name} AND labels.{LAUNCH_LABEL} = {self.launch_id}")
         listed = {i.name: i for i in self.ex.retry.call("listing the cluster", c.instances.list, request=req)}
         progress: dict[str, Any] = {}
-        state = "running"
+        state, error = "running", ""
         head = self._head()
         if head in listed:
             try:
@@ -598,7 +602,9 @@ class _GcpCluster:
                                                                       query_path="cloudfit/")
                 ga = self.ex.retry.call("reading progress", c.instances.get_guest_attributes, request=req_ga)
                 attrs = {e.key: e.value for e in ga.query_value.items}
-                state = {"completed": "completed", "stopped": "stopped", "failed": "failed"}.get(attrs.get("state", ""), "running")
+                state = {"completed": "completed", "stopped": "stopped", "failed": "failed",
+                         "refused": "refused"}.get(attrs.get("state", ""), "running")
+                error = attrs.get("error", "")
                 if attrs.get("progress"):
                     import json
 
@@ -609,7 +615,8 @@ class _GcpCluster:
             except gex.NotFound:  # nothing reported yet (the VM is still booting)
                 pass
         if state != "running":
-            detail = "" if state != "failed" else "the job failed on the VMs (guest attribute cloudfit/state=failed)"
+            detail = {"failed": "the job failed on the VMs (guest attribute cloudfit/state=failed)",
+                      "refused": error or "a rank refused its input (exit 2)"}.get(state, "")
             return Poll(state, progress, detail=detail)
         lost = tuple(name for name in self.nodes
                      if name not in listed or listed[name].status in ("TERMINATED", "STOPPED", "SUSPENDED", "STOPPING"))

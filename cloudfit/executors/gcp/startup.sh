@@ -112,11 +112,12 @@ code=1
 # A preempted peer makes torchrun fail here; it is recreated by the launcher, so try again and
 # meet it at the rendezvous (the job resumes from the newest checkpoint).
 for attempt in 1 2 3 4 5 6 7 8 9 10; do
-  "$PY" -m torch.distributed.run --nnodes="$NNODES" --nproc-per-node="$NPROC" --rdzv-backend=c10d \
+  "$PY" -m cloudfit.runtime.torchrun --nnodes="$NNODES" --nproc-per-node="$NPROC" --rdzv-backend=c10d \
     --rdzv-endpoint="$MASTER:29400" --rdzv-id="$CLUSTER" --rdzv-conf=join_timeout=900 --max-restarts=3 \
     {{ENTRY}}
   code=$?
   [ "$code" -eq 0 ] && break
+  [ "$code" -eq 2 ] && break  # a rank refused its input (a checkpoint that does not verify): final
   [ -f "$STOP_FILE" ] && break
   sleep 20
 done
@@ -125,6 +126,11 @@ if [ "$code" -eq 0 ]; then
   grep -q '"state": "stopped"' "$PROGRESS" 2>/dev/null && state=stopped
   [ -f "$PROGRESS" ] && guest progress "$(head -c 4000 "$PROGRESS")"
   guest state "$state"
+elif [ "$code" -eq 2 ]; then
+  guest exit_code "$code"
+  guest error "$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("error", ""))' "$PROGRESS" 2>/dev/null \
+    || echo "a rank refused its input (exit 2)")"
+  guest state refused
 else
   guest exit_code "$code"
   guest state failed
