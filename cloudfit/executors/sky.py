@@ -130,7 +130,7 @@ def run_script(spec: RunSpec, config: ClusterConfig, cap_s: float | None, stop_a
         f"export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 CLOUDFIT_CLUSTER={shlex.quote(spec.name)}\n"
         f"report() {{ [ -f {PROGRESS_FILE} ] && echo \"{PROGRESS_TAG}$(tr -d '\\n' < {PROGRESS_FILE})\"; }}\n"
         f'if [ "$SKYPILOT_NODE_RANK" = 0 ]; then ( while sleep {every}; do report; done ) & fi\n'
-        f"{cap}python -m torch.distributed.run --nnodes=\"$SKYPILOT_NUM_NODES\" "
+        f"{cap}python -m cloudfit.runtime.torchrun --nnodes=\"$SKYPILOT_NUM_NODES\" "
         '--nproc-per-node="$SKYPILOT_NUM_GPUS_PER_NODE" --node-rank="$SKYPILOT_NODE_RANK" '
         '--master-addr="$MASTER_ADDR" --master-port=29500 ' + " ".join(shlex.quote(a) for a in target) + "\n"
         "rc=$?\n"
@@ -258,7 +258,7 @@ class SkyExecutor:
             task["file_mounts"]["/cloudfit-ckpt"] = bucket
         task["envs"]["CLOUDFIT_LAUNCH_ID"] = "<drawn at launch>"
         managed = bool(config.spot and self.managed_spot)
-        command = ["python", "-m", "torch.distributed.run", f"--nnodes={config.nodes}",
+        command = ["python", "-m", "cloudfit.runtime.torchrun", f"--nnodes={config.nodes}",
                    f"--nproc-per-node={config.offering.accelerators_per_node}", *run_words(spec, config, None)]
         ships = shipping(task, [f for f in (install.wheel, workdir) if f is not None])
         if install.wheel is None:

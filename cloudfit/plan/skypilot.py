@@ -259,7 +259,7 @@ def _torchrun(module: str, args: list[str]) -> str:
     return ("set -e\n"
             'MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)\n'
             "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n"
-            'python -m torch.distributed.run --nnodes="$SKYPILOT_NUM_NODES" '
+            'python -m cloudfit.runtime.torchrun --nnodes="$SKYPILOT_NUM_NODES" '
             '--nproc-per-node="$SKYPILOT_NUM_GPUS_PER_NODE" --node-rank="$SKYPILOT_NODE_RANK" '
             '--master-addr="$MASTER_ADDR" --master-port=29500 '
             f"-m {module} " + " ".join(shlex.quote(a) for a in args) + "\n")

@@ -117,7 +117,7 @@ def test_task_pins_every_config_and_runs_the_same_torchrun_command(fake_sky):
          "use_spot": False, "zone": "US-TX-3"}]  # the 8-GPU p5 is another shape: not in one task
     assert t["num_nodes"] == 1 and t["file_mounts"]["/cloudfit-ckpt"] == {"source": "s3://ckpt-bucket/ckpt", "mode": "MOUNT"}
     run = t["run"]
-    assert "timeout --signal=TERM --kill-after=60 3600 python -m torch.distributed.run" in run
+    assert "timeout --signal=TERM --kill-after=60 3600 python -m cloudfit.runtime.torchrun" in run
     assert "-m cloudfit.train --model mlp --steps 150 --checkpoint-dir /cloudfit-ckpt" in run and "--stop-at 1000000000" in run
     own = task_config(_spec("pin", spec.configs, job=JobSpec(model="mlp", steps=3)), spec.configs, launch_id="abc123456789")
     assert own["file_mounts"]["/cloudfit-ckpt"] == {"name": "cloudfit-pin-abc123456789", "mode": "MOUNT"}  # this launch's
@@ -367,7 +367,7 @@ def test_plain_dry_run_shows_nodes_command_what_ships_and_the_bucket(cli, fake_s
     assert r.exit_code == 0 and "rehearsing" not in out and "local process group" not in out, out
     assert "2 node(s) through SkyPilot" in out and "aws us-east-1, instance type g6.12xlarge, 4× L4, SPOT" in out
     [cmd] = [ln for ln in out.splitlines() if ln.strip().startswith("command:")]
-    assert "python -m torch.distributed.run --nnodes=2 --nproc-per-node=4 -m cloudfit.train --model mlp --steps 150" in cmd
+    assert "python -m cloudfit.runtime.torchrun --nnodes=2 --nproc-per-node=4 -m cloudfit.train --model mlp --steps 150" in cmd
     assert "ships cloudfit-" in out and "KiB, sha256 " in out and "bucket cloudfit-" in out and "/cloudfit-ckpt" in out
 
 
@@ -466,5 +466,5 @@ def test_every_task_both_paths_build_loads_in_real_skypilot_with_its_mounts_secr
         wheel = {k: v for k, v in t["file_mounts"].items() if k.startswith("/cloudfit-wheel/")}
         assert len(wheel) == 1 and all(Path(v).is_file() for v in wheel.values())
         assert list(t["storage"]) == ["/cloudfit-ckpt"] and t["storage"]["/cloudfit-ckpt"][0].startswith("cloudfit-")
-        assert t["setup"] == task["setup"] and "torch.distributed.run" in t["run"]
+        assert t["setup"] == task["setup"] and "cloudfit.runtime.torchrun" in t["run"]
     assert t["file_mounts"]["/cloudfit-workdir/wd.tar"] == str(archive) and "tar -xf /cloudfit-workdir/wd.tar" in t["setup"]

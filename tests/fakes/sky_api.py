@@ -109,7 +109,7 @@ class Task:
                 raise ValueError(f"Invalid accelerators {r.get('accelerators')!r} for {r['instance_type']}")
             if r.get("region") not in row[2]:
                 raise ValueError(f"Invalid region {r.get('region')!r} for {r['instance_type']}")
-        if "torch.distributed.run" not in config.get("run", "") or int(config.get("num_nodes", 1)) < 1:
+        if "cloudfit.runtime.torchrun" not in config.get("run", "") or int(config.get("num_nodes", 1)) < 1:
             raise ValueError("a cloudfit task runs torchrun on at least one node")
         secrets = {k: str(v) for k, v in (config.get("secrets") or {}).items() if v is not None}
         secrets.update(dict(secrets_overrides or ()))
