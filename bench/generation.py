@@ -11,19 +11,28 @@ band, anchored bands × (1 + slope × jump)):
 - **stats-only**: no measurement of the workload on any GPU of the fit;
 - **anchored**: the same workload's single-device rows on older generations.
 
-"after" (``--after``): a generation correction learned from *transitions inside the older rows only*
-(an inner leave-one-generation-out: each older generation predicted from the ones before it), applied on
-top of the shipped prediction: ``log(measured / predicted) ≈ c_t·J·s + c_m·J·(1 − s)``, with ``J`` the
-calibrated prior's log jump from the newest GPU of the fit to the target (stats-only) or from the anchors
-(anchored) and ``s`` the prior's tensor-op (matmul/conv/attention) share of the step on the target — so
-``1 + c`` is the realised fraction of the prior's predicted jump, per op class; and bands by distance:
-split-conformal 10/90% quantiles of the inner residuals after the correction, normalised by (1 + |J|).
+"after" (``--after``), everything learned from the older rows only:
+
+- **the transition prior**: on pairs of the same (source, workload) measured on two (accelerator, precision)
+  points of the fit (one GPU, nearest batch; precision pairs on one GPU count: V100 fp32 → fp16 is where
+  tensor cores show), non-negative least squares of log(measured ratio) on the log tensor-peak ratio and log
+  effective-bandwidth ratio (16-bit activations halve the bytes), each split by the prior's tensor-op share s,
+  and the log batch ratio. A held-out row is then predicted as its one-device speed carried by the transition
+  prior — from its anchors' measurements (anchored), or from the shipped stats-only prediction on the measured
+  GPU nearest in spec (stats-only) — times the shipped model's own multi-device / one-device ratio.
+- **the band by distance**: an inner leave-one-generation-out (each older generation predicted from the ones
+  before it, the same way) gives residuals; the band is ±q·(1 + |predicted log jump|), q the conformal 80%
+  quantile of |residual| / (1 + |jump|).
+
+A first try, a correction ∝ the calibrated prior's jump learned on the inner folds, is in commit d538758
+(it made Ampere worse: older transitions realised *more* than the prior's jump, newer ones less).
 
 Also printed: the realised fraction of spec per transition (same source, workload, precision, one GPU,
 nearest batch): log(measured ratio) / log(spec ratio) for the tensor peak at the precision and for the
 memory bandwidth, by the prior's dominant op class.
 
-    PYTHONPATH=$PWD python bench/generation.py [--after] [--json out.json]    # ~10–20 min on 2 cores
+    PYTHONPATH=$PWD python bench/generation.py --after [--json out.json]   # ~3 min on 2 loaded cores
+    PYTHONPATH=$PWD python bench/generation.py --llm [--json out.json]     # the LLM model, ~3 min
 """
 
 from __future__ import annotations
@@ -70,23 +79,29 @@ def restricted(prep: fit_mod.Prepared, train: np.ndarray) -> fit_mod.Prepared:
     return dataclasses.replace(prep, anchor_weights=W)
 
 
-def prior_on(fp: fit_mod.Prepared, acc: str) -> prior.PriorResult:
-    """The calibrated prior of every row's workload, one device, on ``acc`` at the row's precision and batch."""
-    n = len(fp.measured)
-    t = fp.table
-    s = features.setup([acc] * n, list(t["precision"]), batch=t["batch_per_device"], count=np.ones(n),
+def prior_on(fp: fit_mod.Prepared, acc: np.ndarray, rows: np.ndarray) -> tuple[prior.PriorResult, prior.Setup]:
+    """The calibrated prior of ``rows``' workloads, one device, on ``acc`` (per row) at the row's precision and batch."""
+    n = len(rows)
+    t = fp.table.take(rows)
+    s = features.setup(list(acc), list(t["precision"]), batch=t["batch_per_device"], count=np.ones(n),
                        nodes=np.ones(n), intra_gbps=np.full(n, np.inf), network_gbps=np.full(n, features.NO_LINK_GBPS),
                        tables=fit_mod.kernel_tables())
-    return prior.prior(fp.work, s, fp.constants)
+    w = prior.Work(*(np.asarray(x)[rows] if np.ndim(x) else x for x in dataclasses.astuple(fp.work)))
+    return prior.prior(w, s, fp.constants), s, w
 
 
-def reference(prep: fit_mod.Prepared, train: np.ndarray) -> str:
-    """The newest generation's most measured accelerator in ``train`` (ties by name)."""
-    acc = prep.table["accelerator"][train]
-    g = np.array([gen_of(a) for a in acc])
-    newest = acc[g == g.max()]
-    names, counts = np.unique(newest, return_counts=True)
-    return str(sorted(zip(-counts, names))[0][1])
+def reference(prep: fit_mod.Prepared, train: np.ndarray, held: np.ndarray) -> np.ndarray:
+    """Per held row, the measured accelerator of ``train`` nearest in spec at the row's precision
+    (|log peak ratio| + |log bandwidth ratio|; ties by name)."""
+    t = prep.table
+    accs = sorted(set(t["accelerator"][train]))
+    out = []
+    for i in held:
+        prec = t["precision"][i]
+        lp, lb = spec_logs([t["accelerator"][i]] + accs, [prec] * (len(accs) + 1))
+        d = np.abs(lp[1:] - lp[0]) + np.abs(lb[1:] - lb[0])
+        out.append(sorted(zip(d, accs))[0][1])
+    return np.array(out, dtype=object)
 
 
 @dataclasses.dataclass
@@ -101,6 +116,11 @@ class Fold:
     J: dict[str, np.ndarray]  # signed log jump of the calibrated prior: stats-only (from the reference), anchored
     share: np.ndarray  # tensor-op share of the prior's one-device step on the target
     ref: str
+    anch1: np.ndarray = None  # the shipped anchored / stats-only prediction of each held row's one-device variant
+    stat1: np.ndarray = None
+    stat_ref: np.ndarray = None  # shipped stats-only prediction of the one-device variant on the reference GPU
+    constants: dict = None
+    share_ref: np.ndarray = None  # tensor-op share of the prior on the reference GPU
 
 
 def fold(prep, target: float, *, lam=None, cal=True, progress=None) -> tuple[Fold, "fit_mod.Calibration | None"]:
@@ -108,19 +128,34 @@ def fold(prep, target: float, *, lam=None, cal=True, progress=None) -> tuple[Fol
     g = np.array([gen_of(a) for a in prep.table["accelerator"]])
     train, held = np.flatnonzero(g < target), np.flatnonzero(g == target)
     pr = restricted(prep, train)
-    fp, fm = fit_mod.fold_model(pr, train)
+    # fit.fold_model, keeping the forest to evaluate other hardware
+    fp = fit_mod.prepare_for(pr, train)
+    forest = fit_mod.fit_forest(fp.X[train], fp.y[train], fp.weight[train])
+    v = fp.variants
+    fm = fit_mod.FoldModel(fp.prior_sps, forest.predict(fp.X), v.prior_sps, forest.predict(v.X))
     c = fit_mod.calibrate(fp, train, progress=progress) if cal else None
     lam = c.anchor_lambda if c is not None else lam
     anch, stat = fit_mod.shipped_predictions(fp, fm, held, lam)
     n = len(prep.measured)
     p1 = np.where(prep.multi[held], fm.prior_v[n + held], fm.prior_sps[held])
-    ref = reference(prep, train)
-    pref = prior_on(fp, ref)
+    ref = reference(prep, train, held)
+    pref, sref, wref = prior_on(fp, ref, held)
     W = fp.anchor_weights[held]
-    J = {"stats-only": np.log(p1) - np.log(pref.samples_per_second[held]),
+    J = {"stats-only": np.log(p1) - np.log(pref.samples_per_second),
          "anchored": (W * (np.log(p1)[:, None] - np.log(fm.prior_sps)[None, :])).sum(1)}
     own = prior.prior(fp.variants.work, fp.variants.setup, fp.constants)
     share = own.tensor_s[n + held] / own.compute_s[n + held]
+    # one-device variants, as shipped_predictions builds them (single-device λ)
+    idx = n + held
+    lam1 = lam["single"]
+    logm = np.log(prep.measured)
+    base = W @ (logm - np.log(fm.prior_sps)) - lam1 * (W @ fm.f)
+    anch1 = np.where(W.sum(1) > 0, np.exp(np.log(fm.prior_v[idx]) + lam1 * fm.f_v[idx] + base), np.nan)
+    stat1 = fm.prior_v[idx] * np.exp(fm.f_v[idx])
+    Xr = features.feature_matrix(wref, sref, pref, fp.framework_tf[held])
+    stat_ref = pref.samples_per_second * np.exp(forest.predict(Xr))
+    s_ref = pref.tensor_s / pref.compute_s
+
     lo, hi = {}, {}
     if c is not None:
         new = fit_mod.novel(fp, train, held)
@@ -135,43 +170,127 @@ def fold(prep, target: float, *, lam=None, cal=True, progress=None) -> tuple[Fol
             pred = anch if kind == "anchored" else stat
             lo[kind] = pred * np.exp(np.minimum(ql, ul) * sc)
             hi[kind] = pred * np.exp(np.maximum(qh, uh) * sc)
-    return Fold(target, train, held, anch, stat, lo, hi, J, share, ref), c
+    return Fold(target, train, held, anch, stat, lo, hi, J, share, ref, anch1, stat1, stat_ref, fp.constants, s_ref), c
 
 
 # --------------------------------------------------------------------------------------------
-# The generation correction, learned on inner transitions
+# The transition prior: realised fraction of each spec ratio, learned on pairs of older rows
+
+#: columns of the transition regression: log tensor-peak ratio and log effective-bandwidth ratio, each split by
+#: the prior's tensor-op share s of the step, and the log batch ratio (per-sample speed grows with the batch)
+TRANSITION_TERMS = ("s·log peak", "(1−s)·log peak", "s·log bw", "(1−s)·log bw", "log batch")
 
 
-def design(J: np.ndarray, share: np.ndarray) -> np.ndarray:
-    return np.column_stack([J * share, J * (1 - share)])
+def spec_logs(accs, precs) -> tuple[np.ndarray, np.ndarray]:
+    """log tensor peak at the precision, log memory bandwidth per fp32-equivalent byte (16-bit activations
+    move half the bytes: the effective bandwidth doubles)."""
+    hw = features.hardware_arrays(list(accs), list(precs))
+    act = np.array([prior.activation_scale(p) for p in precs])
+    return np.log(hw.peak_tflops), np.log(hw.mem_bw_gbps / act)
 
 
-def learn_correction(prep, inner: list[Fold], kind: str, *, fit_c: bool = True) -> dict:
-    """c (2,) by least squares of the inner folds' log residuals on the op-class-split jump, clipped to
-    [−1, 1] (1 + c: the realised share of the prior's jump); and the normalised conformal band."""
-    X, r, J = [], [], []
-    for f in inner:
-        pred = f.anch if kind == "anchored" else f.stat
-        ok = np.isfinite(pred) & (pred > 0)
-        X.append(design(f.J[kind][ok], f.share[ok]))
-        r.append(np.log(prep.measured[f.held][ok] / pred[ok]))
-        J.append(f.J[kind][ok])
-    X, r, J = np.concatenate(X), np.concatenate(r), np.concatenate(J)
-    if len(r) < 10:
-        return {"c": [0.0, 0.0], "q": [-0.3, 0.3], "n": int(len(r))}
-    c = np.linalg.lstsq(X, r, rcond=None)[0] if fit_c else np.zeros(2)
-    c = np.clip(np.round(c, 3), -1.0, 1.0)
-    after = (r - X @ c) / (1.0 + np.abs(J))
-    q = [fit_mod.conformal_quantile(after, fit_mod.ALPHA_LOW), fit_mod.conformal_quantile(after, fit_mod.ALPHA_HIGH)]
-    return {"c": [float(x) for x in c], "q": q, "n": int(len(r))}
+def tensor_share(prep, constants) -> np.ndarray:
+    p = prior.prior(prep.work, prep.setup, constants)
+    return p.tensor_s / p.compute_s
 
 
-def apply(f: Fold, corr: dict, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    pred = f.anch if kind == "anchored" else f.stat
-    X = design(f.J[kind], f.share)
-    out = pred * np.exp(X @ np.array(corr["c"]))
-    sc = 1.0 + np.abs(f.J[kind])
-    return out, out * np.exp(corr["q"][0] * sc), out * np.exp(corr["q"][1] * sc)
+def transition_design(dlp, dlb, dlbat, s) -> np.ndarray:
+    s = np.asarray(s, dtype=float)
+    return np.column_stack([s * dlp, (1 - s) * dlp, s * dlb, (1 - s) * dlb, dlbat])
+
+
+def transition_pairs(prep, rows: np.ndarray) -> list[tuple[int, int]]:
+    """Single-device pairs among ``rows``: same source and workload, another (accelerator, precision); for
+    each row i and each other (accelerator, precision) of its group, the row there at the nearest batch."""
+    t = prep.table
+    one = [i for i in rows if t["count"][i] == 1 and t["nodes"][i] == 1]
+    groups: dict = {}
+    for i in one:
+        groups.setdefault((t["source"][i], t["workload"][i]), []).append(i)
+    out = []
+    for grp in groups.values():
+        hwp = {}
+        for k in grp:
+            hwp.setdefault((t["accelerator"][k], t["precision"][k]), []).append(k)
+        for i in grp:
+            for key, ks in sorted(hwp.items()):
+                if key == (t["accelerator"][i], t["precision"][i]):
+                    continue
+                j = min(ks, key=lambda k: (abs(np.log(t["batch_per_device"][k] / t["batch_per_device"][i])), k))
+                if i < j or (i, j) not in out:
+                    out.append((i, j))
+    return sorted(set((min(a, b), max(a, b)) for a, b in out))
+
+
+def fit_transitions(prep, rows: np.ndarray, constants) -> dict:
+    """Least squares (each source/workload group weighing about the same) of log(measured_j / measured_i) on
+    :data:`TRANSITION_TERMS` over :func:`transition_pairs` of ``rows``. Returns the coefficients (the realised
+    fraction of each log spec ratio, by op class) and their provenance."""
+    pairs = transition_pairs(prep, rows)
+    if len(pairs) < 5:
+        return {"c": [0.0] * len(TRANSITION_TERMS), "pairs": len(pairs)}
+    t = prep.table
+    i, j = np.array(pairs).T
+    lp, lb = spec_logs(t["accelerator"], t["precision"])
+    sh = tensor_share(prep, constants)
+    X = transition_design(lp[j] - lp[i], lb[j] - lb[i], np.log(t["batch_per_device"][j] / t["batch_per_device"][i]),
+                          0.5 * (sh[i] + sh[j]))
+    y = np.log(prep.measured[j] / prep.measured[i])
+    keys = [f"{t['source'][a]}|{t['workload'][a]}" for a in i]
+    cnt = {k: keys.count(k) for k in set(keys)}
+    w = np.sqrt(np.array([1.0 / np.sqrt(cnt[k]) for k in keys]))
+    from scipy.optimize import nnls
+
+    c = nnls(X * w[:, None], y * w)[0]  # ≥ 0: more peak, bandwidth or batch never makes a step slower
+    hw = sorted({f"{t['accelerator'][a]}:{t['precision'][a]}" for a in np.concatenate([i, j])})
+    return {"c": [float(round(x, 4)) for x in c], "pairs": int(len(pairs)), "groups": len(cnt),
+            "hardware": hw, "rms_log": float(np.sqrt(np.mean((y - X @ c) ** 2)))}
+
+
+def transition_predict(prep, f: Fold, tr: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(prediction, |predicted log jump|) per kind for the fold's held rows: the one-device speed carried from
+    the anchors' measurements (anchored) or from the shipped stats-only prediction on the reference GPU
+    (stats-only) by the transition prior, times the shipped model's own multi-device / one-device ratio."""
+    t = prep.table
+    c = np.array(tr["c"])
+    held = f.held
+    lp, lb = spec_logs(t["accelerator"], t["precision"])
+    sh = tensor_share(prep, f.constants)
+    lbat_all = np.log(t["batch_per_device"])
+    # anchored: Σ_a W[k, a]·(log m_a + x(a → k)·c)
+    W = restricted(prep, f.train).anchor_weights[held]
+    dlp = lp[held][:, None] - lp[None, :]
+    dlb = lb[held][:, None] - lb[None, :]
+    dbat = lbat_all[held][:, None] - lbat_all[None, :]
+    s = 0.5 * (f.share[:, None] + sh[None, :])
+    jump = (s * dlp * c[0] + (1 - s) * dlp * c[1] + s * dlb * c[2] + (1 - s) * dlb * c[3] + dbat * c[4])
+    has = W.sum(1) > 0
+    a1 = np.where(has, np.exp((W * (np.log(prep.measured)[None, :] + jump)).sum(1)), np.nan)
+    ja = np.abs((W * jump).sum(1))
+    anch = f.anch * a1 / f.anch1
+    # stats-only: the reference GPU's shipped prediction (same workload, batch, precision, one device)
+    rp, rb = spec_logs(list(f.ref), list(t["precision"][held]))
+    s_ref = f.share_ref
+    xs = transition_design(lp[held] - rp, lb[held] - rb, np.zeros(len(held)), 0.5 * (f.share + s_ref)) @ c
+    s1 = f.stat_ref * np.exp(xs)
+    stat = f.stat * s1 / f.stat1
+    return {"anchored": (anch, ja), "stats-only": (stat, np.abs(xs))}
+
+
+def distance_band(prep, inner: list[tuple[Fold, dict]], kind: str) -> list[float]:
+    """Symmetric split-conformal band: the 80% quantile q of the inner folds' |log residual| / (1 + |predicted
+    jump|), as [−q, q] per unit of distance (the sign of a generation's miss does not carry to the next one:
+    Ampere was predicted too fast from Volta, Hopper's multi-GPU rows too slow from Ampere)."""
+    v = []
+    for f, pred in inner:
+        p, d = pred[kind]
+        ok = np.isfinite(p) & (p > 0)
+        v.append(np.log(prep.measured[f.held][ok] / p[ok]) / (1.0 + d[ok]))
+    v = np.concatenate(v) if v else np.zeros(0)
+    if len(v) < 10:
+        return [float("nan"), float("nan")]
+    q = fit_mod.conformal_quantile(np.abs(v), fit_mod.ALPHA_HIGH - fit_mod.ALPHA_LOW)
+    return [-q, q]
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,6 +353,7 @@ def llm_logo(progress=None) -> dict:
     g = np.array([gen_of(a) for a in accs])
     pub = (src == "megatron-bridge") | (src == "llm-foundry")
     out = {}
+    hop_res: list[float] = []  # log residuals of the earlier generation hops (the band by distance)
     for target in sorted({x for x in g[pub] if x > min(g)}):
         train = g < target
         test = pub & (g == target)
@@ -255,8 +375,16 @@ def llm_logo(progress=None) -> dict:
         for a in sorted(set(accs[test])):
             sel = accs[test] == a
             by[a] = summary(pred[sel], pred[sel] * np.exp(lo), pred[sel] * np.exp(hi), te.measured[sel])
-        out[GEN_NAME[int(target)]] = {"all": summary(pred, pred * np.exp(lo), pred * np.exp(hi), te.measured),
-                                      "by_accelerator": by, "band_log": [lo, hi], "train_rows": int(train.sum())}
+        rec = {"all": summary(pred, pred * np.exp(lo), pred * np.exp(hi), te.measured),
+               "by_accelerator": by, "band_log": [lo, hi], "train_rows": int(train.sum())}
+        if len(hop_res) >= 10:  # after: the band of the earlier hops' residuals (one generation from the fit)
+            hl, hh = llm_fit.band_from_residuals(np.array(hop_res))
+            rec["after"] = {"all": summary(pred, pred * np.exp(hl), pred * np.exp(hh), te.measured), "band_log": [hl, hh]}
+            rec["after"]["by_accelerator"] = {
+                a: summary(pred[accs[test] == a], pred[accs[test] == a] * np.exp(hl), pred[accs[test] == a] * np.exp(hh),
+                           te.measured[accs[test] == a]) for a in sorted(set(accs[test]))}
+        hop_res += list(np.log(te.measured / pred))
+        out[GEN_NAME[int(target)]] = rec
     return out
 
 
@@ -272,11 +400,17 @@ def main(argv=None) -> int:
         rep = llm_logo(log)
         if args.json:
             args.json.write_text(json.dumps(rep, indent=1, sort_keys=True) + "\n")
-        print("| target (fit on older rows) | accelerator | rows | MAPE | median | band coverage | over-predicted |")
-        print("|---|---|---:|---:|---:|---:|---:|")
+        print("| target (fit on older rows) | accelerator | rows | MAPE | median | band coverage (shipped way) "
+              "| over-predicted | coverage, band of the earlier generation hop |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
         for name, r in rep.items():
+            aft = r.get("after", {})
             for a, b in [("all", r["all"])] + sorted(r["by_accelerator"].items()):
-                print(f"| {name} | {a} | {b['n']} | {b['mape']:.1f}% | {b['median']:.1f}% | {b['coverage']:.0f}% | {b['over']}/{b['n']} |")
+                ab = aft.get("all") if a == "all" else aft.get("by_accelerator", {}).get(a)
+                cov = f"{ab['coverage']:.0f}%" if ab else "—"
+                print(f"| {name} | {a} | {b['n']} | {b['mape']:.1f}% | {b['median']:.1f}% | {b['coverage']:.0f}% "
+                      f"| {b['over']}/{b['n']} | {cov} |")
+            print(f"\n{name}: band (log 10/90%) shipped way {r['band_log']}, earlier hop {aft.get('band_log')}\n")
         return 0
     prep = fit_mod.prepare()
     meas = prep.measured
@@ -285,7 +419,8 @@ def main(argv=None) -> int:
         name = GEN_NAME[target]
         log(f"{name}: outer fit + calibrate")
         f, cal = fold(prep, target)
-        rec = {"train_rows": int(len(f.train)), "held_rows": int(len(f.held)), "reference": f.ref,
+        rec = {"train_rows": int(len(f.train)), "held_rows": int(len(f.held)),
+               "reference": {str(a): int((f.ref == a).sum()) for a in sorted(set(f.ref))},
                "lambda": cal.anchor_lambda, "before": {}, "after": {}, "rows": []}
         held_acc = prep.table["accelerator"][f.held]
         for kind in ("stats-only", "anchored"):
@@ -295,30 +430,42 @@ def main(argv=None) -> int:
                 rec["before"][f"{kind}/{part}"] = summary(pred[sel], f.lo[kind][sel], f.hi[kind][sel], meas[f.held][sel])
         if args.after:
             inner = []
-            for g in sorted({gen_of(a) for a in prep.table["accelerator"][f.train]}):
-                if g == 0:
-                    continue
-                log(f"{name}: inner fold {GEN_NAME[g]}")
+            for g in sorted({gen_of(a) for a in prep.table["accelerator"][f.train]})[1:]:
                 fi, _ = fold(prep, g, lam=cal.anchor_lambda, cal=False)
-                inner.append(fi)
-            rec["correction"] = {}
+                tri = fit_transitions(prep, fi.train, fi.constants)
+                log(f"{name}: inner fold {GEN_NAME[g]}: {tri['pairs']} transition pairs")
+                if tri["pairs"] >= 5:
+                    inner.append((fi, transition_predict(prep, fi, tri)))
+            tr = fit_transitions(prep, f.train, f.constants)
+            rec["transition_prior"] = dict(tr, terms=list(TRANSITION_TERMS))
+            preds = transition_predict(prep, f, tr)
+            rec["distance_band"] = {}
             for kind in ("stats-only", "anchored"):
-                corr = learn_correction(prep, inner, kind)
-                rec["correction"][kind] = dict(corr, inner_targets=[GEN_NAME[fi.target] for fi in inner])
-                band_only = learn_correction(prep, inner, kind, fit_c=False)
-                rec["correction"][kind + " bands only"] = band_only
-                pb, lb, hb = apply(f, band_only, kind)
-                for part, sel in (("all", np.ones(len(f.held), bool)), ("single", ~prep.multi[f.held]),
-                                  ("multi", prep.multi[f.held])):
-                    rec.setdefault("bands_only", {})[f"{kind}/{part}"] = summary(pb[sel], lb[sel], hb[sel], meas[f.held][sel])
-                pred, lo, hi = apply(f, corr, kind)
+                q = distance_band(prep, inner, kind)
+                rec["distance_band"][kind] = {"log_quantiles_per_unit": q,
+                                              "inner_targets": [GEN_NAME[fi.target] for fi, _ in inner],
+                                              "inner": [[float(np.log(prep.measured[i] / pp)), float(dd), bool(prep.multi[i])]
+                                                        for fi, pr_ in inner for i, pp, dd in zip(fi.held, *pr_[kind])
+                                                        if np.isfinite(pp) and pp > 0]}
+                pred, d = preds[kind]
+                lo, hi = pred * np.exp(q[0] * (1 + d)), pred * np.exp(q[1] * (1 + d))
                 for part, sel in (("all", np.ones(len(f.held), bool)), ("single", ~prep.multi[f.held]),
                                   ("multi", prep.multi[f.held])):
                     rec["after"][f"{kind}/{part}"] = summary(pred[sel], lo[sel], hi[sel], meas[f.held][sel])
-                for k, i in enumerate(f.held):
+                # the shipped prediction with the distance band alone
+                pb, _ = (f.anch, None) if kind == "anchored" else (f.stat, None)
+                ib = distance_band(prep, [(fi, {kind: ((fi.anch if kind == "anchored" else fi.stat), 0 * fi.share)})
+                                          for fi, _ in inner], kind)
+                for part, sel in (("all", np.ones(len(f.held), bool)), ("single", ~prep.multi[f.held]),
+                                  ("multi", prep.multi[f.held])):
+                    rec.setdefault("bands_only", {})[f"{kind}/{part}"] = summary(
+                        pb[sel], pb[sel] * np.exp(ib[0]), pb[sel] * np.exp(ib[1]), meas[f.held][sel])
+                for k in range(len(f.held)):
                     if kind == "stats-only":
-                        rec["rows"].append({"row": int(i)})
+                        rec["rows"].append({})
                     rec["rows"][k][f"{kind}_after"] = float(pred[k])
+                    rec["rows"][k][f"{kind}_after_band"] = [float(lo[k]), float(hi[k])]
+                    rec["rows"][k][f"{kind}_distance"] = float(d[k])
         for k, i in enumerate(f.held):
             if not args.after:
                 rec["rows"].append({"row": int(i)})
@@ -340,7 +487,7 @@ def main(argv=None) -> int:
 
 def markdown(report: dict) -> str:
     out = ["| target (fit on older rows) | kind | rows | before MAPE | before median | before coverage | over-predicted"
-           " | after: correction + distance bands, MAPE | coverage | after: distance bands only, coverage |",
+           " | after: transition prior + distance band, MAPE | coverage | shipped prediction + distance band, coverage |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, rec in report["targets"].items():
         for key, b in rec["before"].items():
@@ -351,8 +498,16 @@ def markdown(report: dict) -> str:
                        f"| {b['over']}/{b['n']} | {a.get('mape', float('nan')):.1f}% | {a.get('coverage', float('nan')):.0f}% "
                        f"| {rec.get('bands_only', {}).get(key, {}).get('coverage', float('nan')):.0f}% |")
     for name, rec in report["targets"].items():
-        if "correction" in rec:
-            out.append(f"\n{name}: correction {json.dumps(rec['correction'])}")
+        for kind, b in rec.get("distance_band", {}).items():
+            out.append(f"\n{name} {kind}: distance band per unit (1 + |jump|) {b['log_quantiles_per_unit']}, "
+                       f"from inner targets {b['inner_targets']}")
+    out.append("\n| target | transition pairs (older rows only) | " + " | ".join(TRANSITION_TERMS) + " | rms log |")
+    out.append("|---|---:|" + "---:|" * (len(TRANSITION_TERMS) + 1))
+    for name, rec in report["targets"].items():
+        tp = rec.get("transition_prior")
+        if tp and "rms_log" in tp:
+            out.append(f"| {name} | {tp['pairs']} ({tp['groups']} source/workload groups) | "
+                       + " | ".join(f"{x:.3f}" for x in tp["c"]) + f" | {tp['rms_log']:.3f} |")
     out.append("\n| transition | op mix (prior tensor share) | pairs | measured ratio (median) | realised / peak "
                "| realised / bandwidth | realised / prior jump |")
     out.append("|---|---|---:|---:|---:|---:|---:|")
