@@ -68,7 +68,9 @@ def gen_of(acc: str) -> float:
 
 def restricted(prep: fit_mod.Prepared, train: np.ndarray) -> fit_mod.Prepared:
     """``prep`` whose anchors are only rows of ``train``: ``fit.anchor_candidates`` (same source, workload and
-    precision, single device, another accelerator, nearest batch) as if the other rows were not in the table."""
+    precision, single device, another accelerator, nearest batch) as if the other rows were not in the table —
+    for the anchored predictions and for the prior's cross-accelerator calibration (``fit.calibrate_prior``
+    pairs rows with these candidates; its other pairs are on one accelerator, unaffected)."""
     t = prep.table
     count = t["count"].copy()
     out = np.ones(len(count), bool)
@@ -76,7 +78,7 @@ def restricted(prep: fit_mod.Prepared, train: np.ndarray) -> fit_mod.Prepared:
     count[out] = 2.0  # not single-device: never a candidate (nothing else of the table is read from count here)
     cands = fit_mod.anchor_candidates(data_mod.Table(dict(t.columns, count=count), t.stats))
     W = fit_mod.anchor_weight_matrix(cands, np.log(prep.setup.batch), np.log(prep.setup.count))
-    return dataclasses.replace(prep, anchor_weights=W)
+    return dataclasses.replace(prep, anchor_weights=W, anchors=cands)
 
 
 def prior_on(fp: fit_mod.Prepared, acc: np.ndarray, rows: np.ndarray) -> tuple[prior.PriorResult, prior.Setup]:
