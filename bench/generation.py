@@ -392,7 +392,7 @@ def llm_logo(progress=None) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--after", action="store_true", help="also learn and apply the generation correction")
+    ap.add_argument("--after", action="store_true", help="also the transition prior and the distance band")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--llm", action="store_true", help="only the LLM model's leave-one-generation-out")
     args = ap.parse_args(argv)
@@ -424,7 +424,6 @@ def main(argv=None) -> int:
         rec = {"train_rows": int(len(f.train)), "held_rows": int(len(f.held)),
                "reference": {str(a): int((f.ref == a).sum()) for a in sorted(set(f.ref))},
                "lambda": cal.anchor_lambda, "before": {}, "after": {}, "rows": []}
-        held_acc = prep.table["accelerator"][f.held]
         for kind in ("stats-only", "anchored"):
             pred = f.stat if kind == "stats-only" else f.anch
             for part, sel in (("all", np.ones(len(f.held), bool)), ("single", ~prep.multi[f.held]),
@@ -454,8 +453,8 @@ def main(argv=None) -> int:
                 for part, sel in (("all", np.ones(len(f.held), bool)), ("single", ~prep.multi[f.held]),
                                   ("multi", prep.multi[f.held])):
                     rec["after"][f"{kind}/{part}"] = summary(pred[sel], lo[sel], hi[sel], meas[f.held][sel])
-                # the shipped prediction with the distance band alone
-                pb, _ = (f.anch, None) if kind == "anchored" else (f.stat, None)
+                # the shipped prediction with a band from the inner folds' residuals of the shipped path (±80% |r|)
+                pb = f.anch if kind == "anchored" else f.stat
                 ib = distance_band(prep, [(fi, {kind: ((fi.anch if kind == "anchored" else fi.stat), 0 * fi.share)})
                                           for fi, _ in inner], kind)
                 for part, sel in (("all", np.ones(len(f.held), bool)), ("single", ~prep.multi[f.held]),
@@ -471,7 +470,7 @@ def main(argv=None) -> int:
         for k, i in enumerate(f.held):
             if not args.after:
                 rec["rows"].append({"row": int(i)})
-            rec["rows"][k].update({"acc": str(held_acc[k]), "workload": str(prep.table["workload"][i]),
+            rec["rows"][k].update({"acc": str(prep.table["accelerator"][i]), "workload": str(prep.table["workload"][i]),
                                    "source": str(prep.table["source"][i]), "precision": str(prep.table["precision"][i]),
                                    "devices": int(prep.setup.count[i] * prep.setup.nodes[i]),
                                    "batch": int(prep.setup.batch[i]), "measured": float(meas[i]),
