@@ -1,0 +1,60 @@
+"""bench/generation.py: the leave-one-generation-out split never lets the target generation (or a newer one) into
+the fit, and the transition prior learned on the older rows predicts Ampere better than the shipped path."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def gen():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import generation
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    from cloudfit.perf import fit as fit_mod
+
+    prep = fit_mod.prepare()
+    f, _ = generation.fold(prep, 3, lam={"single": 0.0, "multi": 1.0}, cal=False)  # Ampere from ≤ Volta
+    return generation, prep, f
+
+
+def test_ampere_fold_sees_only_older_generations(gen):
+    g, prep, f = gen
+    assert all(g.gen_of(a) < 3 for a in prep.table["accelerator"][f.train])
+    assert all(g.gen_of(a) == 3 for a in prep.table["accelerator"][f.held])
+    W = g.restricted(prep, f.train).anchor_weights[f.held]
+    older = np.zeros(len(prep.measured), bool)
+    older[f.train] = True
+    assert (W[:, ~older] == 0).all() and (W.sum(1) > 0).any()  # anchors only on older rows, and some exist
+    assert set(f.ref) <= set(prep.table["accelerator"][f.train])
+
+
+def test_transition_prior_is_learned_from_older_rows_and_monotone(gen):
+    g, prep, f = gen
+    tp = g.fit_transitions(prep, f.train, f.constants)
+    assert tp["pairs"] >= 50
+    assert all(g.gen_of(h.split(":")[0]) < 3 for h in tp["hardware"])
+    assert min(tp["c"]) >= 0.0  # more peak, bandwidth or batch never predicts a slower step
+    assert tp["c"][0] > 0 and (tp["c"][2] > 0 or tp["c"][3] > 0)
+
+
+def test_transition_prior_beats_the_shipped_path_on_unseen_ampere(gen):
+    g, prep, f = gen
+    tp = g.fit_transitions(prep, f.train, f.constants)
+    pred = g.transition_predict(prep, f, tp)
+    meas = prep.measured[f.held]
+    for kind, before in (("stats-only", f.stat), ("anchored", f.anch)):
+        after = pred[kind][0]
+        ok = np.isfinite(after) & np.isfinite(before)
+        assert ok.sum() >= 50
+        mape_before = np.mean(np.abs(before[ok] / meas[ok] - 1))
+        mape_after = np.mean(np.abs(after[ok] / meas[ok] - 1))
+        assert mape_after < 0.75 * mape_before, (kind, mape_before, mape_after)
