@@ -56,7 +56,7 @@ def recommend(workload, bill: Bill | None, quotas: Quotas | None, *, catalog=Non
                 o = c.offering
                 need = int(space.gpus_per_node[i] * space.nodes[i])
                 lines.append(f"Quota: first choice {c.nodes}× {o.machine_type} ({o.accelerators_per_node}×{o.accelerator}"
-                             f"{' spot' if c.spot else ''}) in {o.region} needs {need} GPUs; your quota there is "
+                             f"{' spot' if c.spot else ''}) in {o.region} needs {need} GPU{'s' if need != 1 else ''}; your quota there is "
                              f"{lim[i]:g} ({quotas.source}), so the plan is the best one it allows.")
             if over.all():
                 raise InfeasibleError(f"every candidate needs more GPUs than your quota allows ({quotas.source})")
