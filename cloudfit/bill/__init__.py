@@ -136,7 +136,7 @@ class Bill:
             n = len(offs)
             t_usd, t_h, ret, store = (np.zeros(n) for _ in range(4))
             moved = np.zeros(n, dtype=bool)
-            model_gb = space.checkpoint_bytes / 3.0 / 1e9  # fp32 weights of the 12-byte/parameter checkpoint
+            model_gb = _model_gb(space)
             ckpt_gb = space.checkpoint_bytes / 1e9 * self.keep_checkpoints
             for i, o in enumerate(offs):
                 stored = ckpt_gb
@@ -200,6 +200,16 @@ class Bill:
         if self.return_to is not None:
             d.update(return_to=self.return_to.url)
         return d
+
+
+def _model_gb(space) -> float:
+    """GB of the final model sent back: fp32 weights of a sample workload's 12-byte/parameter checkpoint, bf16
+    weights (or LoRA adapters) of a large model's (``cloudfit.plan.llm.CHECKPOINT_BYTES_PER_PARAM``)."""
+    if getattr(space, "job", None) is not None:
+        from cloudfit.plan.llm import CHECKPOINT_BYTES_PER_PARAM
+
+        return space.checkpoint_bytes / CHECKPOINT_BYTES_PER_PARAM * 2.0 / 1e9
+    return space.checkpoint_bytes / 3.0 / 1e9
 
 
 def _offering_index(space, o) -> int:

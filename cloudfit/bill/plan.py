@@ -37,49 +37,83 @@ class Billed:
 
 def recommend(workload, bill: Bill | None, quotas: Quotas | None, *, catalog=None, searcher: str = "exhaustive",
               searcher_options: dict | None = None, quota_note: str = "") -> Billed:
+    """The plan of ``workload`` (samples, or a token workload) with ``bill`` in every cost and within ``quotas``."""
     from cloudfit.plan import planner
-    from cloudfit.search import Problem, get_searcher
+    from cloudfit.search import Problem
 
-    workload.require_limit()
-    space, _, profile_file = planner._space_of(workload, None, catalog)
-    keep = {k: v for k, v in space._cache.items() if isinstance(k, str) and not k.startswith("assess")}
-    space = replace(space, bill=bill, _cache=keep)
-    problem = Problem.of(workload)
+    tokens = workload.kind == "tokens"
+    limits = workload.limits if tokens else workload
+    limits.require_limit()
+    problem = Problem.of(limits)
     lines: list[str] = []
-    if quotas is not None:
-        over, lim = quotas.over(space)
-        if over.any():
-            first = get_searcher(searcher, **(searcher_options or {})).search(space, problem)
-            if first.n_feasible and over[int(first.head(1)[0])]:
-                i = int(first.head(1)[0])
-                c = space.config(i)
-                o = c.offering
-                need = int(space.gpus_per_node[i] * space.nodes[i])
-                lines.append(f"Quota: first choice {c.nodes}× {o.machine_type} ({o.accelerators_per_node}×{o.accelerator}"
-                             f"{' spot' if c.spot else ''}) in {o.region} needs {need} GPU{'s' if need != 1 else ''}; your quota there is "
-                             f"{lim[i]:g} ({quotas.source}), so the plan is the best one it allows.")
-            if over.all():
-                raise InfeasibleError(f"every candidate needs more GPUs than your quota allows ({quotas.source})")
-            space = subset(space, ~over, f"over your GPU quota ({quotas.source})")
-        else:
-            lines.append(f"Quota: every candidate fits ({quotas.source}).")
-    elif quota_note:
+    spaces: list = []
+    adjust = _adjuster(bill, quotas, problem, searcher, searcher_options, lines, spaces)
+    if not quotas and quota_note:
         lines.append(quota_note)
-    plan = planner.recommend(workload, catalog=catalog, searcher=searcher, searcher_options=searcher_options,
-                             space=space)
-    prov = dict(plan.provenance, profile_file=profile_file)
+    if tokens:
+        from cloudfit.plan.llm import recommend_llm
+
+        plan = recommend_llm(limits, workload.job, catalog=catalog, adjust=adjust)
+        prov = dict(plan.provenance)
+    else:
+        space, _, profile_file = planner._space_of(workload, None, catalog)
+        plan = planner.recommend(workload, catalog=catalog, searcher=searcher, searcher_options=searcher_options,
+                                 space=adjust(space))
+        prov = dict(plan.provenance, profile_file=profile_file)
     if bill is not None:
         prov["bill"] = bill.provenance()
     if quotas is not None:
         prov["quota"] = quotas.source
-    billed = Billed(replace(plan, provenance=prov), space, bill, quotas, lines)
+    plan = replace(plan, provenance=prov)
+    space = next((s for s in reversed(spaces) if _index_of(s, plan.chosen) is not None), spaces[-1])
+    billed = Billed(plan, space, bill, quotas, lines)
     if bill is not None:
         billed.lines[:0] = explain(billed, problem)
     return billed
 
 
+def _adjuster(bill, quotas, problem, searcher, searcher_options, lines: list, spaces: list):
+    """space → the space with ``bill`` attached and the candidates over ``quotas`` left out; the first call
+    also says, in ``lines``, when the quota moved the first choice."""
+    from cloudfit.search import get_searcher
+
+    def adjust(space):
+        keep = {k: v for k, v in space._cache.items() if isinstance(k, str) and not k.startswith("assess")}
+        space = replace(space, bill=bill, _cache=keep)
+        if quotas is not None:
+            over, lim = quotas.over(space)
+            if not spaces:
+                lines.append(_quota_line(space, over, lim, quotas, problem,
+                                         get_searcher(searcher if not hasattr(space, "job") else "exhaustive",
+                                                      **(searcher_options or {}))))
+            if over.all():
+                raise InfeasibleError(f"every candidate needs more GPUs than your quota allows ({quotas.source})")
+            if over.any():
+                space = subset(space, ~over, f"over your GPU quota ({quotas.source})")
+        spaces.append(space)
+        return space
+
+    return adjust
+
+
+def _quota_line(space, over, lim, quotas: Quotas, problem, searcher) -> str:
+    if not over.any():
+        return f"Quota: every candidate fits ({quotas.source})."
+    first = searcher.search(space, problem)
+    if not first.n_feasible or not over[int(first.head(1)[0])]:
+        return f"Quota: {int(over.sum()):,} candidates need more GPUs than allowed ({quotas.source}); not the first choice."
+    i = int(first.head(1)[0])
+    c = space.config(i)
+    o = c.offering
+    need = int(space.gpus_per_node[i] * space.nodes[i])
+    return (f"Quota: first choice {c.nodes}× {o.machine_type} ({o.accelerators_per_node}×{o.accelerator}"
+            f"{' spot' if c.spot else ''}) in {o.region} needs {need} GPU{'s' if need != 1 else ''}; your quota "
+            f"there is {lim[i]:g} ({quotas.source}), so the plan is the best one it allows.")
+
+
 def subset(space, keep: np.ndarray, reason: str):
-    """``space`` with only the candidates ``keep``; the others counted under ``reason``; price groups kept."""
+    """``space`` with only the candidates ``keep``; the others counted under ``reason``; price groups kept
+    (an ``LLMSpace``'s per-candidate checkpoint write and restart seconds too)."""
     from cloudfit.search.space import _GROUPS
 
     idx = np.flatnonzero(keep)
@@ -93,7 +127,8 @@ def subset(space, keep: np.ndarray, reason: str):
         cache[_GROUPS] = (rep, new_inv.reshape(-1))
     excluded = dict(space.excluded)
     excluded[reason] = excluded.get(reason, 0) + int(len(space) - idx.size)
-    return replace(space, **{k: getattr(space, k)[idx] for k in _COLUMNS}, excluded=excluded, _cache=cache)
+    cols = [k for k in _COLUMNS + ("write_s", "restart_s") if getattr(space, k, None) is not None]
+    return replace(space, **{k: np.asarray(getattr(space, k))[idx] for k in cols}, excluded=excluded, _cache=cache)
 
 
 def _where(o) -> str:
@@ -135,16 +170,27 @@ def explain(billed: Billed, problem) -> list[str]:
     ej = estimate(space, j, a)
     sj = bill.split(space, ej)
     o, oj = chosen.config.offering, ej.config.offering
+    col = bill.per_offering(space)
+    move_c = float(col["transfer_usd"][_offering_of(space, chosen)])
+    move_j = float(col["transfer_usd"][_offering_of(space, ej)])
     if here:  # the data move to the chosen plan: say what moving costs and what the plan still saves
-        out.append(f"Moving {gb} from {src} to {_where(o)} costs ${s['transfer_usd']:,.2f}; the {_where(o)} plan "
+        out.append(f"Moving {gb} from {src} to {_where(o)} costs ${move_c:,.2f}; the {_where(o)} plan "
                    f"still saves ${ej.cost_usd - chosen.cost_usd:,.2f} against the best plan near the data "
                    f"({ej.config.nodes}× {oj.machine_type} in {oj.zone}: ${ej.cost_usd:,.2f} expected).")
     else:
-        out.append(f"Staying near the data is cheaper: moving {gb} from {src} to {_where(oj)} costs "
-                   f"${sj['transfer_usd']:,.2f}; the {_where(oj)} plan ({ej.config.nodes}× {oj.machine_type}) would save "
-                   f"${s['compute_usd'] - sj['compute_usd']:,.2f} of compute, ${ej.cost_usd:,.2f} in all against "
-                   f"${chosen.cost_usd:,.2f}.")
+        saving = s["compute_usd"] - sj["compute_usd"]
+        what = (f"would save ${saving:,.2f} of compute" if saving > 0 else
+                f"would cost ${-saving:,.2f} more in compute too")
+        out.append(f"Staying near the data is cheaper: moving {gb} from {src} to {_where(oj)} costs ${move_j:,.2f}; "
+                   f"the {_where(oj)} plan ({ej.config.nodes}× {oj.machine_type}) {what}, ${ej.cost_usd:,.2f} in all "
+                   f"against ${chosen.cost_usd:,.2f}.")
     return out
+
+
+def _offering_of(space, e) -> int:
+    from cloudfit.bill import _offering_index
+
+    return _offering_index(space, e.config.offering)
 
 
 def _index_of(space, e) -> int | None:

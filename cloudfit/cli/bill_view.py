@@ -66,3 +66,14 @@ def add_json(billed, payload: dict, shown: list) -> None:
         row["cost_split"] = billed.split(e)
     payload["plan"]["cost_split"] = billed.split(billed.plan.chosen)
     payload["bill"] = billed.lines
+
+
+def print_lines(billed) -> None:
+    """The bill's sentences, after a table that did not print them (large-model plans)."""
+    if billed is None:
+        return
+    from cloudfit.cli.render import console
+
+    con = console()
+    for line in billed.lines:
+        con.print(line)

@@ -91,8 +91,6 @@ def recommend(
 
     billing = bill_view.wanted(data, return_to, quota) or data_size is not None or data_region is not None
     if is_llm_request(model=model, profile=profile, tokens=tokens, config=config, layout=layout):
-        if billing:
-            raise UsageError("--data/--return-to/--quota are planned for sample workloads only (not --tokens yet)")
         from cloudfit.cli.recommend_llm import token_workload  # a large-model token workload
 
         workload = token_workload(
@@ -120,7 +118,7 @@ def recommend(
         from cloudfit.cli.recommend_llm import show
 
         return show(plan, top, seq_len, out, plot, emit_skypilot, as_json=as_json, wide=wide,
-                    catalog_path=catalog_path)
+                    catalog_path=catalog_path, billed=billed)
     shown = _distinct(plan, top)
     if as_json:
         from cloudfit.plan.io import plan_to_dict

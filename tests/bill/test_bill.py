@@ -106,6 +106,9 @@ def test_crossover_small_data_moves_to_aws_large_data_keeps_gcp():
                for line in small.lines)
     assert any(line.startswith("Staying near the data is cheaper: moving 400 GB") and "costs $" in line
                and "would save $" in line for line in large.lines)
+    # the Pareto front ranks the whole bill: its cheapest point is the chosen GCP plan, not AWS's compute-cheapest
+    cheapest = min(large.plan.pareto, key=lambda e: e.cost_usd)
+    assert cheapest.config.offering.cloud == "gcp" and cheapest.cost_usd == pytest.approx(large.plan.chosen.cost_usd)
     lo, hi = 150.0, 400.0  # bisect the crossover: below it AWS, above it GCP
     for _ in range(6):
         mid = (lo + hi) / 2
@@ -221,3 +224,39 @@ def test_without_credentials_quotas_are_said_not_checked(cli, monkeypatch, tmp_p
     r = cli(*BASE, "--quota", "gcp")
     assert r.exit_code == 0, r.stderr
     assert "Quota: not checked" in r.stdout
+
+
+# ------------------------------------------------------------------ large-model (token) workloads
+
+LLM = ["recommend", "--model", "llama3-8b", "--tokens", "1e11", "--seq-len", "8192", "--deadline", "7d"]
+
+
+def test_llm_plans_bill_their_sharded_checkpoints_and_the_data(cli):
+    runs = {}
+    for keep in ("1", "4"):
+        r = cli(*LLM, "--data", "gs://corpus/tokens", "--data-size", "4TB", "--data-region", "us-east4",
+                "--keep-checkpoints", keep, "--json", "--top", "2")
+        assert r.exit_code == 0, r.stderr
+        runs[keep] = json.loads(r.stdout)
+    for d in runs.values():
+        for row in d["candidates"]:
+            s = row["cost_split"]
+            assert s["compute_usd"] + s["transfer_usd"] + s["storage_usd"] == pytest.approx(row["cost_usd"])
+        assert d["layouts"] and d["bill"][0].startswith("Bill of #1")
+    ckpt_gb = runs["1"]["plan"]["layout"]["checkpoint"]["bytes"] / 1e9
+    assert ckpt_gb > 50  # llama3-8b with Adam: ~14 bytes per parameter
+    s1, s4 = runs["1"]["plan"]["cost_split"], runs["4"]["plan"]["cost_split"]
+    assert s4["storage_usd"] > s1["storage_usd"] > 0
+
+
+def test_llm_quota_moves_the_first_choice(cli, tmp_path):
+    first = json.loads(cli(*LLM, "--json", "--top", "1").stdout)["candidates"][0]
+    q = tmp_path / "q.csv"
+    q.write_text("cloud,region,gpu,mode,limit\n"
+                 f"gcp,{first['region']},{first['accelerator']},{'spot' if first['spot'] else 'on-demand'},0\n")
+    r = cli(*LLM, "--quota", str(q), "--json", "--top", "1")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    c = d["candidates"][0]
+    assert (c["region"], c["accelerator"], c["spot"]) != (first["region"], first["accelerator"], first["spot"])
+    assert any("your quota there is 0" in line for line in d["bill"])
