@@ -106,9 +106,11 @@ def test_crossover_small_data_moves_to_aws_large_data_keeps_gcp():
                for line in small.lines)
     assert any(line.startswith("Staying near the data is cheaper: moving 400 GB") and "costs $" in line
                and "would save $" in line for line in large.lines)
-    # the Pareto front ranks the whole bill: its cheapest point is the chosen GCP plan, not AWS's compute-cheapest
-    cheapest = min(large.plan.pareto, key=lambda e: e.cost_usd)
-    assert cheapest.config.offering.cloud == "gcp" and cheapest.cost_usd == pytest.approx(large.plan.chosen.cost_usd)
+    # the Pareto front ranks the whole bill: every AWS point on it carries the 400 GB copy, and its cheapest point
+    # is on GCP (without the bill, AWS's $18 of compute is the cheapest)
+    front = large.plan.pareto
+    assert all(e.cost_usd >= 400 * 0.12 for e in front if e.config.offering.cloud == "aws")
+    assert min(front, key=lambda e: e.cost_usd).config.offering.cloud == "gcp"
     lo, hi = 150.0, 400.0  # bisect the crossover: below it AWS, above it GCP
     for _ in range(6):
         mid = (lo + hi) / 2
