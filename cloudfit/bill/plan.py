@@ -173,7 +173,18 @@ def explain(billed: Billed, problem) -> list[str]:
     col = bill.per_offering(space)
     move_c = float(col["transfer_usd"][_offering_of(space, chosen)])
     move_j = float(col["transfer_usd"][_offering_of(space, ej)])
-    if here:  # the data move to the chosen plan: say what moving costs and what the plan still saves
+    if problem.objective == "time":  # ranked on time (or the cost × time knee): give both plans' hours and dollars
+        from cloudfit.units import format_hours
+
+        def both(e) -> str:
+            return f"{format_hours(e.hours)} for ${e.cost_usd:,.2f}"
+
+        tail = (f"the best plan {'near the data' if here else 'in ' + _where(oj)} ({ej.config.nodes}× {oj.machine_type}) "
+                f"takes {both(ej)}, #1 {both(chosen)} (minimising time).")
+        head = (f"Moving {gb} from {src} to {_where(o)} costs ${move_c:,.2f}" if here else
+                f"Staying near the data: moving {gb} from {src} to {_where(oj)} would cost ${move_j:,.2f}")
+        out.append(f"{head}; {tail}")
+    elif here:  # the data move to the chosen plan: say what moving costs and what the plan still saves
         out.append(f"Moving {gb} from {src} to {_where(o)} costs ${move_c:,.2f}; the {_where(o)} plan "
                    f"still saves ${ej.cost_usd - chosen.cost_usd:,.2f} against the best plan near the data "
                    f"({ej.config.nodes}× {oj.machine_type} in {oj.zone}: ${ej.cost_usd:,.2f} expected).")

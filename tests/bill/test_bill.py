@@ -262,3 +262,12 @@ def test_llm_quota_moves_the_first_choice(cli, tmp_path):
     c = d["candidates"][0]
     assert (c["region"], c["accelerator"], c["spot"]) != (first["region"], first["accelerator"], first["spot"])
     assert any("your quota there is 0" in line for line in d["bill"])
+
+
+def test_under_a_budget_the_bill_counts_and_the_comparison_gives_hours_and_dollars(cli):
+    r = cli("recommend", "--model", "resnet50", "--epochs", "90", "--dataset-size", "1281167", "--budget", "60",
+            "--clouds", "all", "--data", "gs://bkt/imagenet", "--data-size", "150GB", "--json")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["plan"]["chosen"]["cost_usd"] <= 60
+    assert any("(minimising time)" in line and "for $" in line for line in d["bill"])
