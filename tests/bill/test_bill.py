@@ -168,20 +168,23 @@ def test_no_bill_options_leave_recommend_unchanged(cli):
 
 # ------------------------------------------------------------------ quotas
 
-def _first(cli):
-    return json.loads(cli(*BASE, "--json", "--top", "1").stdout)["candidates"][0]
-
-
-def test_a_quota_table_that_forbids_the_first_choice_moves_the_plan(cli, tmp_path):
-    first = _first(cli)
-    q = tmp_path / "quota.csv"
+def _quota_moves(cli, args: list[str], q) -> tuple[dict, dict, dict]:
+    """(first choice, the plan's JSON with a quota of 0 where the first choice runs, its new #1)."""
+    first = json.loads(cli(*args, "--json", "--top", "1").stdout)["candidates"][0]
     q.write_text("cloud,region,gpu,mode,limit\n"
                  f"gcp,{first['region']},{first['accelerator']},{'spot' if first['spot'] else 'on-demand'},0\n")
-    r = cli(*BASE, "--quota", str(q), "--json", "--top", "3")
+    r = cli(*args, "--quota", str(q), "--json", "--top", "3")
     assert r.exit_code == 0, r.stderr
     d = json.loads(r.stdout)
     c = d["candidates"][0]
     assert (c["region"], c["accelerator"], c["spot"]) != (first["region"], first["accelerator"], first["spot"])
+    assert any("your quota there is 0" in line for line in d["bill"])
+    return first, d, c
+
+
+def test_a_quota_table_that_forbids_the_first_choice_moves_the_plan(cli, tmp_path):
+    q = tmp_path / "quota.csv"
+    first, d, c = _quota_moves(cli, BASE, q)
     assert c["cost_usd"] >= first["cost_usd"] - 1e-9
     assert any(f"in {first['region']} needs" in line and "your quota there is 0" in line for line in d["bill"])
     j = tmp_path / "quota.json"
@@ -204,9 +207,10 @@ def fake_compute(monkeypatch):
 
 
 def test_live_gcp_quotas_through_regions_get_move_the_plan(cli, fake_compute):
-    first = _first(cli)
-    metric = {"H100": "NVIDIA_H100_GPUS"}.get(first["accelerator"], "NVIDIA_H100_GPUS")
-    pre = ("PREEMPTIBLE_" if first["spot"] else "") + metric
+    first = json.loads(cli(*BASE, "--json", "--top", "1").stdout)["candidates"][0]
+    from cloudfit.bill.quota import GCP_METRIC
+
+    pre = ("PREEMPTIBLE_" if first["spot"] else "") + GCP_METRIC[first["accelerator"]]
     fake_compute.region_quotas[first["region"]] = {pre: (16.0, 16.0), "CPUS": (1000.0, 0.0)}  # all 16 in use
     r = cli(*BASE, "--quota", "gcp", "--json")
     assert r.exit_code == 0, r.stderr
@@ -252,16 +256,8 @@ def test_llm_plans_bill_their_sharded_checkpoints_and_the_data(cli):
 
 
 def test_llm_quota_moves_the_first_choice(cli, tmp_path):
-    first = json.loads(cli(*LLM, "--json", "--top", "1").stdout)["candidates"][0]
-    q = tmp_path / "q.csv"
-    q.write_text("cloud,region,gpu,mode,limit\n"
-                 f"gcp,{first['region']},{first['accelerator']},{'spot' if first['spot'] else 'on-demand'},0\n")
-    r = cli(*LLM, "--quota", str(q), "--json", "--top", "1")
-    assert r.exit_code == 0, r.stderr
-    d = json.loads(r.stdout)
-    c = d["candidates"][0]
-    assert (c["region"], c["accelerator"], c["spot"]) != (first["region"], first["accelerator"], first["spot"])
-    assert any("your quota there is 0" in line for line in d["bill"])
+    first, d, c = _quota_moves(cli, LLM, tmp_path / "q.csv")
+    assert d["layouts"] and c["cost_usd"] >= first["cost_usd"] - 1e-9
 
 
 def test_under_a_budget_the_bill_counts_and_the_comparison_gives_hours_and_dollars(cli):
