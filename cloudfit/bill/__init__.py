@@ -112,8 +112,15 @@ class Bill:
                 gb = local_size_gb(loc.url)
                 if gb is None:
                     raise UsageError(f"--data {loc.url}: no such file or folder (give --data-size to plan anyway)")
+            if gb is None and loc.cloud == "gcp":
+                from cloudfit.bill.listing import gcs_size_gb
+
+                gb = gcs_size_gb(loc.url)
+                if gb is not None:
+                    bill.notes.append(f"Data size: {gb:,.1f} GB, read from the bucket listing.")
             if gb is None:
-                raise UsageError(f"--data {loc.url}: size not read (no storage client here): give --data-size")
+                raise UsageError(f"--data {loc.url}: size not read (no credentials or storage client for it): "
+                                 "give --data-size")
             bill.data, bill.data_gb = loc, gb
             if loc.region_assumed:
                 bill.notes.append(f"Data region not given: assumed {loc.region} ({loc.cloud}'s primary region); "

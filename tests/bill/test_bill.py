@@ -135,7 +135,10 @@ def test_checkpoints_kept_and_the_model_sent_back_are_billed():
 
 # ------------------------------------------------------------------ the command line
 
-def test_cli_cost_split_in_table_json_and_bad_input(cli):
+def test_cli_cost_split_in_table_json_and_bad_input(cli, monkeypatch, tmp_path):
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)  # no credentials: a bucket's size is not read
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    monkeypatch.delenv("CLOUDFIT_STORAGE_ENDPOINT", raising=False)
     r = cli(*BASE, "--clouds", "all", "--data", "gs://bkt/imagenet", "--data-size", "150GB", "--json", "--top", "3")
     assert r.exit_code == 0, r.stderr
     d = json.loads(r.stdout)
@@ -267,3 +270,66 @@ def test_under_a_budget_the_bill_counts_and_the_comparison_gives_hours_and_dolla
     d = json.loads(r.stdout)
     assert d["plan"]["chosen"]["cost_usd"] <= 60
     assert any("(minimising time)" in line and "for $" in line for line in d["bill"])
+
+
+# ------------------------------------------------------------------ bucket sizes from the listing
+
+@pytest.fixture
+def fake_gcs(monkeypatch):
+    """A Cloud Storage JSON API ``objects.list`` on loopback: bucket → {object name: size}, two objects a page."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qs, urlsplit
+
+    state = {"buckets": {}, "status": 200, "requests": 0}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            state["requests"] += 1
+            u = urlsplit(self.path)
+            q = {k: v[0] for k, v in parse_qs(u.query).items()}
+            parts = u.path.split("/")  # '', storage, v1, b, BUCKET, o
+            bucket = parts[4] if len(parts) == 6 and parts[5] == "o" else None
+            if state["status"] != 200:
+                return self._send(state["status"], {"error": {"code": state["status"]}})
+            if bucket not in state["buckets"]:
+                return self._send(404, {"error": {"code": 404, "message": "The specified bucket does not exist."}})
+            names = sorted(n for n in state["buckets"][bucket] if n.startswith(q.get("prefix", "")))
+            start = int(q.get("pageToken", 0))
+            page = {"items": [{"size": str(state["buckets"][bucket][n])} for n in names[start:start + 2]]}
+            if start + 2 < len(names):
+                page["nextPageToken"] = str(start + 2)
+            return self._send(200, page)
+
+        def _send(self, code, body):
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("CLOUDFIT_STORAGE_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_bucket_size_is_read_from_the_listing_page_by_page(cli, fake_gcs):
+    fake_gcs["buckets"]["bkt"] = {"imagenet/a": 40_000_000_000, "imagenet/b": 60_000_000_000,
+                                  "imagenet/c": 50_000_000_000, "other/x": 7}
+    r = cli(*BASE, "--data", "gs://bkt/imagenet", "--json")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["plan"]["provenance"]["bill"]["data_gb"] == pytest.approx(150.0)
+    assert fake_gcs["requests"] == 2 and any("read from the bucket listing" in line for line in d["bill"])
+    for bucket, status, words in (("nope", 200, "no such bucket"), ("bkt/empty", 200, "no objects"),
+                                  ("bkt", 403, "size not read")):
+        fake_gcs["status"] = status
+        r = cli(*BASE, "--data", f"gs://{bucket}")
+        assert r.exit_code == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
