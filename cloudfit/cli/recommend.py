@@ -61,6 +61,12 @@ def recommend(
     layout: Optional[str] = opts.LAYOUT,
     global_batch: Optional[int] = opts.GLOBAL_BATCH,
     wide: bool = typer.Option(False, "--wide", help="Show every column of the table whatever the terminal width."),
+    data: Optional[str] = opts.DATA,
+    data_size: Optional[str] = opts.DATA_SIZE,
+    data_region: Optional[str] = opts.DATA_REGION,
+    keep_checkpoints: int = opts.KEEP_CHECKPOINTS,
+    return_to: Optional[str] = opts.RETURN_TO,
+    quota: Optional[str] = opts.QUOTA,
 ) -> None:
     """Recommend the cluster to train on: cheapest under --deadline, fastest under --budget."""
     from cloudfit.cli import render
@@ -81,6 +87,9 @@ def recommend(
                   accelerators=opts.split(accelerators), spot=opts.spot_mode(spot, spot_only), max_nodes=max_nodes,
                   confidence=confidence, max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices,
                   clouds=None if clouds is None else opts.split(clouds))
+    from cloudfit.cli import bill_view
+
+    billing = bill_view.wanted(data, return_to, quota) or data_size is not None or data_region is not None
     if is_llm_request(model=model, profile=profile, tokens=tokens, config=config, layout=layout):
         from cloudfit.cli.recommend_llm import token_workload  # a large-model token workload
 
@@ -96,13 +105,20 @@ def recommend(
     from cloudfit.plan import recommend as plan_recommend
 
     options = {"n_trials": trials, "seed": seed} if search == "bayes" else None
-    plan = plan_recommend(workload, catalog=catalog_path, searcher=search, searcher_options=options)
+    billed = None
+    if billing:
+        billed = bill_view.recommend(workload, catalog_path, search, options, data=data, data_size=data_size,
+                                     data_region=data_region, keep_checkpoints=keep_checkpoints,
+                                     return_to=return_to, quota=quota)
+        plan = billed.plan
+    else:
+        plan = plan_recommend(workload, catalog=catalog_path, searcher=search, searcher_options=options)
     write_outputs(plan, out, emit_skypilot, plot)
     if plan.layout is not None:
         from cloudfit.cli.recommend_llm import show
 
         return show(plan, top, seq_len, out, plot, emit_skypilot, as_json=as_json, wide=wide,
-                    catalog_path=catalog_path)
+                    catalog_path=catalog_path, billed=billed)
     shown = _distinct(plan, top)
     if as_json:
         from cloudfit.plan.io import plan_to_dict
@@ -110,9 +126,11 @@ def recommend(
         from cloudfit.cli.clouds_view import multi_cloud, why_cloud
 
         extra = {"why_cloud": why_cloud(plan, catalog_path)} if multi_cloud(plan) else {}
-        print_json({"plan": plan_to_dict(plan), "candidates": [e.row(cloud=multi_cloud(plan)) for e in shown], **extra})
+        payload = {"plan": plan_to_dict(plan), "candidates": [e.row(cloud=multi_cloud(plan)) for e in shown], **extra}
+        bill_view.add_json(billed, payload, shown)
+        print_json(payload)
         return
-    _render(plan, shown, out, plot, emit_skypilot, wide=wide, catalog_path=catalog_path)
+    _render(plan, shown, out, plot, emit_skypilot, wide=wide, catalog_path=catalog_path, billed=billed)
 
 
 def _distinct(plan, k: int) -> list:
@@ -121,7 +139,7 @@ def _distinct(plan, k: int) -> list:
 
 
 def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | None, *, wide: bool = False,
-            con=None, catalog_path=None) -> None:
+            con=None, catalog_path=None, billed=None) -> None:
     from cloudfit.cli.table import WIDE_COLUMNS, Column, fit, print_table
     from cloudfit.units import format_hours
 
@@ -152,10 +170,15 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
     from cloudfit.cli.clouds_view import add_cloud_column, why_cloud
 
     add_cloud_column(plan, cols, rows, shown)
+    from cloudfit.cli.bill_view import add_column
+
+    add_column(billed, cols, rows, shown)
     t, dropped = fit(title, cols, rows, width, wide=wide)  # wider than the terminal only with --wide: printed whole
     print_table(con, t)
     if plan.explanation:
         con.print(f"Why #1: {plan.explanation}")
+    for line in (billed.lines if billed is not None else ()):
+        con.print(line)
     cloud_line = why_cloud(plan, catalog_path)
     if cloud_line:
         con.print(cloud_line)
