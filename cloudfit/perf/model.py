@@ -439,11 +439,17 @@ def _cap_scaling(sps: np.ndarray, r: dict[str, Any], base: dict[int, tuple[int, 
     return out
 
 
-def _offering(machine_type: str | None, accelerator: str, count: int):
-    """The catalog's VM shape for ``machine_type`` (or its largest VM with ``count`` × ``accelerator``); None if none."""
+def _catalog_for(machine_type: str | None):
+    """The shipped catalog of the cloud ``machine_type`` belongs to (AWS ``g4dn.12xlarge``, Nebius ``gpu-…``);
+    GCP's without one."""
     from cloudfit import catalog
 
-    offs = [o for o in catalog.load().offerings
+    return catalog.load(clouds=(hardware.cloud_of_machine_type(machine_type),) if machine_type else None)
+
+
+def _offering(machine_type: str | None, accelerator: str, count: int):
+    """The catalog's VM shape for ``machine_type`` (or its largest VM with ``count`` × ``accelerator``); None if none."""
+    offs = [o for o in _catalog_for(machine_type).offerings
             if o.accelerator == accelerator and o.accelerators_per_node == count
             and (machine_type is None or o.machine_type == machine_type)]
     return max(offs, key=lambda o: (o.vcpus, o.machine_type)) if offs else None
@@ -454,9 +460,7 @@ def _network_for(machine_type: str | None, accelerator: str, count: int, network
         if network_gbps <= 0:
             raise UsageError(f"network bandwidth must be positive, got {network_gbps!r} Gbps")
         return float(network_gbps)
-    from cloudfit import catalog
-
-    offs = [o for o in catalog.load().offerings
+    offs = [o for o in _catalog_for(machine_type).offerings
             if o.accelerator == accelerator and o.accelerators_per_node == count
             and (machine_type is None or o.machine_type == machine_type)]
     if not offs:
