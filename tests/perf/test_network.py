@@ -90,3 +90,10 @@ def test_the_network_model_is_off_in_the_shipped_prior():
     one = t["nodes"] == 1
     assert np.allclose(off.step_time_s[one], on.step_time_s[one])
     assert np.all(on.step_time_s[~one] > off.step_time_s[~one])
+
+
+def test_the_llm_step_model_knows_other_clouds_machine_types():
+    from cloudfit.llm import hardware as llm_hw
+
+    assert llm_hw.node_gbps("H100", "p5.48xlarge") == 3200.0
+    assert llm_hw.node_gbps("A10G", "g5.48xlarge") == 100.0
