@@ -13,7 +13,7 @@ gradient bytes (``data/workload_stats.json``):
 * **after** — ``cloudfit/perf/network.py``: the transport's share and step latency, 25 MB buckets, the last bucket
   never hidden (``network_model`` on);
 * **after+overlap LOWO** — the same, with the share of compute that hides the all-reduce over sockets chosen on a
-  grid on the other workloads' rows (leave-one-workload-out: 0.05–0.15; ``network.TCP_OVERLAP_SHARE`` = 0.1 is the choice on all rows);
+  grid on the other workloads' rows (leave-one-workload-out: 0–0.1; ``network.TCP_OVERLAP_SHARE`` = 0.05 is the choice on all rows);
 * **linear** — n × the 1-VM throughput.
 
 The band (10–90%) is leave-one-workload-out: the 10th/90th percentiles of log(measured / predicted) over the other
