@@ -6,16 +6,16 @@ each row with its public source; assumptions named in ``data/raw/network/PROVENA
 
 * **tcp** — NCCL's socket transport over Ethernet (GCP gVNIC, AWS ENA without EFA, anything else): the share falls
   with the link speed, as a per-host socket ceiling takes over. ``effective = 1 / (1/(η₀·link) + 1/C)`` with
-  η₀ = 0.85 (the prior's TCP share) and C = 145 Gbit/s, the least-squares fit (in log share) to the five public
-  socket points: Sailor's GCP A2 measurements (81%, 92%, 97% of 24, 32, 50 Gbit/s), NVIDIA/nccl#209 (≤ 60% of
-  32 Gbit/s, 2019) and NVIDIA/nccl#450 (40% of 100 Gbit/s, 4 × 8 V100). It gives 80% at 10 Gbit/s, 66% at 50,
-  54% at 100 — the cloud points sit above it (Sailor's 50 Gbit/s point 1.47×), the on-premises ones below: the
-  sources disagree by up to 1.5×, the band's business. Per ring step 45.8 µs (nccl-tests#82, 8-byte broadcast over sockets).
+  η₀ = 0.85 (the prior's TCP share) and C = 127 Gbit/s, the least-squares fit (in log share) to the six public
+  socket points: Sailor's GCP A2 measurements (81%, 92%, 97% of 24, 32, 50 Gbit/s), NVIDIA/nccl-tests#83 on Azure
+  (54% of 25 Gbit/s), NVIDIA/nccl#209 (≤ 60% of 32 Gbit/s, 2019) and NVIDIA/nccl#450 (40% of 100 Gbit/s, 4 × 8
+  V100). It gives 80% at 10 Gbit/s, 64% at 50, 51% at 100 — Sailor's GCP points sit above it (its 50 Gbit/s point
+  1.5×), the others below (Azure 1.34×): the sources disagree by up to 1.5×, the band's business. Per ring step 45.8 µs (nccl-tests#82, 8-byte broadcast over sockets).
 * **efa** — AWS EFA (aws-ofi-nccl), and GCP GPUDirect-TCPX/TCPXO (A3 High/Mega; no public NCCL figure found: taken as
   EFA, an assumption): 80% of the link on 2 nodes, 60% on 3–7, 55% on 8 or more (NVIDIA/nccl#235 on p3dn,
   NVIDIA/nccl#527 on p4dn). 20 µs per step (assumption).
-* **rdma** — InfiniBand / RoCE (A3 Ultra, A4, Nebius): 75% (NVIDIA/nccl#495, 8 × 100 Gbit/s RoCE). 10 µs per step
-  (assumption).
+* **rdma** — InfiniBand / RoCE (A3 Ultra, A4, Nebius): 75% (NVIDIA/nccl#495, 8 × 100 Gbit/s RoCE; nccl-tests#156,
+  76% between two VMs on 4 × 200 Gbit/s RoCE). 10 µs per step (assumption).
 
 The all-reduce of ``g`` gradient bytes over ``n`` ranks is a ring: ``2(n−1)/n · g / link`` plus ``2(n−1)`` steps of
 latency per bucket (PyTorch DDP's default ``bucket_cap_mb`` = 25 MB: ``ceil(g / 25 MB)`` buckets). Buckets overlap
@@ -38,7 +38,7 @@ BUCKET_BYTES = 25 * 2**20
 
 #: Socket transport: share of a slow link (η₀) and the per-host ceiling C (Gbit/s); see the module docstring.
 TCP_ETA0 = 0.85
-TCP_CEILING_GBPS = 145.0
+TCP_CEILING_GBPS = 127.0
 #: Share of the link NCCL reaches over EFA by node count (≤ 2, 3–7, ≥ 8) and over RDMA (IB/RoCE).
 EFA_SHARE = (0.80, 0.60, 0.55)
 RDMA_SHARE = 0.75
