@@ -24,6 +24,10 @@ all-reduce is at least the last bucket's share of the gradient (all of it when t
 the rest hides behind backward only as far as backward lasts — at small batches per GPU backward is short and most
 of the all-reduce is exposed.
 
+:func:`wire_bound_sps` is the hard bound ``model.predict_many`` always applies (the sold link rate, no share): the
+shipped model never predicts an all-reduce faster than the wire. The estimate above enters the prior only with
+``CONSTANTS["network_model"]`` on (off in the shipped fit: bench/RESULTS_multinode.md).
+
 The prior sees a link's Gbit/s, not its transport: :func:`transport_of_gbps` takes links of 400 Gbit/s and more as
 RDMA-class (EFA/TCPX: every such VM in the catalogs has one) and anything slower as sockets. :func:`transport_of`
 names the transport of a catalog machine type, for explanations and for callers that know it.
@@ -132,3 +136,21 @@ def overlap_share(transport, backward_share: float) -> np.ndarray:
     """Share of compute that can hide the all-reduce: :data:`TCP_OVERLAP_SHARE` over sockets, else
     ``backward_share``."""
     return np.where(np.asarray(transport) == "tcp", TCP_OVERLAP_SHARE, backward_share)
+
+
+def wire_bound_sps(gradient_bytes, count, nodes, batch, link_gbps, intra_gbs, ps=0.0) -> np.ndarray:
+    """Most samples/s data parallelism over ``nodes`` VMs can reach: a step cannot end before its ring
+    all-reduce has moved 2(n−1)/n of the gradient over the VM link **at the full sold rate** (and through the
+    in-VM link, GB/s), nor before its ``2(n−1)`` steps of socket latency per bucket — a bound of the wire, not
+    an estimate (the estimate is :func:`allreduce_s`). Infinite for one VM and for parameter-server rows."""
+    g = np.asarray(gradient_bytes, dtype=float)
+    count = np.asarray(count, dtype=float)
+    nodes = np.asarray(nodes, dtype=float)
+    n = count * nodes
+    net_bps = np.asarray(link_gbps, dtype=float) * 1e9 / 8
+    link = np.minimum(net_bps, np.asarray(intra_gbs, dtype=float) * 1e9)
+    lat = step_latency_s(transport_of_gbps(link_gbps))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = 2 * (n - 1) / n * g / link + buckets(g) * 2 * (n - 1) * lat
+        bound = n * np.asarray(batch, dtype=float) / t
+    return np.where((nodes > 1) & (np.asarray(ps, dtype=float) < 0.5) & (t > 0), bound, np.inf)

@@ -105,3 +105,29 @@ def test_the_llm_step_model_knows_other_clouds_machine_types():
 
     assert llm_hw.node_gbps("H100", "p5.48xlarge") == 3200.0
     assert llm_hw.node_gbps("A10G", "g5.48xlarge") == 100.0
+
+
+def test_the_shipped_model_never_beats_the_wire_on_any_catalog_shape():
+    # issue 33: a small batch on Ethernet was predicted to all-reduce faster than its link can carry the gradient
+    # (11 of 5,031 GCP queries, down to 0.92× the wire time, before the bound in model.predict_many). A step on N
+    # VMs cannot end before 2(N-1)/N of the gradient has crossed the VM link at its full sold rate.
+    from cloudfit import catalog
+    from cloudfit.catalog import hardware
+    from cloudfit.perf import HardwareQuery, predict_many
+    from cloudfit.profiling import io as pio
+
+    shapes = sorted({(o.machine_type, o.accelerator, o.accelerators_per_node, o.vcpus)
+                     for o in catalog.load(clouds=("gcp", "aws")).offerings})
+    for name in ("bert-large", "vgg16", "resnet50", "gpt2"):
+        prof = pio.load_profile(pio.shipped_profiles()[name])
+        qs, wire = [], []
+        for mt, acc, count, vcpus in shapes:
+            gbps = hardware.vm_network_gbps(mt, acc, count, vcpus)
+            for nodes in (2, 8):
+                for batch in (1, 16):
+                    qs.append(HardwareQuery(acc, count, nodes, gbps, "fp16", batch, vcpus=vcpus))
+                    n = count * nodes
+                    wire.append(2 * (n - 1) / n * prof.stats.gradient_bytes / (gbps * 1e9 / 8))
+        t = predict_many(prof, qs)
+        ok = ~t.fits | (t.step_time_s >= np.array(wire) * (1 - 1e-9))
+        assert ok.all(), (name, [q for q, g in zip(qs, ok) if not g][:3])
