@@ -13,7 +13,8 @@ column. Rules (also in catalogs/README.md, "Other clouds"):
   region where the cloud has no zones (Lambda, Nebius);
 * a spot price equal to the on-demand price in *every* row of a cloud (RunPod) records no spot market: left
   empty; AWS spot prices are kept as the source has them (outliers are flagged at load time);
-* rows without an on-demand price (AWS p5e) and AWS Local Zones (``use1-atl2-az1``) are left out.
+* rows without an on-demand price (AWS p5e) and AWS Local Zones (``use1-atl2-az1``, ``usw2-lax1-az1``: a zone
+  id with a location between region and AZ) are left out.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def offerings(cloud: str, path: Path) -> list[Offering]:
     for r in rows:
         price = _num(r["Price"])
         zone = (r.get("AvailabilityZone") or r["Region"]).strip()
-        if price is None or "-atl" in zone:
+        if price is None or (cloud == "aws" and zone.count("-") >= 2):
             continue
         acc = NAMES.get((cloud, r["InstanceType"])) or NAMES.get((cloud, r["AcceleratorName"])) or r["AcceleratorName"]
         spot = None if no_spot_market else _num(r.get("SpotPrice", ""))

@@ -3,7 +3,7 @@
 Keyed by the canonical accelerator names the catalog uses (``A100``, ``A100-80GB``, ``H100``,
 ``H100-MEGA``, ``H200``, ``B200``, ``L4``, ``T4``, ``V100``, ``P100``, ``P4``) plus accelerators that
 only appear in training measurements (``K80``, ``GH200``, ``L40S``, ``A10``, ``H100-PCIe``, and the board variants
-``P100-SXM2`` and ``A100-80GB-PCIe``, see ``BOARD_OF``).
+``P100-SXM2``, ``A100-80GB-PCIe`` and AWS's ``A10G`` and ``V100-32GB``, see ``BOARD_OF``).
 
 Provenance: ``data/raw/gpus/gpu_specs.csv`` (copied from the shared data set; see
 ``data/raw/gpus/PROVENANCE.md``): NVIDIA datasheets cross-checked against stas00/ml-engineering.
@@ -101,11 +101,13 @@ _CHIP: dict[str, tuple[int, float, float]] = {
     "P100": (56, 1380, 4),
     "P100-SXM2": (56, 1480, 4),
     "V100": (80, 1530, 6),
+    "V100-32GB": (80, 1530, 6),
     "T4": (40, 1590, 4),
     "A100": (108, 1410, 40),
     "A100-80GB": (108, 1410, 40),
     "A100-80GB-PCIe": (108, 1410, 40),
     "A10": (72, 1695, 6),
+    "A10G": (72, 1695, 6),
     "L4": (58, 2040, 48),
     "L40S": (142, 2520, 96),
     "H100": (132, 1980, 50),
@@ -137,11 +139,18 @@ ACCELERATORS: dict[str, Accelerator] = {
         # 2,039 GB/s and 400 W (NVIDIA A100 datasheet; same peaks, 108 SMs at 1410 MHz).
         _a("P100-SXM2", "Pascal", 16, 732, 10.6, None, 21.2, None, None, 160, 3, 300, 2016),
         _a("V100", "Volta", 16, 900, 15.7, None, 125, None, None, 300, 3, 300, 2017),
+        # AWS p3dn's V100 SXM2 32 GB: the same module with twice the HBM2 (NVIDIA V100 datasheet: same peaks,
+        # 900 GB/s, 300 W); a board of the V100 (BOARD_OF).
+        _a("V100-32GB", "Volta", 32, 900, 15.7, None, 125, None, None, 300, 3, 300, 2018),
         _a("T4", "Turing", 16, 320, 8.1, None, 65, None, None, None, 3, 70, 2018),
         _a("A100", "Ampere", 40, 1555, 19.5, 156, 312, 312, None, 600, 4, 400, 2020),
         _a("A100-80GB", "Ampere", 80, 2039, 19.5, 156, 312, 312, None, 600, 4, 400, 2020),
         _a("A100-80GB-PCIe", "Ampere", 80, 1935, 19.5, 156, 312, 312, None, None, 4, 300, 2021),
         _a("A10", "Ampere", 24, 600, 31.2, 62.5, 125, 125, None, None, 4, 150, 2021),
+        # AWS g5's "A10G": NVIDIA publishes no datasheet for it. Modelled as a board of the A10 (same GA102
+        # chip; 600 GB/s in public bandwidth tables) with the A10 datasheet's peaks — an assumption, see
+        # data/raw/gpus/PROVENANCE.md — and the memory SkyPilot's AWS catalog reports (22,888 MiB per GPU).
+        _a("A10G", "Ampere", 22.35, 600, 31.2, 62.5, 125, 125, None, None, 4, 150, 2021),
         _a("L4", "Ada Lovelace", 24, 300, 30.3, 60, 121, 121, 242.5, None, 4, 72, 2023),
         _a("L40S", "Ada Lovelace", 48, 864, 91.6, 183, 362, 362, 733, None, 4, 350, 2023),
         _a("H100", "Hopper", 80, 3350, 67, 494.5, 989, 989, 1979, 900, 5, 700, 2022),
@@ -158,7 +167,7 @@ ACCELERATORS: dict[str, Accelerator] = {
 #: clocks, power or memory speed): measurements keep the board they ran on (its specs enter the prior), while
 #: leave-one-accelerator-out evaluation holds out, and anchors across, whole accelerators
 #: (:func:`accelerator_of`), so a held-out GPU is never predicted from its own twin board.
-BOARD_OF = {"P100-SXM2": "P100", "A100-80GB-PCIe": "A100-80GB"}
+BOARD_OF = {"P100-SXM2": "P100", "A100-80GB-PCIe": "A100-80GB", "A10G": "A10", "V100-32GB": "V100"}
 
 
 def accelerator_of(name: str) -> str:
@@ -289,6 +298,11 @@ OTHER_CLOUD_GBPS: dict[str, tuple[float, str]] = {
     "p4de.24xlarge": (400.0, "AWS P4de: 400 Gbps EFA"),
     "p4d.24xlarge": (400.0, "AWS P4d: 400 Gbps EFA"),
     "p3.8xlarge": (10.0, "AWS P3: 10 Gbps, no EFA"),
+    "p3dn.24xlarge": (100.0, "AWS P3dn: 100 Gbps (EFA)"),
+    "g4dn.metal": (100.0, "AWS G4dn: g4dn.metal 100 Gbps (EFA)"),
+    "g4dn.12xlarge": (50.0, "AWS G4dn: g4dn.12xlarge 50 Gbps (EFA)"),
+    "g5.48xlarge": (100.0, "AWS G5: g5.48xlarge 100 Gbps (EFA)"),
+    "g5.12xlarge": (40.0, "AWS G5: g5.12xlarge 40 Gbps (EFA)"),
     "p3.2xlarge": (10.0, "AWS P3: up to 10 Gbps, no EFA"),
     "g6e.12xlarge": (100.0, "AWS G6e: 100 Gbps (EFA)"),
     "g6.12xlarge": (40.0, "AWS G6: 40 Gbps"),

@@ -109,6 +109,10 @@ def node_gbps(name: str, machine_type: str | None = None) -> float:
         up = machine_type.upper()
         if up in SYSTEM_GBPS:
             return SYSTEM_GBPS[up]
+        from cloudfit.catalog import hardware as cat_hw  # other clouds' instance types (AWS p5, g5, Nebius …)
+
+        if machine_type in cat_hw.OTHER_CLOUD_GBPS:
+            return cat_hw.OTHER_CLOUD_GBPS[machine_type][0]
         raise UsageError(f"unknown machine type {machine_type!r} for the network (known families: "
                          f"{', '.join(p.rstrip('-') for p in FAMILY_GBPS)}; or give --network-gbps)")
     return _DEFAULT_NODE_GBPS.get(canonical(name), 100.0)

@@ -173,7 +173,11 @@ def table_rows(accelerators: Sequence[str], tables) -> tuple[np.ndarray | None, 
     """Per-row copies of the kernel-efficiency tables (``cloudfit.perf.kernels.Tables``) for canonical names."""
     if tables is None:
         return None, None
-    accs = list(accelerators)
+    # a board variant the fit never saw (AWS's A10G) uses its chip's tables (hardware.BOARD_OF): efficiencies
+    # are fractions of the board's own peaks
+    from cloudfit.catalog.hardware import accelerator_of
+
+    accs = [a if a in tables.memory else accelerator_of(a) for a in accelerators]
     names = sorted(set(accs))
     missing = [a for a in names if a not in tables.memory]
     if missing:

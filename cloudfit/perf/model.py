@@ -19,7 +19,7 @@ import numpy as np
 
 from cloudfit.catalog import hardware
 from cloudfit.errors import ModelError, ProfileError, UsageError
-from cloudfit.perf import features, prior
+from cloudfit.perf import features, network, prior
 from cloudfit.perf.trees import Forest
 from cloudfit.types import PRECISIONS, Measurement, Prediction, Profile
 
@@ -383,6 +383,9 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     else:
         sps, kind, basis = p.samples_per_second * np.exp(f), "stats-only", ["stats-only"] * len(uq)
     sps = _cap_scaling(sps, r, base)
+    # issue 33: never faster than the wire lets the all-reduce finish (cloudfit/perf/network.py)
+    sps = np.minimum(sps, network.wire_bound_sps(work.gradient_bytes, r["count"], r["nodes"], r["batch"], r["net"],
+                                                 r["intra"], r["ps"]))
     launch = prior.launch_bound_sps(work.kernels, r["batch"], devices)
     vcpus = np.array([np.inf if q.vcpus is None else float(q.vcpus) for q in uq])
     launch = np.minimum(launch, r["nodes"] * prior.input_bound_sps(profile.stats.input, vcpus))
@@ -439,11 +442,17 @@ def _cap_scaling(sps: np.ndarray, r: dict[str, Any], base: dict[int, tuple[int, 
     return out
 
 
-def _offering(machine_type: str | None, accelerator: str, count: int):
-    """The catalog's VM shape for ``machine_type`` (or its largest VM with ``count`` × ``accelerator``); None if none."""
+def _catalog_for(machine_type: str | None):
+    """The shipped catalog of the cloud ``machine_type`` belongs to (AWS ``g4dn.12xlarge``, Nebius ``gpu-…``);
+    GCP's without one."""
     from cloudfit import catalog
 
-    offs = [o for o in catalog.load().offerings
+    return catalog.load(clouds=(hardware.cloud_of_machine_type(machine_type),) if machine_type else None)
+
+
+def _offering(machine_type: str | None, accelerator: str, count: int):
+    """The catalog's VM shape for ``machine_type`` (or its largest VM with ``count`` × ``accelerator``); None if none."""
+    offs = [o for o in _catalog_for(machine_type).offerings
             if o.accelerator == accelerator and o.accelerators_per_node == count
             and (machine_type is None or o.machine_type == machine_type)]
     return max(offs, key=lambda o: (o.vcpus, o.machine_type)) if offs else None
@@ -454,9 +463,7 @@ def _network_for(machine_type: str | None, accelerator: str, count: int, network
         if network_gbps <= 0:
             raise UsageError(f"network bandwidth must be positive, got {network_gbps!r} Gbps")
         return float(network_gbps)
-    from cloudfit import catalog
-
-    offs = [o for o in catalog.load().offerings
+    offs = [o for o in _catalog_for(machine_type).offerings
             if o.accelerator == accelerator and o.accelerators_per_node == count
             and (machine_type is None or o.machine_type == machine_type)]
     if not offs:

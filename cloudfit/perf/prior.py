@@ -70,6 +70,7 @@ CONSTANTS: dict[str, float] = {
     "step_overhead_s": 0.0,
     "ps_overhead_s": 0.0,
     "ps_server_overhead_s": 0.0,
+    "network_model": 0.0,  # 1: inter-node all-reduce from cloudfit/perf/network.py (off: the shipped fit's prior)
     "eta_net": 0.85,  # TCP share of a VM's network cap (Sailor measured 19.4 of 24 Gbps on a2-highgpu-1g)
     "bytes_per_param_update": 24.0,  # read param+grad+2 states, write param+states (Adam/momentum, fp32)
     "latency_intra_s": 10e-6,
@@ -321,6 +322,13 @@ def prior(w: Work, s: Setup, c: dict[str, float] = CONSTANTS) -> PriorResult:
     with np.errstate(divide="ignore", invalid="ignore"):
         ring = np.where(n > 1, 2 * (n - 1) / n * g / link + 2 * (n - 1) * lat, 0.0)
     exposed_ar = np.maximum(ring - c["backward_share"] * compute, c["tail"] * ring)
+    if c.get("network_model", 0.0) > 0.5:  # issue 33: NCCL's effective all-reduce by fabric (perf/network.py)
+        from cloudfit.perf import network
+
+        ring = network.allreduce_s(g, n, nodes, _f(s.network_gbps), intra_bps, intra_latency_s=c["latency_intra_s"])
+        share = np.where(nodes > 1, network.overlap_share(network.transport_of_gbps(s.network_gbps),
+                                                          c["backward_share"]), c["backward_share"])
+        exposed_ar = network.exposed_s(ring, compute, g, share, c["tail"])
     # Parameter servers: worker link = the VM network across nodes, the intra-node link inside one.
     worker_bps = np.where(nodes > 1, net_bps, np.minimum(intra_bps, _f(s.ps_network_gbps) * 1e9 / 8))
     worker_bps = np.where(np.isfinite(worker_bps), worker_bps, _f(s.ps_network_gbps) * 1e9 / 8)

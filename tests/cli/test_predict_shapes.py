@@ -48,3 +48,15 @@ def test_recommend_in_fp8_leaves_out_gpus_without_fp8():
     out = json.loads(r.stdout)
     assert {c["accelerator"] for c in out["candidates"]} <= {"H100", "H100-MEGA", "H200", "B200", "L4"}
     assert any("has no FP8 tensor cores" in k for k in out["plan"]["provenance"]["excluded"])
+
+
+@pytest.mark.parametrize("acc, count, machine_type", [("T4", "4", "g4dn.12xlarge"), ("A10G", "8", "g5.48xlarge")])
+def test_predict_takes_another_clouds_machine_type(acc, count, machine_type):  # issue 33: was "no catalog offering"
+    import json
+
+    r = run_cloudfit("predict", "--profile", "resnet50", "--accelerator", acc, "--count", count, "--nodes", "2",
+                     "--machine-type", machine_type, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["accelerator"] == acc and out["breakdown"]["communication_s"] > 0, out
+    assert "no measured rows" in out["basis"], out["basis"]
