@@ -23,6 +23,7 @@ PARTS = [  # (file, the script that writes it)
     ("RESULTS_recommend_speed.md", "bench/recommend_speed.py, bench/recommend_equivalence.py"),
     ("RESULTS_multicloud.md", "bench/multicloud.py"),
     ("RESULTS_multinode.md", "bench/multinode.py"),
+    ("RESULTS_checkpoint.md", "bench/dcp_async_save.py"),
     ("RESULTS_gpu.md", "bench/device/gpu_session.sh, bench/h100_zoo.py"),
     ("RESULTS_generation.md", "bench/generation.py, bench/h100_zoo.py"),
 ]
