@@ -40,5 +40,5 @@ def unknown_lines(plan, shown: list) -> list[str]:
     u = _unknown(plan)
     out = []
     if any(is_measured(plan, e.config.offering.accelerator) is False for e in shown):
-        out.append(f"{MARK} no measurement of {escape(u.get('family', 'this model'))} on this GPU: spec-based")
+        out.append(f"{MARK} no {escape(u.get('family', 'model'))} measurement on this GPU: spec-based")
     return out + [escape(x) for x in lines(u)]

@@ -26,8 +26,12 @@ from cloudfit.errors import UsageError
 #: candidate beats 9 times in 10 (the band's 10% end).
 RISKS = ("median", "p90")
 
-#: The table's mark after an unmeasured GPU, and its footnote.
+#: The table's mark after an unmeasured GPU.
 MARK = "†"
+
+#: The length of one probe: ``cloudfit search``'s default ``--probe-minutes`` (``cloudfit.active.record.PROBE_SECONDS``,
+#: which this layer may not import; tests/plan/test_unknown.py holds them equal).
+PROBE_SECONDS = 600.0
 
 
 def check_risk(risk: str) -> str:
@@ -123,8 +127,6 @@ def probe(space, chosen: int) -> dict[str, Any] | None:
     """The probe ``cloudfit search`` runs first on the chosen hardware (accelerator, GPUs per node, nodes):
     its cheapest on-demand offering (spot where none) for ``PROBE_SECONDS``. GCP offerings first: that is
     where ``cloudfit search`` runs probes; ``on_gcp`` says whether it can."""
-    from cloudfit.active.record import PROBE_SECONDS
-
     o = space.shapes[int(space.shape[chosen])]
     same = np.array([(s.accelerator, s.accelerators_per_node) == (o.accelerator, o.accelerators_per_node)
                      for s in space.shapes], dtype=bool)[space.shape] & (space.nodes == space.nodes[chosen])
@@ -159,17 +161,20 @@ def search_command(workload, p: dict[str, Any], accelerator: str) -> str:
                      "--checkpoint-dir gs://BUCKET/PATH"])
 
 
-def facts(space, problem, chosen: int, *, risk: str = "median") -> dict[str, Any]:
+def facts(space, problem, chosen: int, *, risk: str = "median", measured: dict[str, bool] | None = None,
+          family_name: str | None = None, with_probe: bool = True) -> dict[str, Any]:
     """What the plan whose chosen candidate is ``chosen`` rests on (plan provenance ``unknown``):
 
-    - ``family``, ``measured`` (per GPU of the space: a measurement of this family on it);
+    - ``family``, ``measured`` (per GPU of the space: a measurement of this family on it; given for large models,
+      see :func:`llm_measured`), ``accelerator`` and ``chosen_measured``;
     - when the chosen GPU is unmeasured: ``measured_alternative`` (the best plan on measured GPUs, None if
       none meets the limits), ``pessimistic`` (the best plan with every candidate at its band's low end,
       and the chosen plan's cost and hours there; left out under ``risk="p90"``, which chose on it) and
-      ``probe`` (see :func:`probe`, with its ``command``).
+      ``probe`` (see :func:`probe`, with its ``command``; not ``with_probe``: ``cloudfit search`` has no such probe).
     """
-    fam, _ = family(space.profile.model)
-    measured = measured_gpus(space.profile, (s.accelerator for s in space.shapes))
+    fam = family_name or family(space.profile.model)[0]
+    if measured is None:
+        measured = measured_gpus(space.profile, (s.accelerator for s in space.shapes))
     acc = space.shapes[int(space.shape[chosen])].accelerator
     out: dict[str, Any] = {"family": fam, "measured": measured, "risk": risk, "accelerator": acc,
                            "chosen_measured": measured[acc]}
@@ -185,12 +190,29 @@ def facts(space, problem, chosen: int, *, risk: str = "median") -> dict[str, Any
         out["pessimistic"] = {"chosen": _plan_of(low, la, chosen),
                               "best": None if best is None else _plan_of(low, la, best),
                               "same": best is not None and _same(low, best, chosen)}
-    p = probe(space, chosen)
-    if p is not None:
-        p["command"] = search_command(space.workload, p, acc)
-        p["accelerator"] = acc
-    out["probe"] = p
+    if with_probe:
+        p = probe(space, chosen)
+        if p is not None:
+            p["command"] = search_command(space.workload, p, acc)
+            p["accelerator"] = acc
+        out["probe"] = p
     return out
+
+
+@functools.lru_cache(maxsize=4)
+def _llm_gpus(path: str) -> frozenset[str]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return frozenset(row["accelerator"] for row in csv.DictReader(f))
+
+
+def llm_measured(accelerators: Iterable[str], anchored_on: Iterable[str] = (),
+                 path: str | None = None) -> dict[str, bool]:
+    """Per accelerator: whether a large-model run was measured on it (the step model's calibration table,
+    ``data/llm/measurements.csv``, or an anchor of the user's profile), on it or on the same chip."""
+    from cloudfit.resources import shipped
+
+    chips = {_chip(a) for a in _llm_gpus(str(path or shipped("data/llm/measurements.csv"))) | set(anchored_on)}
+    return {a: _chip(a) in chips for a in sorted(set(accelerators))}
 
 
 def _same(space, i: int, j: int) -> bool:
@@ -213,8 +235,9 @@ def lines(u: dict[str, Any] | None) -> list[str]:
     if not u or u.get("chosen_measured", True):
         return []
     alt = u.get("measured_alternative")
-    head = (f"Unmeasured: #1 rests on {u['accelerator']}, where no {u['family']} run was measured (spec-based). "
-            + (f"Best plan on measured rows: {describe(alt)}." if alt else "No plan on measured GPUs meets the limits."))
+    head = (f"Unmeasured: #1 rests on {u['accelerator']}, with no {u['family']} run measured on it (spec-based). "
+            + (f"Best plan on measured rows: {describe(alt)}." if alt
+               else "No plan on measured GPUs meets the limits."))
     pess = u.get("pessimistic")
     if pess:
         c = pess["chosen"]

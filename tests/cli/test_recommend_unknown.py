@@ -37,7 +37,7 @@ def test_table_marks_unmeasured_gpus_and_prices_the_probe(plan, width):
         acc = e.config.offering.accelerator
         assert (f"{acc}†" in table) == (not measured[acc])
     assert "H200†" in table and "H100†" not in table  # #1 is an H200 (no resnet50 row), #5 an H100 (measured)
-    assert "† no measurement of resnet50 on this GPU: spec-based" in rest
+    assert "† no resnet50 measurement on this GPU: spec-based" in rest
     flat = " ".join(rest.split())
     p = plan.provenance["unknown"]["probe"]
     assert f"measure first: ~${p['usd']:,.2f}" in flat and p["command"] in flat
@@ -72,3 +72,28 @@ def test_bad_risk_is_one_line_exit_2(cli, extra):
     r = cli(*args)
     assert r.exit_code == 2 and r.stdout == "" and "--risk" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_llm_table_and_json_mark_unmeasured_gpus(cli):
+    import cloudfit
+    from cloudfit.cli.recommend_llm import _render as render_llm
+    from cloudfit.cli.render import distinct
+
+    plan = cloudfit.recommend(cloudfit.token_workload(tokens=1e9, model="llama3-8b", deadline="7d",
+                                                      accelerators=["H200", "H100"], max_nodes=2))
+    measured = plan.provenance["unknown"]["measured"]
+    assert measured == {"H100": True, "H200": False}
+    con = Console(width=80, record=True, highlight=False, soft_wrap=False, file=open("/dev/null", "w"))
+    shown = distinct(plan, 5)
+    render_llm(plan, shown, 8192, None, None, None, con=con)
+    text = con.export_text()
+    table = text.split("Layout #1")[0]
+    for _, e in shown:
+        acc = e.config.offering.accelerator
+        assert (f"{acc}†" in table) == (not measured[acc])
+    assert ("† no LLM measurement on this GPU: spec-based" in text) == any("†" in ln for ln in table.splitlines())
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
+    r = cli("recommend", "--model", "llama3-8b", "--tokens", "1e9", "--deadline", "7d", "--accelerators", "H200",
+            "--max-nodes", "2", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert {c["measured"] for c in json.loads(r.stdout)["candidates"]} == {False}

@@ -124,3 +124,21 @@ def test_pessimistic_keeps_the_band_and_the_space():
 def test_bad_risk(bad):
     with pytest.raises(UsageError, match="--risk must be median or p90"):
         unknown.check_risk(bad)
+
+
+def test_llm_plans_know_their_measured_gpus():
+    import cloudfit
+
+    m = unknown.llm_measured(["H100", "A100-80GB", "B200", "H200", "L4"])
+    # the LLM step model's table has H100, A100 and B200 runs; none on H200 or L4
+    assert m == {"A100-80GB": True, "B200": True, "H100": True, "H200": False, "L4": False}
+    assert unknown.llm_measured(["H200"], anchored_on=["H200"]) == {"H200": True}
+    t = cloudfit.token_workload(tokens=1e9, model="llama3-8b", deadline="7d", accelerators=["H100", "L4"],
+                                max_nodes=2)
+    u = cloudfit.recommend(t).provenance["unknown"]
+    assert u["measured"] == {"H100": True, "L4": False} and u["family"] == "LLM"
+    h200 = cloudfit.recommend(cloudfit.token_workload(tokens=1e9, model="llama3-8b", deadline="7d",
+                                                      accelerators=["H200"], max_nodes=2)).provenance["unknown"]
+    assert h200["chosen_measured"] is False and h200["measured_alternative"] is None
+    assert "probe" not in h200  # `cloudfit search` probes profiled models, not large ones
+    assert "No plan on measured GPUs meets the limits." in unknown.lines(h200)[0]
