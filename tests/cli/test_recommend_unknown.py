@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from rich.console import Console
@@ -97,3 +98,16 @@ def test_llm_table_and_json_mark_unmeasured_gpus(cli):
             "--max-nodes", "2", "--json")
     assert r.exit_code == 0, r.stderr
     assert {c["measured"] for c in json.loads(r.stdout)["candidates"]} == {False}
+
+
+def test_the_done_when_command_at_80_columns(cli, monkeypatch):
+    """Issue 33's "Done when": the resnet50 --clouds all recommendation says which candidates rest on unmeasured
+    GPUs and what a probe would cost, in a terminal of 80 columns."""
+    monkeypatch.setenv("COLUMNS", "80")
+    r = cli(*ALL)
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "…" not in r.stdout and max(len(line) for line in lines) <= 80, r.stdout
+    text = " ".join(r.stdout.split())
+    assert "†" in lines[3] and "† no resnet50 measurement on this GPU: spec-based" in text
+    assert re.search(r"measure first: ~\$\d+\.\d\d \(10 min on .*\): cloudfit search --model resnet50", text)
