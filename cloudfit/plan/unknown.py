@@ -145,20 +145,32 @@ def probe(space, chosen: int) -> dict[str, Any] | None:
 
 
 def search_command(workload, p: dict[str, Any], accelerator: str) -> str:
-    """The ``cloudfit search`` command whose first probe is ``p`` (the plan's hardware at its limits)."""
+    """The ``cloudfit search`` command whose first probe is ``p``: the same workload and limits on ``accelerator``
+    alone (its plan on GCP, where the search probes, is the hardware of ``p`` when GCP plans as the other clouds
+    did), one probe, a probe budget that pays for it."""
     w = workload
-    what = f"--profile {w.profile_path}" if w.profile_path else f"--model {w.model}"
-    limits = []
+    args = ["cloudfit search", f"--profile {w.profile_path}" if w.profile_path else f"--model {w.model}",
+            f"--samples {w.samples:.0f}"]
     if w.deadline_hours is not None:
-        limits.append(f"--deadline {w.deadline_hours:g}h")
+        args.append(f"--deadline {w.deadline_hours:g}h")
     if w.budget_usd is not None:
-        limits.append(f"--budget {w.budget_usd:.2f}")
-    if w.objective != "cost":
-        limits.append(f"--objective {w.objective}")
+        args.append(f"--budget {w.budget_usd:.2f}")
+    if w.objective != "cost" or w.budget_usd is not None:  # a budget's default objective is time
+        args.append(f"--objective {w.objective}")
+    if w.confidence != 0.9:
+        args.append(f"--confidence {w.confidence:g}")
+    if w.regions:
+        args.append(f"--regions {','.join(w.regions)}")
+    args += {"allow": [], "never": ["--no-spot"], "only": ["--spot-only"]}.get(w.spot, [])
+    if w.max_nodes != 64:
+        args.append(f"--max-nodes {w.max_nodes}")
+    if w.precision != "fp16":
+        args.append(f"--precision {w.precision}")
+    if w.batch_size_per_device is not None:
+        args.append(f"--batch-size {w.batch_size_per_device}")
     budget = max(0.01, np.ceil(p["usd"] * 100) / 100)
-    return " ".join(["cloudfit search", what, f"--samples {w.samples:.0f}", *limits, f"--accelerators {accelerator}",
-                     f"--probe-budget {budget:.2f}", "--max-trials 1", "--backend gcp",
-                     "--checkpoint-dir gs://BUCKET/PATH"])
+    return " ".join([*args, f"--accelerators {accelerator}", f"--probe-budget {budget:.2f}", "--max-trials 1",
+                     "--backend gcp", "--checkpoint-dir gs://BUCKET/PATH"])
 
 
 def facts(space, problem, chosen: int, *, risk: str = "median", measured: dict[str, bool] | None = None,

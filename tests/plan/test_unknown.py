@@ -142,3 +142,20 @@ def test_llm_plans_know_their_measured_gpus():
     assert h200["chosen_measured"] is False and h200["measured_alternative"] is None
     assert "probe" not in h200  # `cloudfit search` probes profiled models, not large ones
     assert "No plan on measured GPUs meets the limits." in unknown.lines(h200)[0]
+
+
+def test_search_command_carries_the_workloads_options():
+    import inspect
+
+    from cloudfit.cli.search import search
+
+    w = make_workload(model="bert-base", samples=5e7, budget="300", regions=["us-*"], spot="never", max_nodes=4,
+                      precision="bf16", batch_size=32, confidence=0.8)
+    cmd = unknown.search_command(w, {"usd": 1.234}, "L4")
+    for part in ("--model bert-base", "--samples 50000000", "--budget 300.00", "--objective time",
+                 "--confidence 0.8", "--regions us-*", "--no-spot", "--max-nodes 4", "--precision bf16",
+                 "--batch-size 32", "--accelerators L4", "--probe-budget 1.24"):
+        assert part in cmd, part
+    names = {x for prm in inspect.signature(search).parameters.values()
+             for n in getattr(prm.default, "param_decls", ()) for x in n.split("/")}  # "--spot/--no-spot"
+    assert {a for a in cmd.split() if a.startswith("--")} <= names
