@@ -101,26 +101,66 @@ def pessimistic(space):
                                _cache=keep)
 
 
-def _best(a, problem, mask: np.ndarray | None = None) -> int | None:
-    """The best candidate of a whole-space assessment ``a`` (among ``mask``) that meets the limits, ranked as
-    ``cloudfit.search.problem.rank`` ranks (objective, then the other, then id); None if none does."""
+def _keys(a, problem, knee: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(feasible, primary, secondary, tertiary) keys of assessed candidates, lower is better, as the planner ranks:
+    the objective, then the other (``cloudfit.search.problem.score``), or under the cost × time knee its score,
+    then hours, then cost (``cloudfit.plan.knee.knee_order``)."""
     from cloudfit.search.problem import score
 
     feasible, primary, secondary = score(a, problem)
+    if not knee:
+        return feasible, primary, secondary, secondary
+    from cloudfit.plan.knee import knee_key
+
+    cost, hours = np.asarray(a.cost_usd, dtype=float), np.asarray(a.hours, dtype=float)
+    return feasible, np.round(knee_key(cost, hours), 9), hours, cost
+
+
+def _best(a, problem, knee: bool, mask: np.ndarray | None = None, ids: np.ndarray | None = None) -> int | None:
+    """The best candidate (among ``mask``) of an assessment ``a`` of candidates ``ids`` (default: the whole space)
+    that meets the limits, ranked as the planner ranks (:func:`_keys`, then id); its position in ``a``; None if
+    none does."""
+    feasible, primary, secondary, tertiary = _keys(a, problem, knee)
     ok = np.flatnonzero(feasible if mask is None else feasible & mask)
     if ok.size == 0:
         return None
     p = primary[ok]
     tie = ok[p == np.nanmin(p)] if not np.isnan(p).all() else ok
-    return int(tie[np.lexsort((tie, secondary[tie]))[0]])
+    key = tie if ids is None else ids[tie]
+    return int(tie[np.lexsort((key, tertiary[tie], secondary[tie]))[0]])
 
 
-def _plan_of(space, a, i: int) -> dict[str, Any]:
+def _at_low_end(space, problem, a, chosen: int, knee: bool) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
+    """(the chosen plan at the low end of the bands, the best plan there or None, whether it is the chosen cluster).
+
+    Slower never costs less nor takes less time (``test_pessimistic_keeps_the_band_and_the_space``), so a candidate
+    whose median objective is already worse than the chosen plan's at the low end cannot beat it there: only the
+    others are priced again (a few hundred of the space, not all of it), unless the chosen plan itself misses the
+    limits at the low end (then the whole space is)."""
+    low = pessimistic(space)
+    one = np.array([chosen])
+    ca = low.assess(problem, one)
+    feasible, primary, _, _ = _keys(ca, problem, knee)
+    if feasible[0]:
+        _, median, _, _ = _keys(a, problem, knee)
+        ids = np.flatnonzero(median <= primary[0])
+        ids = ids if (ids == chosen).any() else np.append(ids, chosen)
+        la = low.assess(problem, ids)
+    else:
+        ids, la = np.arange(len(low)), low.assess(problem)
+    b = _best(la, problem, knee, ids=ids)
+    best = None if b is None else _plan_of(low, la, int(ids[b]), b)
+    return _plan_of(low, ca, chosen, 0), best, b is not None and _same(low, int(ids[b]), chosen)
+
+
+def _plan_of(space, a, i: int, row: int | None = None) -> dict[str, Any]:
+    """Candidate ``i`` of ``space`` with its cost and hours from row ``row`` of ``a`` (default: ``i``)."""
+    r = i if row is None else row
     o = space.shapes[int(space.shape[i])]
     off = space.catalog.offerings[int(space.offering[i])]
     return {"cloud": off.cloud, "zone": off.zone, "machine_type": o.machine_type, "accelerator": o.accelerator,
             "accelerators_per_node": int(o.accelerators_per_node), "nodes": int(space.nodes[i]),
-            "spot": bool(space.spot[i]), "cost_usd": float(a.cost_usd[i]), "hours": float(a.hours[i])}
+            "spot": bool(space.spot[i]), "cost_usd": float(a.cost_usd[r]), "hours": float(a.hours[r])}
 
 
 def probe(space, chosen: int) -> dict[str, Any] | None:
@@ -193,15 +233,12 @@ def facts(space, problem, chosen: int, *, risk: str = "median", measured: dict[s
     if measured[acc]:
         return out
     a = space.assess(problem)
-    alt = _best(a, problem, measured_mask(space, measured))
+    knee = getattr(space.workload, "objective", "cost") == "time"  # the planner ranks on the cost × time knee
+    alt = _best(a, problem, knee, measured_mask(space, measured))
     out["measured_alternative"] = None if alt is None else _plan_of(space, a, alt)
     if risk != "p90":
-        low = pessimistic(space)
-        la = low.assess(problem)
-        best = _best(la, problem)
-        out["pessimistic"] = {"chosen": _plan_of(low, la, chosen),
-                              "best": None if best is None else _plan_of(low, la, best),
-                              "same": best is not None and _same(low, best, chosen)}
+        at_chosen, best, same = _at_low_end(space, problem, a, chosen, knee)
+        out["pessimistic"] = {"chosen": at_chosen, "best": best, "same": same}
     if with_probe:
         p = probe(space, chosen)
         if p is not None:

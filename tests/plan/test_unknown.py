@@ -116,8 +116,9 @@ def test_pessimistic_keeps_the_band_and_the_space():
     low = unknown.pessimistic(space)
     assert np.array_equal(space.samples_per_second, before)  # the (cached) space is not changed
     assert np.all(low.samples_per_second <= before) and np.array_equal(low.low, space.low)
-    a = low.assess(Problem.of(work))
-    assert np.all(a.hours >= space.assess(Problem.of(work)).hours - 1e-9)
+    a, m = low.assess(Problem.of(work)), space.assess(Problem.of(work))
+    # slower never takes less time nor costs less: what lets facts() re-price only the candidates that could win
+    assert np.all(a.hours >= m.hours - 1e-9) and np.all(a.cost_usd >= m.cost_usd - 1e-9)
 
 
 @pytest.mark.parametrize("bad", ["p80", "", "worst"])
@@ -159,3 +160,17 @@ def test_search_command_carries_the_workloads_options():
     names = {x for prm in inspect.signature(search).parameters.values()
              for n in getattr(prm.default, "param_decls", ()) for x in n.split("/")}  # "--spot/--no-spot"
     assert {a for a in cmd.split() if a.startswith("--")} <= names
+
+
+@pytest.mark.parametrize("objective", [None, "fastest"])
+def test_the_pessimistic_end_ranks_as_the_planner_does_under_a_budget(objective):
+    """Under a budget the planner picks the cost × time knee (or the fastest): the re-rank at the bands' low end
+    picks what --risk p90 picks, though it prices again only the candidates that could win there."""
+    w = make_workload(model="resnet50", epochs=90, dataset_size=1_281_167, budget="400", objective=objective,
+                      clouds=["all"])
+    plan, low = recommend(w), recommend(w, risk="p90")
+    u = plan.provenance["unknown"]
+    assert u["chosen_measured"] is False  # an H200 or B200 plan
+    best, c = u["pessimistic"]["best"], low.chosen.config
+    assert (best["machine_type"], best["nodes"], best["spot"]) == (c.offering.machine_type, c.nodes, c.spot)
+    assert best["cost_usd"] == pytest.approx(low.chosen.cost_usd) and best["hours"] == pytest.approx(low.chosen.hours)
