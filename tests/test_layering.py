@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("catalog", frozenset({"catalog"})),  # offerings, accelerator specs and canonical names, prices
     ("models", frozenset({"profiling", "perf", "spot", "train", "plot", "llm", "llm_model", "train_llm", "runtime"})),  # measure, predict, preemption, LLMs
     ("search", frozenset({"search"})),  # pure ranking: launches nothing
-    ("plan", frozenset({"plan", "executors"})),  # plans and the executors that run them (siblings)
+    ("plan", frozenset({"plan", "executors", "bill"})),  # plans, the executors that run them (siblings), the whole bill
     ("active", frozenset({"active", "explore", "launcher"})),  # plan + a passed-in executor; notebook trade-offs
     ("cli", frozenset({"cli", "__main__"})),  # the only printer
 )

@@ -94,3 +94,13 @@ def workload(*, model, profile, samples, epochs, dataset_size, deadline, budget,
         precision=precision, batch_size=batch_size, max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices,
         clouds=None if clouds is None else split(clouds),
     )
+
+# The whole bill (``recommend --data …``; see cloudfit.bill and cloudfit.cli.bill_view)
+DATA = typer.Option(None, "--data", help="Where the training data lives: gs://BUCKET/PATH, s3://BUCKET/PATH or a local path "
+                                         "(moving it is added to each plan's cost and hours).")
+DATA_SIZE = typer.Option(None, "--data-size", help="Size of --data, e.g. 150GB, 4TB (read from disk for a local path).")
+DATA_REGION = typer.Option(None, "--data-region", help="Region of the --data bucket (default: the cloud's primary region).")
+KEEP_CHECKPOINTS = typer.Option(2, "--keep-checkpoints", help="Checkpoint copies kept in object storage while the job runs.")
+RETURN_TO = typer.Option(None, "--return-to", help="Send the final model here: gs://…, s3://… or local (its egress is billed).")
+QUOTA = typer.Option(None, "--quota", help="GPU quotas to plan within: a CSV/JSON table (cloud,region,gpu,mode,limit) "
+                                           "or 'gcp' (the project's live quotas).")

@@ -61,6 +61,12 @@ def recommend(
     layout: Optional[str] = opts.LAYOUT,
     global_batch: Optional[int] = opts.GLOBAL_BATCH,
     wide: bool = typer.Option(False, "--wide", help="Show every column of the table whatever the terminal width."),
+    data: Optional[str] = opts.DATA,
+    data_size: Optional[str] = opts.DATA_SIZE,
+    data_region: Optional[str] = opts.DATA_REGION,
+    keep_checkpoints: int = opts.KEEP_CHECKPOINTS,
+    return_to: Optional[str] = opts.RETURN_TO,
+    quota: Optional[str] = opts.QUOTA,
     risk: str = typer.Option("median", "--risk", help="median: choose on the predicted speed; p90: on the speed each candidate beats 9 times in 10 (its band's low end)."),
 ) -> None:
     """Recommend the cluster to train on: cheapest under --deadline, fastest under --budget."""
@@ -85,6 +91,9 @@ def recommend(
                   accelerators=opts.split(accelerators), spot=opts.spot_mode(spot, spot_only), max_nodes=max_nodes,
                   confidence=confidence, max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices,
                   clouds=None if clouds is None else opts.split(clouds))
+    from cloudfit.cli import bill_view
+
+    billing = bill_view.wanted(data, return_to, quota) or data_size is not None or data_region is not None
     if is_llm_request(model=model, profile=profile, tokens=tokens, config=config, layout=layout):
         from cloudfit.cli.recommend_llm import token_workload  # a large-model token workload
 
@@ -100,13 +109,20 @@ def recommend(
     from cloudfit.plan import recommend as plan_recommend
 
     options = {"n_trials": trials, "seed": seed} if search == "bayes" else None
-    plan = plan_recommend(workload, catalog=catalog_path, searcher=search, searcher_options=options, risk=risk)
+    billed = None
+    if billing:
+        billed = bill_view.recommend(workload, catalog_path, search, options, data=data, data_size=data_size,
+                                     data_region=data_region, keep_checkpoints=keep_checkpoints,
+                                     return_to=return_to, quota=quota, risk=risk)
+        plan = billed.plan
+    else:
+        plan = plan_recommend(workload, catalog=catalog_path, searcher=search, searcher_options=options, risk=risk)
     write_outputs(plan, out, emit_skypilot, plot)
     if plan.layout is not None:
         from cloudfit.cli.recommend_llm import show
 
         return show(plan, top, seq_len, out, plot, emit_skypilot, as_json=as_json, wide=wide,
-                    catalog_path=catalog_path)
+                    catalog_path=catalog_path, billed=billed)
     shown = _distinct(plan, top)
     if as_json:
         from cloudfit.plan.io import plan_to_dict
@@ -117,9 +133,11 @@ def recommend(
         from cloudfit.cli.unknown_view import with_measured
 
         rows = with_measured(plan, [e.row(cloud=multi_cloud(plan)) for e in shown])
-        print_json({"plan": plan_to_dict(plan), "candidates": rows, **extra})
+        payload = {"plan": plan_to_dict(plan), "candidates": rows, **extra}
+        bill_view.add_json(billed, payload, shown)
+        print_json(payload)
         return
-    _render(plan, shown, out, plot, emit_skypilot, wide=wide, catalog_path=catalog_path)
+    _render(plan, shown, out, plot, emit_skypilot, wide=wide, catalog_path=catalog_path, billed=billed)
 
 
 def _distinct(plan, k: int) -> list:
@@ -128,7 +146,7 @@ def _distinct(plan, k: int) -> list:
 
 
 def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | None, *, wide: bool = False,
-            con=None, catalog_path=None) -> None:
+            con=None, catalog_path=None, billed=None) -> None:
     from cloudfit.cli.table import WIDE_COLUMNS, Column, fit, print_table
     from cloudfit.units import format_hours
 
@@ -162,13 +180,16 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
     from cloudfit.cli.clouds_view import add_cloud_column, why_cloud
 
     add_cloud_column(plan, cols, rows, shown)
+    from cloudfit.cli.bill_view import add_column
+
+    add_column(billed, cols, rows, shown)
     t, dropped = fit(title, cols, rows, width, wide=wide)  # wider than the terminal only with --wide: printed whole
     print_table(con, t)
     if plan.explanation:
         con.print(f"Why #1: {plan.explanation}")
     from cloudfit.cli.unknown_view import unknown_lines
 
-    for line in unknown_lines(plan, shown):
+    for line in [*(billed.lines if billed is not None else ()), *unknown_lines(plan, shown)]:
         con.print(line)
     cloud_line = why_cloud(plan, catalog_path)
     if cloud_line:

@@ -50,8 +50,11 @@ def token_workload(*, model, profile, samples, epochs, dataset_size, tokens, seq
 
 
 def show(plan, top: int, seq_len: int, out, plot, sky, *, as_json: bool = False, wide: bool = False,
-         catalog_path=None) -> None:
-    """A large-model plan on stdout: JSON (plan, candidates with their layouts, the layout ranking) or the table."""
+         catalog_path=None, billed=None) -> None:
+    """A large-model plan on stdout: JSON (plan, candidates with their layouts, the layout ranking) or the table;
+    ``billed`` (``recommend --data …``) adds the cost split (``cloudfit.cli.bill_view``)."""
+    from cloudfit.cli import bill_view
+
     shown = _distinct(plan, top)
     if as_json:
         from cloudfit.cli.render import print_json
@@ -67,10 +70,13 @@ def show(plan, top: int, seq_len: int, out, plot, sky, *, as_json: bool = False,
             rows.append({**e.row(cloud=multi_cloud(plan)), "tokens_per_second": e.samples_per_second * seq_len, "layout": lo["text"],
                          "mfu": lo["mfu"], "memory_gib_per_device": lo["memory_gib_per_device"]})
         extra = {"why_cloud": why_cloud(plan, catalog_path)} if multi_cloud(plan) else {}
-        print_json({"plan": plan_to_dict(plan), "candidates": with_measured(plan, rows),
-                    "layouts": plan.layout["ranking"], **extra})
+        payload = {"plan": plan_to_dict(plan), "candidates": with_measured(plan, rows),
+                   "layouts": plan.layout["ranking"], **extra}
+        bill_view.add_json(billed, payload, [e for _, e in shown])
+        print_json(payload)
         return
     _render(plan, shown, seq_len, out, plot, sky, wide=wide, catalog_path=catalog_path)
+    bill_view.print_lines(billed)
 
 
 def _llm_profile(profile, model, config):

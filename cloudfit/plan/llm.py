@@ -479,28 +479,31 @@ def _does_not_fit(job: LLMJob, res, hws, max_nodes: int, constraints: dict) -> I
 
 
 def recommend_llm(workload: Workload, job: LLMJob, *, catalog: Catalog | str | Path | None = None,
-                  space: LLMSpace | None = None) -> Plan:
+                  space: LLMSpace | None = None, adjust=None) -> Plan:
     """The cheapest cluster under a deadline / fastest under a budget, each candidate at its best layout;
     the plan carries the layout (``Plan.layout``) and everything a launcher needs to run it.
 
     Headroom: a plan whose layout fills more than ``memory.ROOMY_FRACTION`` of the GPU gives way to the best
     plan whose layouts all leave that much free, when that one is within ``memory.ROOMY_SPEED`` of it on the
-    objective (cost, time, or cost × time) — the same 2% a layout gives way for inside one cluster."""
+    objective (cost, time, or cost × time) — the same 2% a layout gives way for inside one cluster.
+
+    ``adjust`` (space → space), when given, is applied to every space searched (``cloudfit.bill``: the whole bill)."""
     from cloudfit import catalog as catalog_mod
 
+    adjust = adjust or (lambda s: s)
     workload.require_limit()
     if space is None:
         cat = catalog if isinstance(catalog, Catalog) else catalog_mod.load(catalog, clouds=workload.clouds)
         space = _space(workload, job, cat)
     else:
         cat = space.catalog
-    plan = _plan(workload, space)
+    plan = _plan(workload, adjust(space))
     L = plan.layout
     if (job.memory_limit <= lmem.ROOMY_FRACTION
             or L["memory_gib_per_device"] <= lmem.ROOMY_FRACTION * L["memory_capacity_gib"]):
         return plan
     try:
-        roomy = _plan(workload, _space(workload, replace(job, memory_limit=lmem.ROOMY_FRACTION), cat))
+        roomy = _plan(workload, adjust(_space(workload, replace(job, memory_limit=lmem.ROOMY_FRACTION), cat)))
     except InfeasibleError:
         return plan
     if _goal(workload, roomy) > _goal(workload, plan) / lmem.ROOMY_SPEED or (

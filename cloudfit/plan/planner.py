@@ -63,10 +63,7 @@ def recommend(
 
     risk = unknown.check_risk(risk)
     if workload.kind == "tokens":
-        if risk != "median":
-            from cloudfit.errors import UsageError
-
-            raise UsageError("--risk p90 plans profiled models (samples); large-model plans choose on the median")
+        unknown.check_risk(risk, tokens=True)
         return _recommend_tokens(workload, catalog=catalog, profile=profile, searcher=searcher, space=space)
     from cloudfit import catalog as catalog_mod
     from cloudfit import spot

@@ -34,10 +34,13 @@ MARK = "†"
 PROBE_SECONDS = 600.0
 
 
-def check_risk(risk: str) -> str:
+def check_risk(risk: str, *, tokens: bool = False) -> str:
+    """``risk`` checked (one of ``RISKS``); ``tokens``: for a large-model plan, which chooses on the median only."""
     r = (risk or "").strip().lower()
     if r not in RISKS:
         raise UsageError(f"--risk must be {' or '.join(RISKS)}, got {risk!r}")
+    if tokens and r != "median":
+        raise UsageError(f"--risk {r} plans profiled models (samples); large-model plans choose on the median")
     return r
 
 

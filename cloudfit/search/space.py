@@ -72,6 +72,8 @@ class Space:
     excluded: dict[str, int] = field(default_factory=dict)  # reason → number of candidates left out
     basis: str = ""
     checkpoint_bytes: float = 0.0
+    #: The rest of the job's bill (``cloudfit.bill.Bill``: data transfer, storage), added by ``assess``; None: compute only
+    bill: object = None
     #: Derived data: whole-space assessments per deadline and, from ``build_space``, the groups of
     #: candidates that differ only in price (``_GROUPS``). Pass ``_cache={}`` when replacing columns.
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
@@ -96,7 +98,17 @@ class Space:
         is the launcher's guard headroom a budget must also cover (``GUARD_INTERVAL_S``).
         The whole-space assessment is cached per deadline.
         """
-        deadline_hours = problem.deadline_hours
+        if self.bill is not None:
+            key = ("billed", problem.deadline_hours)
+            if ids is not None:
+                return self.bill.assess(self, problem.deadline_hours, ids)
+            if key not in self._cache:
+                self._cache[key] = self.bill.assess(self, problem.deadline_hours)
+            return self._cache[key]
+        return self.assess_at(problem.deadline_hours, ids)
+
+    def assess_at(self, deadline_hours: float | None, ids: np.ndarray | None = None) -> "Priced":
+        """``assess`` at a deadline, compute only (without ``bill``)."""
         if ids is None:  # the searcher, the Pareto front and the explanation all price the whole space
             key = _assess_key(deadline_hours)
             if key not in self._cache:
@@ -106,6 +118,8 @@ class Space:
 
     def assessed(self, problem) -> bool:
         """Whether the whole space is already priced (cached) at ``problem``'s deadline."""
+        if self.bill is not None:
+            return ("billed", problem.deadline_hours) in self._cache
         return _assess_key(problem.deadline_hours) in self._cache
 
     def point_ids(self, kind: str = "hardware") -> tuple[list[tuple], np.ndarray]:

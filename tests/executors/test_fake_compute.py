@@ -98,3 +98,19 @@ def test_max_run_duration_is_enforced_and_validated(fake, clients):
         inst.insert(project=PROJECT, zone=ZONE, instance_resource=_vm("m-0", "m", mrd=5))  # below 30 s
     _wait(ops, inst.insert(project=PROJECT, zone=ZONE, instance_resource=_vm("m-1", "m", mrd=30)).name)
     assert fake.vms("m") == ["m-1"]
+
+
+def test_regions_get_answers_quotas_and_404_and_refuses_on_request(fake):
+    """regions.get through the real RegionsClient: the quotas set on the fake, 404 for an unknown region,
+    and an injected 403 (what `recommend --quota gcp` reads)."""
+    kw = dict(transport="rest", credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=fake.endpoint))
+    regions = compute_v1.RegionsClient(**kw)
+    fake.region_quotas["us-central1"] = {"NVIDIA_H100_GPUS": (16.0, 4.0), "PREEMPTIBLE_NVIDIA_H100_GPUS": (64.0, 0.0)}
+    r = regions.get(project=PROJECT, region="us-central1")
+    got = {q.metric: (q.limit, q.usage) for q in r.quotas}
+    assert got == {"NVIDIA_H100_GPUS": (16.0, 4.0), "PREEMPTIBLE_NVIDIA_H100_GPUS": (64.0, 0.0)}
+    with pytest.raises(gex.NotFound):
+        regions.get(project=PROJECT, region="mars-north1")
+    fake.http_errors(403, 1, path_re=r"/regions/")
+    with pytest.raises(gex.Forbidden):
+        regions.get(project=PROJECT, region="us-central1")

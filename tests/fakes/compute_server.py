@@ -72,6 +72,8 @@ class FakeCompute:
     metadata_sets: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (VM, body) of each setMetadata
     guest: dict[tuple[str, str, str], dict[str, str]] = field(default_factory=dict)
     preempt_on_start: set[str] = field(default_factory=set)  # VM names preempted the moment they run (once each)
+    #: regions.get answers: region → {quota metric: (limit, usage)}; a region not named here is 404
+    region_quotas: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
     _ids = itertools.count(1000)
     _ips = itertools.count(2)
 
@@ -299,6 +301,9 @@ class FakeCompute:
             project, rest = m.group(1), m.group(2)
             if rest == "aggregated/instances" and method == "GET":
                 return self._aggregated(project, query)
+            m = re.match(r"^regions/([^/]+)$", rest)
+            if m and method == "GET":
+                return self._region(project, m.group(1))
             m = re.match(r"^zones/([^/]+)/(instances|operations)(?:/([^/]+))?(?:/([A-Za-z]+))?$", rest)
             if not m:
                 return 404, _error(404, f"unknown path {path}", "notFound")
@@ -306,6 +311,14 @@ class FakeCompute:
             if coll == "operations":
                 return self._operations(project, zone, name, verb, method, query)
             return self._instances(project, zone, name, verb, method, query, body)
+
+    def _region(self, project: str, region: str) -> tuple[int, dict]:
+        """regions.get: the region with its quotas (metric, limit, usage), as Compute Engine answers it."""
+        if region not in self.region_quotas:
+            return 404, _error(404, f"The resource 'projects/{project}/regions/{region}' was not found", "notFound")
+        quotas = [{"metric": m, "limit": lim, "usage": use} for m, (lim, use) in self.region_quotas[region].items()]
+        return 200, {"kind": "compute#region", "name": region, "status": "UP", "quotas": quotas,
+                     "selfLink": f"{self.endpoint}/compute/v1/projects/{project}/regions/{region}"}
 
     def _instances(self, project, zone, name, verb, method, query, body) -> tuple[int, dict]:
         key = (project, zone, name)

@@ -48,8 +48,18 @@ class Clients:
 
 def make_clients(project: str | None, endpoint: str | None) -> Clients:
     """Instances + ZoneOperations clients on the REST transport, sharing one endpoint and credentials."""
-    from google.api_core.client_options import ClientOptions
     from google.cloud import compute_v1
+
+    endpoint = endpoint or os.environ.get(ENV_ENDPOINT) or None
+    project, kw = client_kwargs(project, endpoint)
+    return Clients(project, compute_v1.InstancesClient(**kw), compute_v1.ZoneOperationsClient(**kw), endpoint)
+
+
+def client_kwargs(project: str | None, endpoint: str | None) -> tuple[str, dict]:
+    """(project, keyword arguments of any compute_v1 client): the REST transport on ``endpoint`` (default
+    ``$CLOUDFIT_COMPUTE_ENDPOINT``), anonymous credentials for a loopback http test server, else the
+    application-default ones (``LaunchError`` without them)."""
+    from google.api_core.client_options import ClientOptions
 
     endpoint = endpoint or os.environ.get(ENV_ENDPOINT) or None
     if endpoint and (urlparse(endpoint).username or urlparse(endpoint).password):
@@ -74,8 +84,7 @@ def make_clients(project: str | None, endpoint: str | None) -> Clients:
         project = project or default_project or os.environ.get("GOOGLE_CLOUD_PROJECT")
     if not project:
         raise UsageError("no Google Cloud project: pass --project or set GOOGLE_CLOUD_PROJECT")
-    kw = {"transport": "rest", "client_options": opts, "credentials": creds}
-    return Clients(project, compute_v1.InstancesClient(**kw), compute_v1.ZoneOperationsClient(**kw), endpoint)
+    return project, {"transport": "rest", "client_options": opts, "credentials": creds}
 
 
 # ------------------------------------------------------------------------------ error classification

@@ -1,0 +1,79 @@
+"""``recommend --data/--data-size/--data-region/--keep-checkpoints/--return-to/--quota``: the whole bill.
+
+Builds the ``Bill`` and ``Quotas`` from the options, plans through ``cloudfit.bill.plan.recommend`` and adds
+the cost split to the table (a ``data $`` column), ``--json`` (``cost_split`` per candidate, ``bill`` in the
+plan) and the explanation. None of it runs when no such option is given: ``recommend`` is unchanged then."""
+
+from __future__ import annotations
+
+
+def wanted(data, return_to, quota) -> bool:
+    return data is not None or return_to is not None or quota is not None
+
+
+def recommend(workload, catalog_path, search: str, options, *, data, data_size, data_region, keep_checkpoints,
+              return_to, quota, risk: str = "median"):
+    """The ``Billed`` plan of the options (``cloudfit.bill.plan.Billed``)."""
+    from cloudfit.bill import Bill
+    from cloudfit.bill import plan as bill_plan
+    from cloudfit.errors import UsageError
+
+    if data is None and (data_size is not None or data_region is not None):
+        raise UsageError("--data-size and --data-region need --data (where the data lives)")
+    bill = Bill.of(data, data_size, data_region, keep_checkpoints, return_to)
+    quotas, note = None, ""
+    if quota is not None:
+        quotas, note = _quotas(quota, workload, catalog_path)
+    return bill_plan.recommend(workload, bill, quotas, catalog=catalog_path, searcher=search,
+                               searcher_options=options, quota_note=note, risk=risk)
+
+
+def _quotas(quota: str, workload, catalog_path):
+    from cloudfit.bill import quota as q
+
+    if quota.strip().lower() != "gcp":
+        return q.load_file(quota), ""
+    from cloudfit import catalog
+    from cloudfit.errors import LaunchError
+
+    cat = catalog.load(catalog_path, clouds=workload.clouds)
+    regions = sorted({o.region for o in cat.offerings if o.cloud == "gcp"})
+    try:
+        return q.from_gcp(regions), ""
+    except LaunchError as e:  # no credentials: plan anyway, and say so
+        return None, f"Quota: not checked ({e})."
+
+
+def add_column(billed, cols: list, rows: list, shown: list) -> None:
+    """A ``data $`` column (transfer + storage) before ``exp. $`` when the plan has a bill."""
+    if billed is None or billed.bill is None:
+        return
+    from cloudfit.cli.render import money
+    from cloudfit.cli.table import Column
+
+    at = next((i for i, c in enumerate(cols) if c.header == "exp. $"), len(cols))
+    cols.insert(at, Column("data $", "right"))
+    for row, e in zip(rows, shown):
+        s = billed.split(e)
+        row.insert(at, money(s["transfer_usd"] + s["storage_usd"]))
+
+
+def add_json(billed, payload: dict, shown: list) -> None:
+    """``cost_split`` on every candidate row, and the bill's provenance and sentences on the plan."""
+    if billed is None:
+        return
+    for row, e in zip(payload["candidates"], shown):
+        row["cost_split"] = billed.split(e)
+    payload["plan"]["cost_split"] = billed.split(billed.plan.chosen)
+    payload["bill"] = billed.lines
+
+
+def print_lines(billed) -> None:
+    """The bill's sentences, after a table that did not print them (large-model plans)."""
+    if billed is None:
+        return
+    from cloudfit.cli.render import console
+
+    con = console()
+    for line in billed.lines:
+        con.print(line)
