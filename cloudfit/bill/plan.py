@@ -59,6 +59,10 @@ def recommend(workload, bill: Bill | None, quotas: Quotas | None, *, catalog=Non
         prov = dict(plan.provenance)
     else:
         space, _, profile_file = planner._space_of(workload, None, catalog)
+        if risk == "p90":  # before the bill: its explanation compares plans at the speed they were chosen on
+            from cloudfit.plan.unknown import pessimistic
+
+            space = pessimistic(space)
         plan = planner.recommend(workload, catalog=catalog, searcher=searcher, searcher_options=searcher_options,
                                  space=adjust(space), risk=risk)
         prov = dict(plan.provenance, profile_file=profile_file)

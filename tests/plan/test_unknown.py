@@ -174,3 +174,20 @@ def test_the_pessimistic_end_ranks_as_the_planner_does_under_a_budget(objective)
     best, c = u["pessimistic"]["best"], low.chosen.config
     assert (best["machine_type"], best["nodes"], best["spot"]) == (c.offering.machine_type, c.nodes, c.spot)
     assert best["cost_usd"] == pytest.approx(low.chosen.cost_usd) and best["hours"] == pytest.approx(low.chosen.hours)
+
+
+def test_risk_p90_with_a_bill_explains_at_the_speed_it_chose_on():
+    """The bill's lines compare #1 with the best plan near the data: both at the low end under --risk p90 (it said
+    "still saves $-2.54" when only the planner's space was at the low end)."""
+    from cloudfit.bill import Bill
+    from cloudfit.bill import plan as bill_plan
+
+    b = bill_plan.recommend(make_workload(**ALL), Bill.of("gs://b/imagenet", "150GB", "us-central1", 2, None), None,
+                            risk="p90")
+    assert np.array_equal(b.space.samples_per_second, b.space.low)
+    assert b.plan.provenance["unknown"]["risk"] == "p90" and "saves $-" not in " ".join(b.lines)
+    with pytest.raises(UsageError, match="large-model plans choose on the median"):
+        import cloudfit
+
+        bill_plan.recommend(cloudfit.token_workload(tokens=1e9, model="llama3-8b", deadline="7d"), None, None,
+                            risk="p90")
