@@ -36,7 +36,7 @@ class Billed:
 
 
 def recommend(workload, bill: Bill | None, quotas: Quotas | None, *, catalog=None, searcher: str = "exhaustive",
-              searcher_options: dict | None = None, quota_note: str = "") -> Billed:
+              searcher_options: dict | None = None, quota_note: str = "", risk: str = "median") -> Billed:
     """The plan of ``workload`` (samples, or a token workload) with ``bill`` in every cost and within ``quotas``."""
     from cloudfit.plan import planner
     from cloudfit.search import Problem
@@ -52,13 +52,19 @@ def recommend(workload, bill: Bill | None, quotas: Quotas | None, *, catalog=Non
         lines.append(quota_note)
     if tokens:
         from cloudfit.plan.llm import recommend_llm
+        from cloudfit.plan.unknown import check_risk
 
+        check_risk(risk, tokens=True)
         plan = recommend_llm(limits, workload.job, catalog=catalog, adjust=adjust)
         prov = dict(plan.provenance)
     else:
         space, _, profile_file = planner._space_of(workload, None, catalog)
+        if risk == "p90":  # before the bill: its explanation compares plans at the speed they were chosen on
+            from cloudfit.plan.unknown import pessimistic
+
+            space = pessimistic(space)
         plan = planner.recommend(workload, catalog=catalog, searcher=searcher, searcher_options=searcher_options,
-                                 space=adjust(space))
+                                 space=adjust(space), risk=risk)
         prov = dict(plan.provenance, profile_file=profile_file)
     if bill is not None:
         prov["bill"] = bill.provenance()

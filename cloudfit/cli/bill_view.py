@@ -12,7 +12,7 @@ def wanted(data, return_to, quota) -> bool:
 
 
 def recommend(workload, catalog_path, search: str, options, *, data, data_size, data_region, keep_checkpoints,
-              return_to, quota):
+              return_to, quota, risk: str = "median"):
     """The ``Billed`` plan of the options (``cloudfit.bill.plan.Billed``)."""
     from cloudfit.bill import Bill
     from cloudfit.bill import plan as bill_plan
@@ -25,7 +25,7 @@ def recommend(workload, catalog_path, search: str, options, *, data, data_size, 
     if quota is not None:
         quotas, note = _quotas(quota, workload, catalog_path)
     return bill_plan.recommend(workload, bill, quotas, catalog=catalog_path, searcher=search,
-                               searcher_options=options, quota_note=note)
+                               searcher_options=options, quota_note=note, risk=risk)
 
 
 def _quotas(quota: str, workload, catalog_path):

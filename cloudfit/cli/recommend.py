@@ -67,6 +67,7 @@ def recommend(
     keep_checkpoints: int = opts.KEEP_CHECKPOINTS,
     return_to: Optional[str] = opts.RETURN_TO,
     quota: Optional[str] = opts.QUOTA,
+    risk: str = typer.Option("median", "--risk", help="median: choose on the predicted speed; p90: on the speed each candidate beats 9 times in 10 (its band's low end)."),
 ) -> None:
     """Recommend the cluster to train on: cheapest under --deadline, fastest under --budget."""
     from cloudfit.cli import render
@@ -83,6 +84,9 @@ def recommend(
         raise UsageError(f"--top must be at least 1, got {top}")
     if search not in ("exhaustive", "bayes"):
         raise UsageError(f"--search must be exhaustive or bayes, got {search!r}")
+    from cloudfit.plan.unknown import check_risk
+
+    risk = check_risk(risk)
     limits = dict(deadline=deadline, budget=budget, objective=objective, regions=opts.split(regions),
                   accelerators=opts.split(accelerators), spot=opts.spot_mode(spot, spot_only), max_nodes=max_nodes,
                   confidence=confidence, max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices,
@@ -109,10 +113,10 @@ def recommend(
     if billing:
         billed = bill_view.recommend(workload, catalog_path, search, options, data=data, data_size=data_size,
                                      data_region=data_region, keep_checkpoints=keep_checkpoints,
-                                     return_to=return_to, quota=quota)
+                                     return_to=return_to, quota=quota, risk=risk)
         plan = billed.plan
     else:
-        plan = plan_recommend(workload, catalog=catalog_path, searcher=search, searcher_options=options)
+        plan = plan_recommend(workload, catalog=catalog_path, searcher=search, searcher_options=options, risk=risk)
     write_outputs(plan, out, emit_skypilot, plot)
     if plan.layout is not None:
         from cloudfit.cli.recommend_llm import show
@@ -126,7 +130,10 @@ def recommend(
         from cloudfit.cli.clouds_view import multi_cloud, why_cloud
 
         extra = {"why_cloud": why_cloud(plan, catalog_path)} if multi_cloud(plan) else {}
-        payload = {"plan": plan_to_dict(plan), "candidates": [e.row(cloud=multi_cloud(plan)) for e in shown], **extra}
+        from cloudfit.cli.unknown_view import with_measured
+
+        rows = with_measured(plan, [e.row(cloud=multi_cloud(plan)) for e in shown])
+        payload = {"plan": plan_to_dict(plan), "candidates": rows, **extra}
         bill_view.add_json(billed, payload, shown)
         print_json(payload)
         return
@@ -145,7 +152,10 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
 
     w = plan.workload
     con = con or console()
-    title = f"{w.model}: {w.samples:,.0f} samples, {limits_and_goal(w)}"
+    from cloudfit.cli.unknown_view import gpu_marks, risk_title
+
+    title = f"{w.model}: {w.samples:,.0f} samples, {limits_and_goal(w)}{risk_title(plan)}"
+    mark = gpu_marks(plan)
     width = con.width
     if wide or width >= WIDE_COLUMNS:
         cols = [Column("#", "right"), Column("zone"), Column("machine type"), Column("GPUs/node"), Column("nodes", "right"),
@@ -154,7 +164,7 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
         rows = []
         for r, e in enumerate(shown, 1):
             c, o = e.config, e.config.offering
-            rows.append([str(r), o.zone, o.machine_type, f"{o.accelerators_per_node}×{o.accelerator}", str(c.nodes),
+            rows.append([str(r), o.zone, o.machine_type, f"{o.accelerators_per_node}×{o.accelerator}{mark(o)}", str(c.nodes),
                          "yes" if c.spot else "no", f"{e.samples_per_second:,.0f} ({e.low:,.0f}–{e.high:,.0f})",
                          format_hours(e.hours), money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}"])
     else:  # narrower: GPUs × nodes in one column; drop samples/s, P90 $, machine type, # as the width needs
@@ -164,7 +174,7 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
         rows = []
         for r, e in enumerate(shown, 1):
             c, o = e.config, e.config.offering
-            gpus = f"{o.accelerators_per_node}×{o.accelerator}" + (f" ×{c.nodes}" if c.nodes > 1 else "")
+            gpus = f"{o.accelerators_per_node}×{o.accelerator}{mark(o)}" + (f" ×{c.nodes}" if c.nodes > 1 else "")
             rows.append([str(r), o.zone, o.machine_type, gpus, "yes" if c.spot else "no", f"{e.samples_per_second:,.0f}",
                          format_hours(e.hours), money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}"])
     from cloudfit.cli.clouds_view import add_cloud_column, why_cloud
@@ -177,7 +187,9 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
     print_table(con, t)
     if plan.explanation:
         con.print(f"Why #1: {plan.explanation}")
-    for line in (billed.lines if billed is not None else ()):
+    from cloudfit.cli.unknown_view import unknown_lines
+
+    for line in [*(billed.lines if billed is not None else ()), *unknown_lines(plan, shown)]:
         con.print(line)
     cloud_line = why_cloud(plan, catalog_path)
     if cloud_line:

@@ -62,13 +62,16 @@ def show(plan, top: int, seq_len: int, out, plot, sky, *, as_json: bool = False,
 
         from cloudfit.cli.clouds_view import multi_cloud, why_cloud
 
+        from cloudfit.cli.unknown_view import with_measured
+
         rows = []
         for i, e in shown:
             lo = _layout_of(plan, i)
             rows.append({**e.row(cloud=multi_cloud(plan)), "tokens_per_second": e.samples_per_second * seq_len, "layout": lo["text"],
                          "mfu": lo["mfu"], "memory_gib_per_device": lo["memory_gib_per_device"]})
         extra = {"why_cloud": why_cloud(plan, catalog_path)} if multi_cloud(plan) else {}
-        payload = {"plan": plan_to_dict(plan), "candidates": rows, "layouts": plan.layout["ranking"], **extra}
+        payload = {"plan": plan_to_dict(plan), "candidates": with_measured(plan, rows),
+                   "layouts": plan.layout["ranking"], **extra}
         bill_view.add_json(billed, payload, [e for _, e in shown])
         print_json(payload)
         return
@@ -108,7 +111,8 @@ def anchored_job(job, p, accelerators):
 
     c, basis, peaks = anchor.for_search(p, job.shape, accelerators)
     return replace(job, anchored=c, anchor_basis=basis or "stack-generic: the profile has no GPU measurement",
-                   memory_anchors=tuple(peaks))
+                   memory_anchors=tuple(peaks),
+                   anchored_on=tuple(sorted({m.accelerator for m in p.measurements if m.accelerator != "cpu"})))
 
 
 def _layout_of(plan, i: int) -> dict:
@@ -148,6 +152,9 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
     title = (f"{w.model} ({ft}, {L['precision']}): {L['tokens']:.3g} tokens at {seq_len:,}/sequence, "
              f"{limits_and_goal(w)}")
     width = con.width
+    from cloudfit.cli.unknown_view import gpu_marks, unknown_lines
+
+    mark = gpu_marks(plan)
     if wide or width >= WIDE_COLUMNS:
         cols = [Column("#", "right"), Column("zone"), Column("machine type"), Column("GPUs/node"),
                 Column("nodes", "right"), Column("spot"), Column("layout"), Column("tokens/s", "right"),
@@ -165,10 +172,10 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
         common = [_short(_layout_text(plan, i), compact=not (wide or width >= WIDE_COLUMNS)), f"{e.samples_per_second * seq_len:,.0f}", mfu, format_hours(e.hours),
                   money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}"]
         if wide or width >= WIDE_COLUMNS:
-            rows.append([str(r), o.zone, o.machine_type, f"{o.accelerators_per_node}×{o.accelerator}", str(c.nodes),
-                         "yes" if c.spot else "no", *common])
+            rows.append([str(r), o.zone, o.machine_type, f"{o.accelerators_per_node}×{o.accelerator}{mark(o)}",
+                         str(c.nodes), "yes" if c.spot else "no", *common])
         else:
-            gpus = f"{o.accelerators_per_node}×{o.accelerator}" + (f" ×{c.nodes}" if c.nodes > 1 else "")
+            gpus = f"{o.accelerators_per_node}×{o.accelerator}{mark(o)}" + (f" ×{c.nodes}" if c.nodes > 1 else "")
             rows.append([str(r), o.zone, o.machine_type, gpus, "yes" if c.spot else "no", *common])
     from cloudfit.cli.clouds_view import add_cloud_column, why_cloud
 
@@ -188,6 +195,8 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
                   f"allocator's fragmentation; --layout with {' or '.join(ways)} buys headroom for speed.")
     if plan.explanation:
         con.print(f"Why #1: {plan.explanation}")
+    for line in unknown_lines(plan, [e for _, e in shown]):
+        con.print(line)
     cloud_line = why_cloud(plan, catalog_path)
     if cloud_line:
         con.print(cloud_line)

@@ -70,6 +70,8 @@ class LLMJob:
     #: the profile's anchors that measured a peak (``cloudfit.llm.anchor.Anchor``): memory is anchored on them
     #: (their repr, peaks included, is part of the space's cache key)
     memory_anchors: tuple = ()
+    #: the GPUs the profile's measurements ran on (``cloudfit.plan.unknown.llm_measured``: measured, not spec-based)
+    anchored_on: tuple = ()
     #: the fraction of each GPU's memory a layout may fill: ``FULL_FRACTION`` (95%) at most, since the predicted
     #: peak is an estimate and the allocator fragments; ``recommend_llm``'s headroom pass sets
     #: ``cloudfit.llm.memory.ROOMY_FRACTION``
@@ -558,6 +560,11 @@ def _plan(workload: Workload, space: LLMSpace) -> Plan:
         "layouts_enumerated": int(space.search.n_layouts.sum()), "excluded": dict(space.excluded),
     }
     provenance.update(r.provenance)
+    from cloudfit.plan import unknown
+
+    measured = unknown.llm_measured((o.accelerator for o in space.shapes), space.job.anchored_on)
+    provenance["unknown"] = unknown.facts(space, problem, i0, measured=measured, family_name="LLM",
+                                          with_probe=False)
     explanation = f"{r.explanation} Layout: {spec['why']}"
     from cloudfit.plan.explain import preemption_notice
 

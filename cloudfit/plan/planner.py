@@ -47,6 +47,7 @@ def recommend(
     searcher: str = "exhaustive",
     searcher_options: dict[str, Any] | None = None,
     space: Space | None = None,
+    risk: str = "median",
 ) -> Plan:
     """Search the catalog for the best cluster for ``workload``; raise ``InfeasibleError`` if none.
 
@@ -56,8 +57,13 @@ def recommend(
     The returned Plan holds the chosen estimate, up to 30 ranked alternatives (launch falls back
     through them), the cost × time Pareto front, a one-sentence explanation and sensitivity, and
     provenance (catalog digest, performance-model version, searcher, evaluations).
+    ``risk="p90"`` plans every candidate at the low end of its 10–90% band (``cloudfit.plan.unknown``).
     """
+    from cloudfit.plan import unknown
+
+    risk = unknown.check_risk(risk)
     if workload.kind == "tokens":
+        unknown.check_risk(risk, tokens=True)
         return _recommend_tokens(workload, catalog=catalog, profile=profile, searcher=searcher, space=space)
     from cloudfit import catalog as catalog_mod
     from cloudfit import spot
@@ -66,6 +72,8 @@ def recommend(
     profile_file = model_version = None
     if space is None:
         space, model_version, profile_file = _space_of(workload, profile, catalog)
+    if risk == "p90":
+        space = unknown.pessimistic(space)
     check_length(space)
     problem = Problem.of(workload)
     result = get_searcher(searcher, **(searcher_options or {})).search(space, problem)
@@ -93,6 +101,7 @@ def recommend(
         "excluded": dict(space.excluded),
     }
     provenance.update(r.provenance)
+    provenance["unknown"] = unknown.facts(space, problem, int(r.picked[0]), risk=risk)
     explanation = r.explanation
     notice = _notice(space, r)
     if notice is not None:
