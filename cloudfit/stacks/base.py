@@ -22,7 +22,7 @@ Plain Python only (no torch, no stack import at module import time): the planner
   finetune, lora_rank  full | lora
   ``global_batch`` (sequences per optimizer step) = micro_batch × grad_accum × dp_replicate × dp_shard.
   ``StackJob.from_plan(plan, config=None)`` reads ``plan.layout``; for another cluster than the plan's it
-  re-computes the degrees as ``LlmJob.layout_on`` does (TP kept inside a node, FSDP over the rest, accumulation
+  re-computes the degrees with ``relayout`` (``LlmJob.layout_on``'s rule) (TP kept inside a node, FSDP over the rest, accumulation
   raised to keep the global batch).
 
 ``StackCommand`` (frozen): what the launcher runs on each node.
@@ -203,7 +203,7 @@ class StackJob:
             gpus, per_node = int(config.accelerators), int(config.offering.accelerators_per_node)
             nodes = int(config.nodes)
             if gpus != nodes * per_node or gpus != deg["dp_replicate"] * deg["dp_shard"] * deg["tp"] * deg["pp"] * deg["cp"]:
-                deg = _relayout(deg, global_batch, gpus, per_node)
+                deg = relayout(deg, global_batch, gpus, per_node)
                 if deg["pp"] == 1:
                     vp = 1
         step_s = global_batch * seq_len / tps if tps > 0 else None
@@ -217,14 +217,17 @@ class StackJob:
                    zero=zero if deg["dp_shard"] > 1 or zero < 3 else 3)
 
 
-def _relayout(deg: Mapping[str, int], global_batch: int, gpus: int, per_node: int) -> dict[str, int]:
-    """The degrees on another GPU count: ``LlmJob.layout_on``'s rule (one rule for every launcher)."""
-    from cloudfit.executors.llm_job import LlmJob
-
-    world = deg["dp_replicate"] * deg["dp_shard"] * deg["tp"] * deg["pp"] * deg["cp"]
-    j = LlmJob((), "", 1, 1, {**deg, "ac": "none"}, world, global_batch, None)
-    out = j.layout_on(gpus, per_node)
-    return {k: int(out[k]) for k in deg}
+def relayout(deg: Mapping[str, int], global_batch: int, gpus: int, per_node: int) -> dict[str, int]:
+    """The degrees on another GPU count (a fallback cluster, fewer nodes after a loss): tensor parallel kept
+    inside a node, pipeline and context degrees kept where the GPUs divide, data-parallel shards over the rest,
+    accumulation raised so that the global batch stays (a pipeline gets at least ``pp`` micro-batches)."""
+    tp = deg["tp"] if deg["tp"] <= per_node and gpus % deg["tp"] == 0 else 1
+    pp = deg["pp"] if gpus % (tp * deg["pp"]) == 0 else 1
+    cp = deg["cp"] if gpus % (tp * pp * deg["cp"]) == 0 else 1
+    dp = max(1, gpus // (tp * pp * cp))
+    mb = deg["micro_batch"]
+    ga = max(1, math.ceil(global_batch / (mb * dp)), pp)
+    return {**deg, "dp_replicate": 1, "dp_shard": dp, "tp": tp, "pp": pp, "cp": cp, "micro_batch": mb, "grad_accum": ga}
 
 
 @dataclass(frozen=True)
