@@ -83,6 +83,11 @@ class JobSpec:
     llm: Any = None  # cloudfit.executors.llm_job.LlmJob: the layout per cluster config (gcp)
     llm_args: tuple[str, ...] = ()  # fixed trainer arguments (the local rehearsal's layout)
     world_size: int | None = None  # ranks the fixed layout needs (local)
+    #: Another training stack runs the job (``cloudfit.executors.stack_job.StackRun``: the stack's command per
+    #: cluster config, its log parser, its guarantee) — torchtitan/Megatron/Accelerate or a user's command.
+    stack: Any = None
+    #: The folder that ships to every node and the command runs from (``cloudfit.executors.workdir.Packed``).
+    workdir: Any = None
 
     @property
     def trainer(self) -> str:
@@ -204,6 +209,9 @@ class Preview:
     notes: tuple[str, ...] = ()
     startup_script: str = ""  # gcp: the script every VM runs (identical on all nodes)
     install: str = ""  # gcp: what the VMs install and from where
+    #: what runs and ships (``cloudfit.launcher.job_view``): stack, the command per node, files with sizes,
+    #: the stack's config files, where checkpoints go and what a stop guarantees — every backend
+    job: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

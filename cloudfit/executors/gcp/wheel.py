@@ -159,3 +159,22 @@ def install_source(model: str = "") -> Install:
                    f"{len(data) // 1024} KB, sha256 {sha[:12]}…) carried in instance metadata "
                    f"({len(chunks)} key(s) cloudfit-wheel-N)" + (" with transformers" if hf else ""),
                    wheel_name=name, sha256=sha, size_bytes=len(data), chunks=chunks)
+
+
+def check_room(install: Install, packed) -> None:
+    """The workdir archive (``cloudfit.executors.workdir.Packed``) must fit in the instance metadata the wheel
+    leaves (``MAX_METADATA_BYTES`` in all): refused in one line naming its biggest files otherwise."""
+    if packed is None:
+        return
+    used = sum(len(v) for v in install.chunks.values())
+    need = sum(len(v) for v in packed.chunks(CHUNK).values())
+    room = MAX_METADATA_BYTES - used
+    if need > room:
+        from cloudfit.endpoints import ENV_PIP_SPEC
+
+        big = ", ".join(f"{p} ({n // 1024} KB)" for p, n in sorted(packed.files, key=lambda f: -f[1])[:3])
+        raise UsageError(f"the workdir {packed.folder} packs to {packed.size // 1024} KB ({need // 1024} KB in base64); "
+                         f"instance metadata has {max(0, room) // 1024} KB left beside the cloudfit wheel"
+                         + ("" if not install.chunks else f" (set {ENV_PIP_SPEC} to install cloudfit from an index "
+                            f"and free {used // 1024} KB)")
+                         + f": the biggest files are {big} — keep data and weights in the bucket")

@@ -1,0 +1,81 @@
+"""A plan's job run by another training stack: the stack's command for each cluster config, the parser that
+reads its log, what a stop guarantees.
+
+``StackRun`` is what ``JobSpec.stack`` holds. The executors ask it for ``command(config, checkpoint_dir)`` (a
+``cloudfit.stacks.StackCommand``: argv, launcher, files, env) when they start the job on ``config`` — the plan's
+own cluster or an alternative of another size (the degrees re-computed by ``StackJob.from_plan``) — and
+``entry(cmd)``: the words after ``torchrun …``. The log parser (``parser``) is the stack's own, or for a user's
+command (``custom``) the one ``--stack`` names, else custom's documented one-line format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StackRun:
+    name: str  # the stack that runs: torchtitan | megatron | accelerate | custom
+    parser: str  # the stack whose parse_line reads the job's log
+    plan: Any = dataclasses.field(repr=False, compare=False, default=None)
+    user_command: tuple[str, ...] = ()  # custom: the user's command (as it runs on a node)
+    steps: int | None = None  # None = the plan's
+    checkpoint_every: int | None = None  # None = the plan's interval in steps (StackJob.from_plan)
+    seq_len: int | None = None
+
+    @property
+    def stack(self):
+        from cloudfit import stacks
+
+        return stacks.get(self.name)
+
+    def job(self, config=None, checkpoint_dir: str | None = None):
+        """The ``StackJob`` on ``config`` (None: the plan's own cluster)."""
+        from cloudfit.stacks import StackJob
+
+        j = StackJob.from_plan(self.plan, config)
+        kw: dict[str, Any] = {"checkpoint_dir": checkpoint_dir}
+        if self.steps:
+            kw["steps"] = int(self.steps)
+        if self.checkpoint_every:
+            kw["checkpoint_every_steps"] = int(self.checkpoint_every)
+        return j.replace(**kw)
+
+    def command(self, config=None, checkpoint_dir: str | None = None):
+        """The stack's ``StackCommand`` for the job on ``config`` (a refusal: ``UsageError``, one line)."""
+        job = self.job(config, checkpoint_dir)
+        if self.name != "custom":
+            return self.stack.command(job)
+        return custom_command(job, self.user_command)
+
+    @staticmethod
+    def entry(cmd) -> tuple[str, ...]:
+        """``cmd.argv`` as torchrun's entry: a module or a .py script runs under torchrun's python; any other
+        program (``bash run.sh``, ``python train.py``) with ``--no-python``."""
+        argv = tuple(cmd.argv)
+        if argv and (argv[0] == "-m" or argv[0].endswith(".py")):
+            return argv
+        return ("--no-python", *argv)
+
+    def guarantee(self) -> str:
+        return self.command_guarantee(self.command())
+
+    @staticmethod
+    def command_guarantee(cmd) -> str:
+        return cmd.guarantee or ("a stop sends SIGTERM; what is kept is the newest checkpoint the log reported"
+                                 if cmd.checkpoint_on_sigterm else
+                                 "a stop sends SIGTERM; work since the newest checkpoint the log reported is lost")
+
+
+def custom_command(job, user_command: tuple[str, ...]):
+    """The user's command as the ``custom`` stack runs it: its argv, the plan's layout as environment variables
+    and a JSON file (``cloudfit.stacks.custom``)."""
+    from cloudfit import stacks
+
+    st = stacks.get("custom")
+    try:
+        return st.command(job, argv=tuple(user_command))
+    except TypeError:  # a custom stack that takes the command from the job's argv afterwards
+        return dataclasses.replace(st.command(job), argv=tuple(user_command))
