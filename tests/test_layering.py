@@ -19,8 +19,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "cloudfit"
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("ground", frozenset({"types", "errors", "units", "atomic", "resources", "endpoints", "workload", "cache"})),
     ("catalog", frozenset({"catalog"})),  # offerings, accelerator specs and canonical names, prices
+    ("stacks", frozenset({"stacks"})),  # training stacks: a plan's job in each stack's words, their log lines
     ("models", frozenset({"profiling", "perf", "spot", "train", "plot", "llm", "llm_model", "train_llm", "runtime"})),  # measure, predict, preemption, LLMs
-    ("stacks", frozenset({"stacks"})),  # training stacks: a plan's job in each stack's words, its log lines
     ("search", frozenset({"search"})),  # pure ranking: launches nothing
     ("plan", frozenset({"plan", "executors"})),  # plans and the executors that run them (siblings)
     ("active", frozenset({"active", "explore", "launcher"})),  # plan + a passed-in executor; notebook trade-offs
