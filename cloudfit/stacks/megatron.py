@@ -262,8 +262,10 @@ class MegatronStack(Stack):
 
     def validate(self, cmd: StackCommand) -> dict[str, Any]:
         """The argv as Megatron-LM's own argument parser reads it (where a Megatron-LM checkout is importable)."""
-        try:
-            from megatron.training.arguments import add_megatron_arguments  # type: ignore
+        import importlib
+
+        try:  # a Megatron-LM checkout on the path, not a package cloudfit declares (no wheel ships this module)
+            add_megatron_arguments = importlib.import_module("megatron.training.arguments").add_megatron_arguments
         except Exception:
             raise StackNotInstalled("megatron: Megatron-LM's training arguments (megatron.training.arguments) are "
                                     "not importable here; the megatron-core wheel does not ship them") from None
