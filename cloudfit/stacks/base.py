@@ -20,6 +20,7 @@ Plain Python only (no torch, no stack import at module import time): the planner
   steps                optimizer steps; ``checkpoint_every_steps`` / ``checkpoint_dir`` the checkpoint interval and
                        folder (None = the stack's default / none)
   finetune, lora_rank  full | lora
+  trainer_model_args   the plan's model for ``cloudfit.train_llm`` (``--shape NAME`` or its dimensions)
   ``global_batch`` (sequences per optimizer step) = micro_batch × grad_accum × dp_replicate × dp_shard.
   ``StackJob.from_plan(plan, config=None)`` reads ``plan.layout``; for another cluster than the plan's it
   re-computes the degrees with ``relayout`` (``LlmJob.layout_on``'s rule) (TP kept inside a node, FSDP over the rest, accumulation
@@ -40,11 +41,13 @@ Events (``Stack.parse_line`` / ``Stack.parse_log``):
   — each field but ``step`` optional; tokens/s of the whole job when the stack prints it, else per GPU (torchtitan
   prints per-GPU ``tps``): ``Progress.job_tokens_per_second(gpus)`` gives the whole job's either way. ``mfu`` and
   ``memory_fraction`` are fractions (0.35, not 35 %); ``memory_gib`` the peak per GPU the stack reports.
-  ``CheckpointSaved(step, path)``.
+  ``CheckpointSaved(step, path)`` — ``step`` -1 when the line does not say (torchtitan's save line): the newest
+  step the log reported (``parse_log`` fills it in; a line-by-line reader keeps the last step itself).
 
 ``Stack``: ``name``; ``framework`` (the step model's constants: one of ``cloudfit.llm.step.FRAMEWORKS``);
 ``extra`` (the pip extra that installs it, or None); ``refuse(job)`` → one line why it cannot run ``job`` or
-None; ``command(job)`` → ``StackCommand`` (``UsageError`` with the refusal line); ``parse_line`` / ``parse_log``;
+None; ``command(job, extra_args=())`` → ``StackCommand`` (``UsageError`` with the refusal line; ``extra_args``:
+the user's own flags for the stack, or for ``custom`` the user's whole command); ``parse_line`` / ``parse_log``;
 ``validate(cmd)`` → the configuration as the stack's own parser read it (flat dict) or ``StackNotInstalled``;
 ``pins(shape)`` → degrees the layout search must pin for this stack (``parse_constraints``' format, e.g.
 ``{"tp": 1}``); ``layout_ok(layout, shape)`` → None or why not (one line; cheap, pure Python);
@@ -99,6 +102,7 @@ class StackJob:
     finetune: str = "full"
     lora_rank: int | None = None
     zero: int = 3
+    trainer_model_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for f in _POSITIVE:
@@ -196,6 +200,7 @@ class StackJob:
             tps = float(lay.get("tokens_per_second") or 0.0)
             interval_h = (lay.get("checkpoint") or {}).get("interval_h")
             compile_ = bool(lay.get("compile", False))
+            model_args = _model_args(list((lay.get("launch") or {}).get("args") or ()))
         except (KeyError, TypeError, ValueError) as e:
             raise UsageError(f"the plan's layout block is malformed ({e!s:.80}): re-run `cloudfit recommend`") from None
         global_batch = deg["micro_batch"] * deg["grad_accum"] * deg["dp_replicate"] * deg["dp_shard"]
@@ -214,7 +219,19 @@ class StackJob:
                    precision=precision, compile=compile_, pp_schedule=schedule if deg["pp"] > 1 else None,
                    virtual_stages=vp, steps=steps, checkpoint_every_steps=every, finetune=finetune,
                    lora_rank=int(lora_rank) if finetune == "lora" and lora_rank is not None else None,
-                   zero=zero if deg["dp_shard"] > 1 or zero < 3 else 3)
+                   zero=zero if deg["dp_shard"] > 1 or zero < 3 else 3, trainer_model_args=model_args)
+
+
+def _model_args(args: list[str]) -> tuple[str, ...]:
+    """The model part of the planner's ``cloudfit.train_llm`` arguments (``--shape X`` or the dimensions)."""
+    keep = {"--shape", "--layers", "--dim", "--heads", "--kv-heads", "--ffn-dim", "--vocab"}
+    out: list[str] = []
+    for i, a in enumerate(args):
+        if a in keep and i + 1 < len(args):
+            out += [a, str(args[i + 1])]
+        elif a == "--tie-embeddings":
+            out.append(a)
+    return tuple(out)
 
 
 def relayout(deg: Mapping[str, int], global_batch: int, gpus: int, per_node: int) -> dict[str, int]:
@@ -311,7 +328,7 @@ class Stack:
         return self.layout_ok(_LayoutView(job), job.shape)
 
     # ---------------------------------------------------------------- running
-    def command(self, job: StackJob) -> StackCommand:
+    def command(self, job: StackJob, extra_args: tuple[str, ...] | list[str] = ()) -> StackCommand:
         raise NotImplementedError
 
     def _check(self, job: StackJob) -> None:

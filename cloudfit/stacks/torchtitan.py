@@ -167,7 +167,9 @@ class Torchtitan(Stack):
         return None
 
     # ------------------------------------------------------------------ command
-    def command(self, job: StackJob) -> StackCommand:
+    def command(self, job: StackJob, extra_args: tuple[str, ...] | list[str] = ()) -> StackCommand:
+        """``extra_args``: the user's own torchtitan flags (``--hf_assets_path …``, ``--dataloader.dataset …``),
+        placed after cloudfit's (tyro: the last one wins) and before the activation-checkpoint subcommand."""
         self._check(job)
         flavor, base = flavor_of(job.shape)  # type: ignore[misc]
         notes: list[str] = []
@@ -211,6 +213,7 @@ class Torchtitan(Stack):
         else:
             argv.append("--checkpoint.no-enable")
             notes.append("no checkpoint folder or interval: torchtitan checkpoints are off")
+        argv += [str(a) for a in extra_args]
         argv.append(AC_SUBCOMMAND[job.ac])  # a tyro subcommand: after every other flag
         if job.precision == "fp8":
             notes.append("float8: torchtitan's Float8LinearConverter (its default rowwise recipe; SM89+ GPUs)")
