@@ -356,7 +356,13 @@ class Stack:
         return ()
 
     def layout_from_log(self, lines: Iterable[str]) -> dict[str, Any]:
-        """Degrees the log states (``dp_shard``, ``tp`` … in StackJob's names), where it prints them."""
+        """What the log states of the run's layout, in these keys (each optional): ``dp_replicate``, ``dp_shard``,
+        ``zero``, ``tp``, ``pp``, ``cp``, ``vp``, ``schedule`` (cloudfit's name), ``micro_batch``, ``grad_accum``,
+        ``global_batch`` (sequences per step), ``seq_len``, ``ac``, ``precision``, ``gpus``."""
+        return {}
+
+    def layout_from_config_text(self, text: str) -> dict[str, Any]:
+        """The same keys from the run's own configuration file (``profile add --stack-config``)."""
         return {}
 
 
@@ -377,22 +383,25 @@ class _LayoutView:
 
 def median_rate(events: Iterable[Event], gpus: int, warmup_steps: int = 3) -> dict[str, Any]:
     """The after-warm-up medians of a log's progress: tokens/s (whole job), MFU, TFLOPS, the peak memory and
-    the steps used. Steps ≤ ``warmup_steps`` (compilation, allocation, the first log interval) are skipped;
-    a log with no later step falls back to every step but the first."""
+    the steps used. Warm-up: the first logged step line (compilation, allocation, the first log interval) and every
+    step ≤ ``warmup_steps``; a log with nothing after them falls back to every line but the first (or its only one)."""
     prog = [e for e in events if isinstance(e, Progress)]
-    if not prog:
+    speed = [p for p in prog if p.job_tokens_per_second(gpus) is not None]
+    if not speed:
         return {}
-    late = [p for p in prog if p.step > warmup_steps] or prog[1:] or prog
+    late = [p for p in speed[1:] if p.step > warmup_steps] or speed[1:] or speed
+    steps = {p.step for p in late}
 
-    def med(xs: list[float]) -> float | None:
-        xs = sorted(x for x in xs if x is not None)
-        if not xs:
+    def med(xs: list[float | None]) -> float | None:
+        ys = sorted(x for x in xs if x is not None)
+        if not ys:
             return None
-        n = len(xs)
-        return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+        n = len(ys)
+        return ys[n // 2] if n % 2 else 0.5 * (ys[n // 2 - 1] + ys[n // 2])
 
-    mem = [p.memory_gib for p in late if p.memory_gib is not None]
+    mem = [p.memory_gib for p in prog if p.memory_gib is not None and (p.step in steps or p.step > min(steps))]
     return {"tokens_per_second": med([p.job_tokens_per_second(gpus) for p in late]),
+            "tokens_per_second_per_gpu": med([p.tokens_per_second_per_gpu for p in late]),
             "mfu": med([p.mfu for p in late]), "tflops": med([p.tflops for p in late]),
-            "memory_gib": max(mem) if mem else None, "steps": [p.step for p in late],
-            "loss": late[-1].loss}
+            "memory_gib": max(mem) if mem else None, "steps": sorted(steps), "loss": late[-1].loss,
+            "warmup_lines": len(speed) - len(late)}

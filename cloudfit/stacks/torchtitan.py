@@ -79,6 +79,9 @@ _MESH_NEW = re.compile(r"Building device mesh with parallelism:\s*(.*)$")
 _MESH_OLD = re.compile(r"Building (\d+)-D device mesh with \[([^\]]*)\],\s*\[([^\]]*)\]")
 _BATCH = re.compile(r"local batch size (\d+), global batch size (\d+)(?:, gradient accumulation steps (\d+))?"
                     r", sequence length (\d+)")
+_PP_SCHED = re.compile(r"Using pipeline schedule (\S+) with (\d+) microbatches and (\d+) stages")
+_AC = re.compile(r"Applied (SelectiveAC|FullAC|selective|full)\b.*activation checkpointing")
+_FLOAT8 = re.compile(r"Float8 training active|Swapped to Float8Linear")
 _MESH_KEYS = {"pp": "pp", "dp_replicate": "dp_replicate", "dp_shard": "dp_shard", "cp": "cp", "tp": "tp",
               "dp": "dp_shard"}
 
@@ -274,42 +277,99 @@ class Torchtitan(Stack):
                 yield ev if ev.step >= 0 else CheckpointSaved(step=last, path=ev.path)
 
     def layout_from_log(self, lines: Iterable[str]) -> dict[str, Any]:
+        """What the log states: the mesh (``dp_replicate``, ``dp_shard``, ``tp``, ``pp``, ``cp``), the batch
+        (``micro_batch``, ``grad_accum``, ``global_batch``, ``seq_len``), ``ac``, ``schedule``/``vp`` and
+        ``precision`` (fp8 when float8 training is active)."""
         out: dict[str, Any] = {}
+        local = n_mb = stages = None
         for raw in lines:
             line = _ANSI.sub("", raw)
             m = _MESH_NEW.search(line)
-            if m and "parallelism" not in out:
+            if m and "_mesh" not in out:
                 for part in m.group(1).split(","):
                     k, _, v = part.strip().partition("=")
-                    if k in _MESH_KEYS and v.strip().lstrip("-").isdigit():
+                    if k in _MESH_KEYS and v.strip().isdigit():
                         out[_MESH_KEYS[k]] = int(v)
-                out["parallelism"] = True
+                out["_mesh"] = True
                 continue
             m = _MESH_OLD.search(line)
-            if m and "parallelism" not in out:
+            if m and "_mesh" not in out:
                 names = [n.strip().strip("'\"") for n in m.group(2).split(",") if n.strip()]
-                sizes = [int(s) for s in m.group(3).split(",") if s.strip()]
-                for n, s in zip(names, sizes):
-                    if n in _MESH_KEYS:
-                        out[_MESH_KEYS[n]] = s
-                out["parallelism"] = True
+                sizes = [int(x) for x in m.group(3).split(",") if x.strip()]
+                out.update({_MESH_KEYS[n]: v for n, v in zip(names, sizes) if n in _MESH_KEYS})
+                out["_mesh"] = True
                 continue
             m = _BATCH.search(line)
-            if m and "local_batch_size" not in out:
-                out["local_batch_size"], out["global_batch"] = int(m.group(1)), int(m.group(2))
+            if m and local is None:
+                local, out["global_batch"] = int(m.group(1)), int(m.group(2))
                 if m.group(3):
                     out["grad_accum"] = int(m.group(3))
                 out["seq_len"] = int(m.group(4))
-        out.pop("parallelism", None)
+                continue
+            m = _PP_SCHED.search(line)
+            if m:
+                out["schedule_name"], n_mb, stages = m.group(1), int(m.group(2)), int(m.group(3))
+                continue
+            m = _AC.search(line)
+            if m:
+                out["ac"] = "full" if m.group(1).lower().startswith("full") else "selective"
+            elif _FLOAT8.search(line):
+                out["precision"] = "fp8"
+        out.pop("_mesh", None)
+        if local is not None:
+            if n_mb and out.get("pp", 1) > 1:  # the step's micro-batches flow through the pipeline
+                out["micro_batch"], out["grad_accum"] = max(1, local // n_mb), n_mb * out.get("grad_accum", 1)
+                if stages and out.get("pp"):
+                    out["vp"] = max(1, stages // out["pp"])
+            else:
+                out["micro_batch"] = local
+        name = out.pop("schedule_name", None)
+        if name:
+            out["schedule"] = {v[0]: k for k, v in SCHEDULES.items()}.get(name, name)
         return out
 
+    def layout_from_config_text(self, text: str) -> dict[str, Any]:
+        """The layout from a run's configuration: a TOML job file (torchtitan ≤ 0.2), a JSON config
+        (``--debug.save_config_file``) or the command line itself (flags, one or many lines)."""
+        import json
+        import shlex
+        import tomllib
+
+        d: Any = None
+        try:
+            d = json.loads(text)
+        except ValueError:
+            try:
+                d = tomllib.loads(text)
+            except tomllib.TOMLDecodeError:
+                d = None
+        if isinstance(d, dict) and d:
+            flags: list[str] = []
+            for sec in ("parallelism", "training", "activation_checkpoint"):
+                for k, v in (d.get(sec) or {}).items() if isinstance(d.get(sec), dict) else ():
+                    flags += [f"--{sec}.{k}", str(v)]
+            ac = d.get("activation_checkpoint")
+            if isinstance(ac, dict) and "mode" in ac:  # torchtitan ≤ 0.2: [activation_checkpoint] mode = "full"
+                flags.append(f"activation_checkpoint:{ac['mode']}")
+            elif ac is None and "activation_checkpoint" in d:
+                flags.append("activation_checkpoint:none")
+            tr = d.get("training") if isinstance(d.get("training"), dict) else {}
+            if "batch_size" in tr and "local_batch_size" not in tr:  # torchtitan ≤ 0.2 named it batch_size
+                flags += ["--training.local_batch_size", str(tr["batch_size"])]
+            return self.layout_from_config(flags)
+        try:
+            return self.layout_from_config(shlex.split(text, comments=True))
+        except ValueError as e:
+            raise UsageError(f"the torchtitan configuration is neither JSON, TOML nor a command line ({e})") from None
+
     def layout_from_config(self, argv: Iterable[str]) -> dict[str, Any]:
-        """Degrees from a torchtitan command line or a saved ``--debug.save_config_file`` JSON's flags."""
+        """Degrees and batch from torchtitan flags (``--parallelism.tensor_parallel_degree 2`` or ``…=2``)."""
         a = list(argv)
         keys = {"--parallelism.data_parallel_replicate_degree": "dp_replicate",
                 "--parallelism.data_parallel_shard_degree": "dp_shard", "--parallelism.tensor_parallel_degree": "tp",
                 "--parallelism.pipeline_parallel_degree": "pp", "--parallelism.context_parallel_degree": "cp",
-                "--training.local_batch_size": "local_batch_size", "--training.global_batch_size": "global_batch",
+                "--parallelism.pipeline_parallel_microbatch_size": "_ppmb",
+                "--training.local_batch_size": "_local", "--training.global_batch_size": "global_batch",
                 "--training.seq_len": "seq_len"}
         out: dict[str, Any] = {}
         for i, t in enumerate(a):
@@ -320,8 +380,23 @@ class Torchtitan(Stack):
                     out[keys[k]] = int(val)
                 except ValueError:
                     raise UsageError(f"torchtitan flag {k} needs an integer, got {val!r}") from None
-            elif t.startswith("activation_checkpoint:"):
-                out["ac"] = t.split(":", 1)[1]
+            elif k == "--parallelism.pipeline_parallel_schedule":
+                name = v if eq else (a[i + 1] if i + 1 < len(a) else "")
+                out["schedule"] = {s[0]: c for c, s in SCHEDULES.items()}.get(name, name)
+            elif t.startswith("activation_checkpoint:") or t.startswith("activation-checkpoint:"):
+                mode = t.split(":", 1)[1]
+                out["ac"] = {"memory-budget": "selective"}.get(mode, mode)
+        if out.get("dp_shard", 0) < 0:
+            out.pop("dp_shard")  # -1: the ranks left over (filled in from the GPU count)
+        local, ppmb = out.pop("_local", None), out.pop("_ppmb", None)
+        if local is not None:
+            if out.get("pp", 1) > 1:
+                out["micro_batch"] = ppmb or 1
+                out["grad_accum"] = max(1, local // (ppmb or 1))
+            else:
+                out["micro_batch"] = local
+        if out.get("global_batch", 0) < 0:
+            out.pop("global_batch")
         return out
 
     def sample_log(self) -> tuple[str, ...]:

@@ -227,12 +227,33 @@ def test_log_lines_become_progress_and_checkpoints():
 
 def test_layout_from_log_reads_the_mesh_and_batch():
     new = ["... - Building device mesh with parallelism: pp=2, dp_replicate=1, dp_shard=4, cp=1, tp=2, ep=1",
+           "... - Applied FullAC activation checkpointing to the model",
+           "... - Using pipeline schedule Interleaved1F1B with 8 microbatches and 4 stages.",
            "... - Trainer is initialized with local batch size 8, global batch size 32, gradient accumulation steps 1, "
            "sequence length 8192, total steps 1000 (warmup 200)"]
-    assert TT.layout_from_log(new) == {"pp": 2, "dp_replicate": 1, "dp_shard": 4, "cp": 1, "tp": 2,
-                                       "local_batch_size": 8, "global_batch": 32, "grad_accum": 1, "seq_len": 8192}
-    old = ["[rank0]:[titan] - root - INFO - Building 2-D device mesh with ['dp_shard', 'tp'], [4, 2]"]
-    assert TT.layout_from_log(old) == {"dp_shard": 4, "tp": 2}
+    assert TT.layout_from_log(new) == {"pp": 2, "dp_replicate": 1, "dp_shard": 4, "cp": 1, "tp": 2, "ac": "full",
+                                       "micro_batch": 1, "grad_accum": 8, "vp": 2, "schedule": "interleaved",
+                                       "global_batch": 32, "seq_len": 8192}
+    old = ["[rank0]:[titan] - root - INFO - Building 2-D device mesh with ['dp_shard', 'tp'], [4, 2]",
+           "[rank0]:[titan] - root - INFO - Float8 training active"]
+    assert TT.layout_from_log(old) == {"dp_shard": 4, "tp": 2, "precision": "fp8"}
+
+
+def test_layout_from_config_files_of_every_torchtitan_generation(jobs):
+    toml = ('[training]\nbatch_size = 2\nseq_len = 8192\n[parallelism]\ndata_parallel_shard_degree = -1\n'
+            'tensor_parallel_degree = 8\n[activation_checkpoint]\nmode = "full"\n')
+    assert TT.layout_from_config_text(toml) == {"tp": 8, "seq_len": 8192, "micro_batch": 2, "ac": "full"}
+    js = '{"parallelism": {"data_parallel_shard_degree": 16, "pipeline_parallel_degree": 1}, "training": ' \
+         '{"local_batch_size": 1, "global_batch_size": 64, "seq_len": 4096}, "activation_checkpoint": null}'
+    assert TT.layout_from_config_text(js) == {"dp_shard": 16, "pp": 1, "micro_batch": 1, "global_batch": 64,
+                                              "seq_len": 4096, "ac": "none"}
+    j = jobs["70b-pp4-interleaved"]
+    got = TT.layout_from_config_text(" ".join(TT.command(j).argv))  # cloudfit's own command reads back
+    assert (got["dp_shard"], got["tp"], got["pp"], got["micro_batch"], got["grad_accum"], got["ac"]) == (
+        j.dp_shard, j.tp, j.pp, j.micro_batch, j.grad_accum, j.ac)
+    assert got["global_batch"] == j.global_batch and got["schedule"] == "interleaved"
+    with pytest.raises(UsageError, match="integer"):
+        TT.layout_from_config_text("--parallelism.tensor_parallel_degree eight")
 
 
 def test_no_torchtitan_import_at_module_import():
