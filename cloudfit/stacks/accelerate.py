@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from cloudfit.errors import UsageError
 from cloudfit.stacks.base import Event, Stack, StackCommand, StackJob, StackNotInstalled
+from cloudfit.stacks.custom import STACK as CUSTOM
+from cloudfit.stacks.custom import environment, parse_progress_line
 
 CONFIG_FILE = "cloudfit_accelerate.yaml"
 #: the Accelerate release the configuration was written against (``validate`` uses whatever is installed)
@@ -128,13 +130,13 @@ class AccelerateStack(Stack):
             cfg["dynamo_config"] = {"dynamo_backend": "INDUCTOR"}
         return cfg
 
-    def command(self, job: StackJob, extra: Sequence[str] = ()) -> StackCommand:
-        """``accelerate launch`` of your script (``extra``: the script and its arguments; ``train.py`` when
+    def command(self, job: StackJob, extra_args: Sequence[str] = ()) -> StackCommand:
+        """``accelerate launch`` of your script (``extra_args``: the script and its arguments; ``train.py`` when
         none is given)."""
         self._check(job)
-        script = tuple(extra) or ("train.py",)
+        script = tuple(str(a) for a in extra_args) or ("train.py",)
         notes = []
-        if not extra:
+        if not extra_args:
             notes.append("accelerate runs your script: train.py unless you give one after the plan")
         if job.dp_shard > 1 and job.zero in (1, 2):
             notes.append(f"zero={job.zero} runs as FSDP2 without resharding after forward (ZeRO-2): gradients are "
@@ -147,9 +149,8 @@ class AccelerateStack(Stack):
             notes.append(f"LoRA (rank {job.lora_rank}) is your script's (peft): cloudfit only passes the rank")
         files = {CONFIG_FILE: _yaml(self.config(job))}
         env = {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS": str(job.grad_accum)}
-        layout_env, layout_files = _layout_for_script(job)
-        files.update(layout_files)
-        env.update(layout_env)
+        files.update(CUSTOM.command(job).files)  # the layout file a custom command gets (cloudfit_layout.json)
+        env.update(environment(job))
         return StackCommand(argv=(*_WRAP, *script), launcher="accelerate", files=files, env=env, notes=tuple(notes),
                             checkpoint_on_sigterm=False, guarantee=self.guarantee)
 
@@ -222,16 +223,10 @@ class AccelerateStack(Stack):
 
     # ---------------------------------------------------------------- logs (the custom stack's progress line)
     def parse_line(self, line: str) -> Event | None:
-        custom = _custom()
-        return custom.parse_line(line) if custom is not None else None
-
-    def parse_log(self, lines: Iterable[str]):
-        custom = _custom()
-        return custom.parse_log(lines) if custom is not None else iter(())
+        return parse_progress_line(line)
 
     def sample_log(self) -> tuple[str, ...]:
-        custom = _custom()
-        return custom.sample_log() if custom is not None else ()
+        return CUSTOM.sample_log()
 
 
 class _View:
@@ -246,30 +241,6 @@ class _View:
         if k == "schedule":
             return self._j.pp_schedule or "1f1b"
         return getattr(self._j, k)
-
-
-def _custom():
-    """The custom stack (its progress line and layout variables), or None in a tree without it."""
-    from cloudfit.stacks import get
-
-    try:
-        return get("custom")
-    except UsageError:
-        return None
-
-
-def _layout_for_script(job: StackJob) -> tuple[dict[str, str], dict[str, str]]:
-    """The layout as the custom stack hands it to a user's command (its env and files), else a JSON file."""
-    custom = _custom()
-    if custom is not None:
-        try:
-            cmd = custom.command(job)
-            return dict(cmd.env), dict(cmd.files)
-        except (UsageError, TypeError):
-            pass
-    import json
-
-    return {"CLOUDFIT_LAYOUT_FILE": "cloudfit_layout.json"}, {"cloudfit_layout.json": json.dumps(job.to_dict())}
 
 
 #: the node's rank and the head's address come from the environment the launcher exports (NODE_RANK, MASTER_ADDR,

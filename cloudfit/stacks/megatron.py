@@ -34,8 +34,8 @@ How the plan's layout becomes Megatron's:
   RMSNorm, SwiGLU, RoPE, no biases, untied embeddings).
 
 Data: cloudfit has no dataset of yours, so the command trains on Megatron's mock data with the null tokenizer
-unless ``command(job, extra=…)`` passes your ``--data-path`` / ``--tokenizer-*`` flags (then those replace the
-mock ones; anything in ``extra`` comes last and so wins over cloudfit's choice).
+unless ``command(job, extra_args)`` passes your ``--data-path`` / ``--tokenizer-*`` flags (then those replace the
+mock ones; anything in ``extra_args`` comes last and so wins over cloudfit's choice).
 
 Logs: Megatron prints, at every ``--log-interval``, a line ``iteration N/ M | consumed samples: … | elapsed time
 per iteration (ms): T | throughput per GPU (TFLOP/s/GPU): F | learning rate: … | global batch size: B | lm loss:
@@ -171,8 +171,8 @@ class MegatronStack(Stack):
                         "--no-gradient-accumulation-fusion", "--use-distributed-optimizer", *inst,
                         "--ckpt-format", "fsdp_dtensor", *overlap], notes
 
-    def command(self, job: StackJob, extra: Sequence[str] = ()) -> StackCommand:
-        """``pretrain_gpt.py`` and its flags for ``job``; ``extra`` (your data and tokenizer flags, or overrides)
+    def command(self, job: StackJob, extra_args: Sequence[str] = ()) -> StackCommand:
+        """``pretrain_gpt.py`` and its flags for ``job``; ``extra_args`` (your data and tokenizer flags, or overrides)
         goes last."""
         self._check(job)
         sh = job.shape
@@ -242,7 +242,7 @@ class MegatronStack(Stack):
         else:
             notes.append("no checkpoint folder: Megatron saves nothing and a stop loses the run's progress")
         # --- data (mock unless the user's flags bring theirs)
-        user = list(extra)
+        user = [str(a) for a in extra_args]
         if not any(f in user for f in ("--data-path", "--train-data-path", "--data-args-path",
                                        "--per-split-data-args-path", "--mock-data")):
             a += ["--mock-data"]

@@ -153,10 +153,18 @@ def test_the_node_shell_expands_rank_and_head_and_passes_the_script_unchanged(jo
     assert out[-3:] == ["train.py", "--name", "my run $HOME"]
 
 
-def test_progress_comes_from_the_custom_stacks_line():
-    custom = get("custom") if "custom" in __import__("cloudfit.stacks", fromlist=["available"]).available() else None
-    if custom is None:
-        pytest.skip("the custom stack (its progress line) is not in this tree")
-    lines = custom.sample_log()
-    assert lines and list(STACK.parse_log(lines)) == list(custom.parse_log(lines))
-    assert STACK.sample_log() == custom.sample_log()
+def test_progress_and_the_layout_are_the_custom_stacks(jobs):
+    """Accelerate runs the user's script: it reads the layout as a custom command does and reports progress on
+    cloudfit's one-line format."""
+    from cloudfit.stacks.custom import environment, progress_line
+
+    custom = get("custom")
+    job = jobs["8b-fsdp-tp2"]
+    cmd = STACK.command(job)
+    assert {k: cmd.env[k] for k in environment(job)} == environment(job)
+    assert cmd.files["cloudfit_layout.json"] == custom.command(job).files["cloudfit_layout.json"]
+    lines = [progress_line(5, tokens_per_second=41_000.0, loss=2.5, memory_gib=70.5),
+             "step 5 ordinary line", progress_line(checkpoint_step=5, checkpoint_path="ckpt/step-5")]
+    assert list(STACK.parse_log(lines)) == list(custom.parse_log(lines))
+    prog, saved = list(STACK.parse_log(lines))
+    assert prog.tokens_per_second == 41_000.0 and prog.memory_gib == 70.5 and saved.step == 5

@@ -239,7 +239,7 @@ def test_the_golden_parser_fails_a_typo_a_wrong_type_and_a_bad_choice(jobs):
 
 def test_user_flags_replace_the_mock_data_and_come_last(jobs):
     j = jobs["8b-fsdp"]
-    cmd = STACK.command(j, extra=("--data-path", "/data/web_text_document", "--tokenizer-type",
+    cmd = STACK.command(j, extra_args=("--data-path", "/data/web_text_document", "--tokenizer-type",
                                   "HuggingFaceTokenizer", "--tokenizer-model", "meta-llama/Meta-Llama-3-8B",
                                   "--lr", "1e-4"))
     a = parse_golden(cmd.argv[1:])
