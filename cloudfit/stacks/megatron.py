@@ -40,7 +40,7 @@ mock ones; anything in ``extra_args`` comes last and so wins over cloudfit's cho
 Logs: Megatron prints, at every ``--log-interval``, a line ``iteration N/ M | consumed samples: … | elapsed time
 per iteration (ms): T | throughput per GPU (TFLOP/s/GPU): F | learning rate: … | global batch size: B | lm loss:
 L | …``; tokens/s = B × seq_len ÷ T. seq_len is the job's (``bind``) or the ``seq_length`` line of the argument
-dump Megatron prints at start-up. The first log interval also prints ``[Rank 0] (after N iterations) memory (MB)
+dump Megatron prints at start-up (``parse_log``; ``parse_line`` remembers it for the lines after it). The first log interval also prints ``[Rank 0] (after N iterations) memory (MB)
 | allocated: … | max allocated: … | reserved: … | max reserved: …`` (MiB: Megatron divides by 1024²): the peak
 is max reserved (what the allocator held, as torchtitan reports), else max allocated. A checkpoint is saved when
 ``successfully saved checkpoint from iteration N to DIR`` (``at iteration`` in older releases) is printed.
@@ -279,7 +279,14 @@ class MegatronStack(Stack):
 
     # ---------------------------------------------------------------- logs
     def parse_line(self, line: str) -> Event | None:
-        return self._parse(line, self.seq_len)
+        """One line. Unbound, the sequence length is the one the argument dump at the top of the log printed (a
+        reader that follows the log from its start, as ``cloudfit.runtime.logprogress`` does, sees it first)."""
+        if self.seq_len is None:
+            m = _ARG.match(line)
+            if m and m.group(1) == "seq_length" and m.group(2).isdigit():
+                self._dump_seq_len = int(m.group(2))
+                return None
+        return self._parse(line, self.seq_len or getattr(self, "_dump_seq_len", None))
 
     def _parse(self, line: str, seq_len: int | None) -> Event | None:
         m = _ITER.search(line)

@@ -306,8 +306,18 @@ def test_issue_756_iteration_lines():
     assert ev[2].tokens_per_second == pytest.approx(128 * 4096 / 5.8299)
     # unbound and with no argument dump, the sequence length is unknown: no made-up tokens/s
     assert all(e.tokens_per_second is None for e in STACK.parse_log(_lines("megatron_issue756_mixtral_h100.log")))
-    med = median_rate(ev, gpus=16, warmup_steps=0)
-    assert med["tokens_per_second"] == pytest.approx(128 * 4096 / 5.4707) and med["tflops"] == 238.7
+    # a line-by-line reader (the launcher's log follower) learns it from the dump at the top of the log
+    from cloudfit.runtime.logprogress import LogProgress
+
+    lp = LogProgress(type(STACK)(), total_steps=100, gpus=16)
+    fed = [lp.feed(x) for x in ["  seq_length ...................................... 4096",
+                                *_lines("megatron_issue756_mixtral_h100.log")]]
+    assert fed[0] is None and [e.tokens_per_second for e in fed[1:]] == [e.tokens_per_second for e in ev]
+    got = lp.progress()
+    assert got["step"] == 73 and 128 * 4096 / 5.8299 <= got["tokens_per_second"] <= 128 * 4096 / 5.3616
+    med = median_rate(ev, gpus=16, warmup_steps=0)  # the first logged line counts as warm-up
+    assert med["steps"] == [72, 73] and med["tflops"] == pytest.approx((238.7 + 224.0) / 2)
+    assert med["tokens_per_second"] == pytest.approx((128 * 4096 / 5.4707 + 128 * 4096 / 5.8299) / 2)
 
 
 def test_pr_5662_iteration_and_memory_lines():
