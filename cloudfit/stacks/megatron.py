@@ -11,7 +11,10 @@ How the plan's layout becomes Megatron's:
 - tp / pp / cp → ``--tensor-model-parallel-size`` / ``--pipeline-model-parallel-size`` /
   ``--context-parallel-size``; ``--sequence-parallel`` with tp > 1 (Megatron turns it off itself at tp = 1).
 - interleaved pipeline (vp > 1) → ``--num-layers-per-virtual-pipeline-stage``; Megatron runs 1F1B and
-  interleaved 1F1B only, any other schedule is refused. A layer count the pipeline does not divide is run with
+  interleaved 1F1B only, any other schedule is refused. Interleaving also needs the micro-batches per step (ga)
+  to be a multiple of pp (``forward_backward_pipelining_with_interleaving`` in
+  ``megatron/core/pipeline_parallel/schedules.py`` at 00611e6eeb0b09b5ee074750956855215ddbd67f: micro-batch
+  groups of pp, the last group full or ≥ pp), else refused. A layer count the pipeline does not divide is run with
   ``--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split`` when layers + 2 divides
   (llama3-405b's 126 layers on pp = 8, 16 …), else refused.
 - data parallelism: Megatron's data-parallel size is world ÷ (tp·pp·cp) = dp_replicate × dp_shard. How the
@@ -127,6 +130,10 @@ class MegatronStack(Stack):
             return (f"megatron: FSDP (fsdp={dp_shard}, zero={zero}) with a pipeline (pp={pp}) is not a Megatron path "
                     "(Megatron-FSDP and --use-torch-fsdp2 run without pipeline parallelism); use zero=1, Megatron's "
                     "distributed optimizer")
+        ga = g("grad_accum")
+        if pp > 1 and vp > 1 and (ga < pp or ga % pp):
+            return (f"megatron: the interleaved schedule needs the micro-batches per step to be a multiple of pp "
+                    f"(ga={ga}, pp={pp}): Megatron-Core's schedule raises otherwise")
         if shape:
             layers, kv = int(shape.get("layers", 0) or 0), int(shape.get("kv_heads", 0) or 0)
             if kv and tp > kv:

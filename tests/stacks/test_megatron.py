@@ -83,6 +83,11 @@ def megatron_rules(a: dict, env: dict, world: int) -> list[str]:
             bad.append("layers per stage not divisible by layers per virtual stage")
         elif per_stage // lpv > 1 and pp < 2:
             bad.append("interleaved schedule with pp < 2")
+    if lpv is not None and (layers // pp) // lpv > 1 and gbs and mbs:
+        m = gbs // (mbs * dp)  # micro-batches per step; groups of pp (schedules.py, see golden/PROVENANCE.md)
+        group = g("microbatch_group_size_per_vp_stage", pp)
+        if not (pp <= group <= m) or 0 < m % group < pp:
+            bad.append("interleaved schedule: micro-batch groups do not fit (schedules.py raises)")
     if g("overlap_param_gather") and not ((g("use_distributed_optimizer") or g("use_megatron_fsdp"))
                                           and g("overlap_grad_reduce")):
         bad.append("--overlap-param-gather without the distributed optimizer / FSDP and --overlap-grad-reduce")
@@ -158,15 +163,16 @@ PLANS = {  # id: (model, pinned layout, tokens, deadline, precision)
     "1b-ddp-cp8": ("llama3-1b", "zero=0", 1e10, "7d", "bf16"),
     "70b-fsdp64-tp2-cp4": ("llama3-70b", "fsdp=64,tp=2", 1e12, "30d", "bf16"),
     "70b-tp8-pp2-interleaved": ("llama3-70b", "tp=8,pp=2", 1e12, "30d", "bf16"),
-    "70b-tp4-pp4-vp2": ("llama3-70b", "pp=4,vp=2,tp=4", 1e12, "30d", "bf16"),
 }
+#: planner layouts Megatron refuses (tests below)
+REFUSED = {"70b-tp4-pp4-vp2-ga27": ("llama3-70b", "pp=4,vp=2,tp=4", 1e12, "30d", "bf16")}
 
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
     ck = tmp_path_factory.mktemp("ckpt")
     out = {}
-    for k, (m, lay, tok, dl, prec) in PLANS.items():
+    for k, (m, lay, tok, dl, prec) in {**PLANS, **REFUSED}.items():
         j = StackJob.from_plan(_plan(m, lay, tok, dl, prec))
         out[k] = j.replace(checkpoint_dir=str(ck / k))
     return out
@@ -199,7 +205,7 @@ def test_planner_layouts_become_flags_megatron_accepts(jobs, key):
 
 
 def test_the_planner_layouts_cover_fsdp_ddp_tp_cp_pp_interleaving_fp8_and_every_ac_mode(jobs):
-    js = [_run(j) for j in jobs.values()]
+    js = [_run(jobs[k]) for k in PLANS]
     assert any(j.dp_shard > 1 and j.zero == 3 for j in js) and any(j.zero == 0 for j in js)
     assert any(j.tp > 1 for j in js) and any(j.cp > 1 for j in js) and any(j.zero == 1 and j.pp > 1 for j in js)
     assert any(j.virtual_stages > 1 for j in js) and any(j.precision == "fp8" for j in js)
@@ -235,6 +241,11 @@ def test_the_golden_parser_fails_a_typo_a_wrong_type_and_a_bad_choice(jobs):
     assert any("selective" in r for r in megatron_rules(a, {}, jobs["8b-fsdp"].gpus))
     a = parse_golden([*argv, "--ckpt-format", "torch_dist"])
     assert any("fsdp_dtensor" in r for r in megatron_rules(a, {}, jobs["8b-fsdp"].gpus))
+    j = _run(jobs["70b-tp8-pp2-interleaved"])
+    cmd = STACK.command(j)
+    odd = j.micro_batch * j.dp * (j.grad_accum + 1)  # one micro-batch more per step: 13 over pp=2
+    a = parse_golden([*cmd.argv[1:], "--global-batch-size", str(odd)])
+    assert any("interleaved" in r for r in megatron_rules(a, dict(cmd.env), j.gpus))
 
 
 def test_user_flags_replace_the_mock_data_and_come_last(jobs):
@@ -258,6 +269,7 @@ def test_refusals_are_one_line(jobs):
         "cp_seq": jobs["8b-cp2"].replace(seq_len=8190),
         "tp_kv": StackJob(model="llama3-8b", shape=zoo.get("llama3-8b").to_dict(), seq_len=8192, nodes=2,
                           gpus_per_node=8, tp=16, grad_accum=4, steps=10),
+        "interleaved_ga": _run(jobs["70b-tp4-pp4-vp2-ga27"]),
         "layers": StackJob(model="llama3-8b", shape=zoo.get("llama3-8b").to_dict(), seq_len=8192, nodes=1,
                            gpus_per_node=6, tp=2, pp=3, grad_accum=8, pp_schedule="1f1b", steps=10, zero=0),
     }
