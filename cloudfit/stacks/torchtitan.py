@@ -228,11 +228,16 @@ class Torchtitan(Stack):
                             checkpoint_on_sigterm=False, guarantee=self.guarantee)
 
     # ------------------------------------------------------------------ validation
-    def validate(self, cmd: StackCommand, workdir: str | None = None) -> dict[str, Any]:
-        """Parse ``cmd`` with torchtitan's own ``ConfigManager`` (on CPU: no GPU, no process group) and return
-        the values cloudfit set, flat (``parallelism.tensor_parallel_degree`` → 2, ``model.flavor`` → "8B",
-        ``activation_checkpoint`` → "full", ``model.float8`` → True). ``StackNotInstalled`` without torchtitan."""
-        return _parse_with_torchtitan(cmd, workdir)
+    def validate(self, cmd: StackCommand, workdir: str | None = None, world_size: int | None = None) -> dict[str, Any]:
+        """Parse ``cmd`` with torchtitan's own ``ConfigManager`` (on CPU: no GPU) and return the values cloudfit
+        set, flat (``parallelism.tensor_parallel_degree`` → 2, ``model.flavor`` → "8B", ``activation_checkpoint`` →
+        "full", ``model.float8`` → True). With ``world_size``, torchtitan's ``ParallelDims`` also builds its device
+        meshes for that many ranks on its ``fake_backend`` process group (``comm.mode`` = fake_backend: no GPU, no
+        communication): ``mesh`` → {axis: size}. ``StackNotInstalled`` without torchtitan."""
+        out = _parse_with_torchtitan(cmd, workdir)
+        if world_size is not None:
+            out["mesh"] = _fake_mesh(out, world_size)
+        return out
 
     # ------------------------------------------------------------------ logs
     def parse_line(self, line: str) -> Event | None:
@@ -481,6 +486,7 @@ def _parse_with_torchtitan(cmd: StackCommand, workdir: str | None) -> dict[str, 
         "parallelism.pipeline_parallel_layers_per_stage": par.pipeline_parallel_layers_per_stage,
         "parallelism.pipeline_parallel_microbatch_size": par.pipeline_parallel_microbatch_size,
         "parallelism.context_parallel_degree": par.context_parallel_degree,
+        "parallelism.spmd_backend": par.spmd_backend,
         "training.local_batch_size": tr.local_batch_size, "training.global_batch_size": tr.global_batch_size,
         "training.seq_len": tr.seq_len, "training.steps": tr.steps,
         "training.mixed_precision_param": tr.mixed_precision_param,
@@ -491,6 +497,31 @@ def _parse_with_torchtitan(cmd: StackCommand, workdir: str | None) -> dict[str, 
         "model.converters": convs,
     }
     return out
+
+
+def _fake_mesh(parsed: dict[str, Any], world_size: int) -> dict[str, int]:
+    """torchtitan's own ParallelDims and device meshes for ``world_size`` ranks on the fake backend."""
+    import torch.distributed as dist
+    from torchtitan.distributed.parallel_dims import ParallelDims
+    from torchtitan.distributed.utils import init_fake_mode
+
+    if dist.is_initialized():
+        raise UsageError("a process group is already initialised here: validate meshes in a fresh process")
+    try:
+        dims = ParallelDims(dp_replicate=parsed["parallelism.data_parallel_replicate_degree"],
+                            dp_shard=parsed["parallelism.data_parallel_shard_degree"],
+                            cp=parsed["parallelism.context_parallel_degree"],
+                            tp=parsed["parallelism.tensor_parallel_degree"],
+                            pp=parsed["parallelism.pipeline_parallel_degree"], ep=1, world_size=world_size,
+                            spmd_backend=parsed.get("parallelism.spmd_backend", "spmd_types"))
+    except AssertionError as e:
+        raise UsageError(f"torchtitan's ParallelDims rejected the layout: {e}") from None
+    init_fake_mode(world_size)
+    try:
+        dims.build_mesh()
+        return {k: int(v.size()) for k, v in dims.get_all_one_dimensional_meshes().items()}
+    finally:
+        dist.destroy_process_group()
 
 
 class _float8_gpu_check_answered:

@@ -104,7 +104,12 @@ def test_every_planner_layout_becomes_a_torchtitan_command(jobs, cid):
 @pytest.mark.parametrize("cid", [c[0] for c in CASES])
 def test_torchtitans_own_config_manager_reads_back_the_plan(jobs, cid, tmp_path):
     j = jobs[cid]
-    got = TT.validate(TT.command(j), workdir=str(tmp_path))
+    got = TT.validate(TT.command(j), workdir=str(tmp_path), world_size=j.gpus)
+    # torchtitan's ParallelDims built every mesh for the cluster's ranks (fake backend: no GPU)
+    mesh = got["mesh"]
+    assert mesh.get("tp", 1) == j.tp and mesh.get("pp", 1) == j.pp and mesh.get("cp", 1) == j.cp
+    assert mesh.get("dp_shard", 1) == j.dp_shard and mesh.get("dp_replicate", 1) == j.dp_replicate
+    assert mesh.get("batch", 1) == j.dp_replicate * j.dp_shard
     flavor = flavor_of(j.shape)[0]
     assert got["model.flavor"] == flavor and got["model.layers"] == j.shape["layers"]
     assert got["model.dim"] == j.shape["hidden"] and got["model.vocab_size"] == j.shape["vocab"]
@@ -158,6 +163,8 @@ def test_torchtitans_parser_rejects_what_it_cannot_read(jobs, tmp_path):
     bad = dataclasses.replace(cmd, argv=cmd.argv[:-1] + ("--parallelism.no_such_degree", "2", cmd.argv[-1]))
     with pytest.raises(UsageError, match="rejected"):
         TT.validate(bad, workdir=str(tmp_path))
+    with pytest.raises(UsageError, match="ParallelDims rejected"):  # degrees that do not cover the ranks
+        TT.validate(cmd, workdir=str(tmp_path), world_size=jobs["8b-fsdp-auto"].gpus + 8)
 
 
 def test_refusals_are_one_line(jobs):
