@@ -237,9 +237,10 @@ class MegatronStack(Stack):
             notes.append("Megatron-LM has no torch.compile switch: the plan's compile is dropped (it uses "
                          "Transformer Engine's fused kernels instead)")
         # --- schedule, optimizer, logging
-        warmup = max(1, min(2000, job.steps // 100))
+        # warm-up: 1 % of the steps (at most 2,000); Megatron's scheduler asserts warm-up < decay steps
+        warmup = min(2000, job.steps // 100)
         a += ["--train-iters", str(job.steps), "--lr", "3e-4", "--min-lr", "3e-5", "--lr-decay-style", "cosine",
-              "--lr-warmup-iters", str(warmup), "--weight-decay", "0.1", "--clip-grad", "1.0",
+              *(["--lr-warmup-iters", str(warmup)] if warmup else []), "--weight-decay", "0.1", "--clip-grad", "1.0",
               "--log-interval", str(max(1, min(10, job.steps))), "--log-throughput", "--eval-iters", "0"]
         # --- checkpoints
         ckpt = job.checkpoint_dir

@@ -111,6 +111,8 @@ def megatron_rules(a: dict, env: dict, world: int) -> list[str]:
         bad.append("fp16 and bf16")
     if not g("train_iters") or g("train_samples") is not None:
         bad.append("not iteration-based")
+    elif g("lr_warmup_iters", 0) >= (g("lr_decay_iters") or g("train_iters")):
+        bad.append("warm-up not shorter than the decay (OptimizerParamScheduler asserts it)")
     for req in ("num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings"):
         if g(req) is None:
             bad.append(f"{req} missing")
@@ -225,6 +227,9 @@ def test_hsdp_and_the_distributed_optimizer(jobs):
                     pp_schedule="1f1b", steps=100, zero=1)
     a = check(j405)
     assert a["account_for_embedding_in_pipeline_split"] and a["account_for_loss_in_pipeline_split"]
+    # a one-step smoke run: no warm-up longer than the run
+    a = check(j405.replace(steps=1))
+    assert a["train_iters"] == 1 and a["lr_warmup_iters"] is None
 
 
 def test_the_golden_parser_fails_a_typo_a_wrong_type_and_a_bad_choice(jobs):
