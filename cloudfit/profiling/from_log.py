@@ -45,6 +45,8 @@ def measurement_from_log(stack_name: str, log: str | Path, *, gpus: int, stack_c
     from cloudfit.stacks.base import median_rate
 
     stack = stacks.get(stack_name)
+    if seq_len:
+        stack = stack.bind(int(seq_len))  # (Megatron's lines give tokens/s only with the sequence length)
     if gpus < 1:
         raise UsageError(f"the run's GPUs must be at least 1, got {gpus}")
     lines = read_lines(log)

@@ -48,7 +48,7 @@ Events (``Stack.parse_line`` / ``Stack.parse_log``):
 ``extra`` (the pip extra that installs it, or None); ``refuse(job)`` → one line why it cannot run ``job`` or
 None; ``command(job, extra_args=())`` → ``StackCommand`` (``UsageError`` with the refusal line; ``extra_args``:
 the user's own flags for the stack, or for ``custom`` the user's whole command); ``parse_line`` / ``parse_log``;
-``validate(cmd)`` → the configuration as the stack's own parser read it (flat dict) or ``StackNotInstalled``;
+``bind(job | seq_len)`` → the stack reading that job's log; ``validate(cmd)`` → the configuration as the stack's own parser read it (flat dict) or ``StackNotInstalled``;
 ``pins(shape)`` → degrees the layout search must pin for this stack (``parse_constraints``' format, e.g.
 ``{"tp": 1}``); ``layout_ok(layout, shape)`` → None or why not (one line; cheap, pure Python);
 ``sample_log`` → a few log lines in the stack's format (the contract test parses them).
@@ -342,6 +342,11 @@ class Stack:
         raise StackNotInstalled(f"{self.name} has no parser of its own to validate with")
 
     # ---------------------------------------------------------------- logs
+    def bind(self, job: "StackJob | int") -> "Stack":
+        """This stack reading the log of ``job`` (or of a run with that sequence length): stacks whose log lines
+        need the job to give tokens/s (Megatron prints step time and batch) return a bound copy; others themselves."""
+        return self
+
     def parse_line(self, line: str) -> Event | None:
         raise NotImplementedError
 
