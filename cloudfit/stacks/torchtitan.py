@@ -167,6 +167,10 @@ class Torchtitan(Stack):
             return f"torchtitan's context parallel splits each sequence into 2·cp chunks: {job.seq_len} ÷ {2 * job.cp}"
         if job.tp > 1 and int(job.shape.get("heads", 0)) % job.tp:
             return f"tp={job.tp} does not divide the model's {job.shape.get('heads')} attention heads"
+        kv = int(job.shape.get("kv_heads") or job.shape.get("heads") or 1)
+        if job.tp > 1 and kv % job.tp:
+            return (f"torchtitan splits the {kv} KV heads over the TP ranks (it does not replicate them): "
+                    f"tp={job.tp} must divide {kv}")
         return None
 
     # ------------------------------------------------------------------ command
@@ -234,9 +238,13 @@ class Torchtitan(Stack):
         "full", ``model.float8`` → True). With ``world_size``, torchtitan's ``ParallelDims`` also builds its device
         meshes for that many ranks on its ``fake_backend`` process group (``comm.mode`` = fake_backend: no GPU, no
         communication): ``mesh`` → {axis: size}. ``StackNotInstalled`` without torchtitan."""
-        out = _parse_with_torchtitan(cmd, workdir)
+        out, cfg = _parse_with_torchtitan(cmd, workdir)
+        try:  # the trainer's own model checks: TP against the heads and KV heads, seq_len against RoPE, tying vs PP
+            cfg.model_spec.model.update_from_config(config=cfg)
+        except (ValueError, AssertionError, NotImplementedError) as e:
+            raise UsageError(f"torchtitan rejected the model for this layout: {str(e).splitlines()[0]}") from None
         if world_size is not None:
-            out["mesh"] = _fake_mesh(out, world_size)
+            out["mesh"], out["pipeline.stages"] = _fake_mesh(out, cfg, world_size)
         return out
 
     # ------------------------------------------------------------------ logs
@@ -440,7 +448,7 @@ def _config_source(flavor: str, base: str, fp8: bool, compiled: bool) -> str:
         f"    return config\n")
 
 
-def _parse_with_torchtitan(cmd: StackCommand, workdir: str | None) -> dict[str, Any]:
+def _parse_with_torchtitan(cmd: StackCommand, workdir: str | None) -> tuple[dict[str, Any], Any]:
     import os
     import sys
     import tempfile
@@ -496,11 +504,12 @@ def _parse_with_torchtitan(cmd: StackCommand, workdir: str | None) -> dict[str, 
         "model.dim": model.dim, "model.vocab_size": model.vocab_size, "model.float8": float8,
         "model.converters": convs,
     }
-    return out
+    return out, cfg
 
 
-def _fake_mesh(parsed: dict[str, Any], world_size: int) -> dict[str, int]:
-    """torchtitan's own ParallelDims and device meshes for ``world_size`` ranks on the fake backend."""
+def _fake_mesh(parsed: dict[str, Any], cfg: Any, world_size: int) -> tuple[dict[str, int], int]:
+    """torchtitan's own ParallelDims and device meshes for ``world_size`` ranks on the fake backend, and the
+    pipeline's virtual stages and layer split as torchtitan's pipeline code computes them."""
     import torch.distributed as dist
     from torchtitan.distributed.parallel_dims import ParallelDims
     from torchtitan.distributed.utils import init_fake_mode
@@ -519,7 +528,17 @@ def _fake_mesh(parsed: dict[str, Any], world_size: int) -> dict[str, int]:
     init_fake_mode(world_size)
     try:
         dims.build_mesh()
-        return {k: int(v.size()) for k, v in dims.get_all_one_dimensional_meshes().items()}
+        mesh = {k: int(v.size()) for k, v in dims.get_all_one_dimensional_meshes().items()}
+        stages = 1
+        if dims.pp > 1:
+            from torchtitan.distributed.pipeline_parallel import (_generate_llm_fqn_per_model_part,
+                                                                  _get_pipeline_metadata)
+            try:
+                stages, layers, w_in, w_out = _get_pipeline_metadata(dims, cfg.parallelism, cfg.model_spec.model)
+                _generate_llm_fqn_per_model_part(stages, layers, w_in, w_out)
+            except ValueError as e:
+                raise UsageError(f"torchtitan cannot split the pipeline: {str(e).splitlines()[0]}") from None
+        return mesh, int(stages)
     finally:
         dist.destroy_process_group()
 

@@ -137,7 +137,7 @@ def test_torchtitans_own_config_manager_reads_back_the_plan(jobs, cid, tmp_path)
         assert local // got["parallelism.pipeline_parallel_microbatch_size"] == j.grad_accum  # pipeline micro-batches
         assert got["training.global_batch_size"] // (local * dp) == 1
         stages = _torchtitan_virtual_stages(got, j)
-        assert stages == j.pp * j.virtual_stages
+        assert stages == j.pp * j.virtual_stages == got["pipeline.stages"]  # (the latter: torchtitan's own count)
     else:
         assert local == j.micro_batch and got["training.global_batch_size"] // (local * dp) == j.grad_accum
 
@@ -165,6 +165,15 @@ def test_torchtitans_parser_rejects_what_it_cannot_read(jobs, tmp_path):
         TT.validate(bad, workdir=str(tmp_path))
     with pytest.raises(UsageError, match="ParallelDims rejected"):  # degrees that do not cover the ranks
         TT.validate(cmd, workdir=str(tmp_path), world_size=jobs["8b-fsdp-auto"].gpus + 8)
+    # what cloudfit refuses, torchtitan's own checks refuse too: 8 KV heads cannot be split over tp=16
+    j = jobs["70b-tp8"]
+    j16 = dataclasses.replace(j, tp=16, dp_shard=j.dp_shard // 2)
+    cmd16 = dataclasses.replace(TT.command(j), argv=tuple("16" if a == "8" and p == "--parallelism.tensor_parallel_degree"
+                                                          else a for p, a in zip(("",) + TT.command(j).argv,
+                                                                                 TT.command(j).argv)))
+    assert TT.refuse(j16) and "KV heads" in TT.refuse(j16)
+    with pytest.raises(UsageError, match="n_kv_heads"):
+        TT.validate(cmd16, workdir=str(tmp_path))
 
 
 def test_refusals_are_one_line(jobs):
@@ -175,6 +184,7 @@ def test_refusals_are_one_line(jobs):
         "gpipe-vp2": base.replace(pp_schedule="gpipe", virtual_stages=2),
         "zbv-vp3": base.replace(pp_schedule="zbv", virtual_stages=3),
         "cp-odd": jobs["8b-cp2"].replace(seq_len=8190),
+        "tp16-kv8": jobs["70b-tp8"].replace(tp=16, dp_shard=jobs["70b-tp8"].dp_shard // 2),
     }
     for name, j in cases.items():
         why = TT.refuse(j)
