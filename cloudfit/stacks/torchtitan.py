@@ -148,6 +148,11 @@ class Torchtitan(Stack):
                 return f"torchtitan cannot make {pp * vp} pipeline stages of {int(shape['layers'])} layers"
         if shape is not None and shape.get("tied_embeddings") and pp > 1:
             return "torchtitan's llama3 has no tied embeddings to split over a pipeline"
+        tp = int(getattr(layout, "tp", 1))
+        kv = int((shape or {}).get("kv_heads") or (shape or {}).get("heads") or 0)
+        if tp > 1 and kv and kv % tp:
+            return (f"torchtitan splits the {kv} KV heads over the TP ranks (it does not replicate them): "
+                    f"tp={tp} must divide {kv}")
         return None
 
     def refuse(self, job: StackJob) -> str | None:
@@ -167,10 +172,6 @@ class Torchtitan(Stack):
             return f"torchtitan's context parallel splits each sequence into 2·cp chunks: {job.seq_len} ÷ {2 * job.cp}"
         if job.tp > 1 and int(job.shape.get("heads", 0)) % job.tp:
             return f"tp={job.tp} does not divide the model's {job.shape.get('heads')} attention heads"
-        kv = int(job.shape.get("kv_heads") or job.shape.get("heads") or 1)
-        if job.tp > 1 and kv % job.tp:
-            return (f"torchtitan splits the {kv} KV heads over the TP ranks (it does not replicate them): "
-                    f"tp={job.tp} must divide {kv}")
         return None
 
     # ------------------------------------------------------------------ command

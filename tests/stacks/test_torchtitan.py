@@ -204,6 +204,7 @@ def test_layout_ok_is_what_the_planner_asks():
     assert "ZeRO-1" in TT.layout_ok(parse("dp=8,zero=1,tp=8,pp=4,mb=1,ga=8", gpus=256), shape)
     tied = zoo.get("llama3-1b").to_dict()
     assert "tied" in TT.layout_ok(parse("fsdp=2,pp=2,mb=1,ga=4", gpus=4), tied)
+    assert "KV heads" in TT.layout_ok(parse("fsdp=16,tp=16,mb=1,ga=1", gpus=256), shape)
     assert TT.pins(shape) == {}
 
 
