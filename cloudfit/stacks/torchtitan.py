@@ -431,7 +431,7 @@ class _View:
 
     def __init__(self, job: StackJob) -> None:
         self.pp, self.vp, self.zero = job.pp, job.virtual_stages, job.zero if job.dp > 1 else 3
-        self.dp_shard, self.dp_replicate = job.dp_shard, job.dp_replicate
+        self.dp_shard, self.dp_replicate, self.tp = job.dp_shard, job.dp_replicate, job.tp
         self.schedule = job.pp_schedule or "1f1b"
 
 
