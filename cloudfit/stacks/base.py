@@ -325,7 +325,7 @@ class Stack:
 
     def refuse(self, job: StackJob) -> str | None:
         """One line why this stack cannot run ``job``, or None."""
-        return self.layout_ok(_LayoutView(job), job.shape)
+        return self.layout_ok(LayoutView(job), job.shape)
 
     # ---------------------------------------------------------------- running
     def command(self, job: StackJob, extra_args: tuple[str, ...] | list[str] = ()) -> StackCommand:
@@ -372,7 +372,7 @@ class Stack:
 
 
 @dataclass(frozen=True)
-class _LayoutView:
+class LayoutView:
     """A StackJob seen as a ``Layout`` (for ``layout_ok``)."""
 
     job: StackJob

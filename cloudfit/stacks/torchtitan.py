@@ -39,7 +39,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from cloudfit.errors import UsageError
 from cloudfit.stacks.base import (CheckpointSaved, Event, Progress, Stack, StackCommand, StackJob,
-                                  StackNotInstalled)
+                                  StackNotInstalled, LayoutView)
 
 CONFIG_MODULE = "cloudfit_titan"
 CONFIG_FUNCTION = "cloudfit_job"
@@ -165,7 +165,7 @@ class Torchtitan(Stack):
         if job.finetune == "lora":
             return ("torchtitan's LoRA is a model converter without a pretraining recipe here: run it with "
                     "`--stack custom` or plan full fine-tuning")
-        why = self.layout_ok(_View(job), job.shape)
+        why = self.layout_ok(LayoutView(job), job.shape)
         if why:
             return why
         if job.cp > 1 and job.seq_len % (2 * job.cp):
@@ -424,15 +424,6 @@ class Torchtitan(Stack):
             "[rank0]:[titan] 2026-01-01 00:00:21,000 - root - INFO - Saving the checkpoint.",
             "[rank0]:[titan] 2026-01-01 00:00:25,000 - root - INFO - Finished saving the checkpoint in 4.00 seconds.",
         )
-
-
-class _View:
-    """A StackJob as a Layout for ``layout_ok``."""
-
-    def __init__(self, job: StackJob) -> None:
-        self.pp, self.vp, self.zero = job.pp, job.virtual_stages, job.zero if job.dp > 1 else 3
-        self.dp_shard, self.dp_replicate, self.tp = job.dp_shard, job.dp_replicate, job.tp
-        self.schedule = job.pp_schedule or "1f1b"
 
 
 def _config_source(flavor: str, base: str, fp8: bool, compiled: bool) -> str:
