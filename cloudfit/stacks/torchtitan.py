@@ -227,8 +227,12 @@ class Torchtitan(Stack):
             notes.append("float8: torchtitan's Float8LinearConverter (its default rowwise recipe; SM89+ GPUs)")
         files = {CONFIG_FILE: _config_source(flavor, base, job.precision == "fp8", job.compile)}
         env = {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}  # as torchtitan's run_train.sh sets it
-        notes.append("torchtitan reads its tokenizer from hf_assets_path (./assets/hf/Llama-3.1-8B) and streams "
-                     "the c4 dataset: ship them or override --hf_assets_path / --dataloader.dataset")
+        assets = {"llama3_8b": "8B", "llama3_70b": "70B", "llama3_405b": "405B"}[base]
+        notes.append(f"torchtitan reads its tokenizer from hf_assets_path (./assets/hf/Llama-3.1-{assets}) and "
+                     "streams the c4 dataset: ship them or override --hf_assets_path / --dataloader.dataset")
+        if job.checkpoint_dir and "://" in job.checkpoint_dir:
+            notes.append(f"checkpoints go straight to {job.checkpoint_dir.split('://')[0]}:// through fsspec "
+                         "(torchtitan/tools/filesystem.py): the nodes need its filesystem package (gcsfs for gs://)")
         return StackCommand(argv=tuple(argv), launcher="torchrun", files=files, env=env, notes=tuple(notes),
                             checkpoint_on_sigterm=False, guarantee=self.guarantee)
 
