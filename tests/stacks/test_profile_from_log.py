@@ -113,3 +113,19 @@ def test_a_missing_log_and_an_unknown_stack_are_one_line(cli, tmp_path):
         r = cli("profile", "add", str(tmp_path / "p.json"), *extra, "--accelerator", "H100", "--count", "8",
                 "--model", "llama3-8b", "--seq-len", "8192", "--layout", "fsdp=8")
         assert r.exit_code == 2 and why in r.stderr, r.stderr
+
+
+def test_a_custom_commands_progress_lines_are_a_profile_too(cli, tmp_path):
+    from cloudfit.stacks.custom import progress_line
+
+    log = tmp_path / "mine.log"
+    log.write_text("\n".join([progress_line(1, tokens_per_second=9000.0), "my own log line",
+                              progress_line(50, tokens_per_second=40000.0, memory_gib=61.0),
+                              progress_line(checkpoint_step=50),
+                              progress_line(100, tokens_per_second=42000.0, memory_gib=60.0)]) + "\n")
+    f = tmp_path / "p.json"
+    r = cli("profile", "add", str(f), "--from-log", str(log), "--stack", "custom", "--accelerator", "H100",
+            "--count", "8", "--model", "llama3-8b", "--seq-len", "8192", "--layout", "fsdp=8,mb=2,ga=1")
+    assert r.exit_code == 0, r.stderr
+    (m,) = io.load_profile(f, llm_ok=True).measurements
+    assert m.tokens_per_second == 41000.0 and m.memory_gib == 61.0 and m.batch_size == 2  # whole-job tokens/s as given
