@@ -30,7 +30,8 @@ Plain Python only (no torch, no stack import at module import time): the planner
   argv        the program and its arguments after the launcher (``("-m", "torchtitan.train", "--job.config_file",
               "cloudfit_job.toml", …)``); the launcher puts ``torchrun --nnodes … --nproc_per_node …`` before it
   launcher    ``torchrun`` | ``accelerate`` | ``none`` (argv is the whole command, run once per node)
-  files       relative path → text, written into the run folder before the command starts
+  files       relative path → text, written into the run folder before the command starts; the command runs
+              with the run folder as its working directory (torchtitan imports its ``cloudfit_titan.py`` from there)
   env         environment variables for every rank
   notes       one line per thing that differs from the plan
   checkpoint_on_sigterm   the stack saves a checkpoint when it receives SIGTERM
