@@ -224,7 +224,9 @@ class Torchtitan(Stack):
         argv += [str(a) for a in extra_args]
         argv.append(AC_SUBCOMMAND[job.ac])  # a tyro subcommand: after every other flag
         if job.precision == "fp8":
-            notes.append("float8: torchtitan's Float8LinearConverter (its default rowwise recipe; SM89+ GPUs)")
+            notes.append("float8: torchtitan's Float8LinearConverter (its default rowwise recipe; SM89+ GPUs)"
+                         + ("" if job.compile else "; without torch.compile its casts are not fused and float8 "
+                            "runs slower than planned: launch with compile on"))
         files = {CONFIG_FILE: _config_source(flavor, base, job.precision == "fp8", job.compile)}
         env = {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}  # as torchtitan's run_train.sh sets it
         assets = {"llama3_8b": "8B", "llama3_70b": "70B", "llama3_405b": "405B"}[base]
