@@ -60,6 +60,8 @@ def recommend(
     config: Optional[Path] = opts.CONFIG,
     layout: Optional[str] = opts.LAYOUT,
     global_batch: Optional[int] = opts.GLOBAL_BATCH,
+    stack: Optional[str] = opts.STACK,
+    framework: Optional[str] = opts.FRAMEWORK_ALIAS,
     wide: bool = typer.Option(False, "--wide", help="Show every column of the table whatever the terminal width."),
 ) -> None:
     """Recommend the cluster to train on: cheapest under --deadline, fastest under --budget."""
@@ -81,14 +83,19 @@ def recommend(
                   accelerators=opts.split(accelerators), spot=opts.spot_mode(spot, spot_only), max_nodes=max_nodes,
                   confidence=confidence, max_gpus=max_gpus, allow_outlier_prices=allow_outlier_prices,
                   clouds=None if clouds is None else opts.split(clouds))
+    stack = opts.stack_option(stack, framework)
     if is_llm_request(model=model, profile=profile, tokens=tokens, config=config, layout=layout):
         from cloudfit.cli.recommend_llm import token_workload  # a large-model token workload
 
         workload = token_workload(
             model=model, profile=profile, samples=samples, epochs=epochs, dataset_size=dataset_size, tokens=tokens,
             seq_len=seq_len, finetune=finetune, lora_rank=lora_rank, config=config, layout=layout,
-            global_batch=global_batch, precision=precision, batch_size=batch_size, search=search, limits=limits)
+            global_batch=global_batch, precision=precision, batch_size=batch_size, search=search, limits=limits,
+            stack=stack)
     else:
+        if stack is not None:
+            raise UsageError("--stack is for large-model plans (--tokens with an LLM --model or --config); "
+                             "a profiled model trains on cloudfit's own DDP trainer")
         from cloudfit.workload import make_workload
 
         workload = make_workload(model=model, profile=profile, samples=samples, epochs=epochs,

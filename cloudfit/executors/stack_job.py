@@ -69,13 +69,20 @@ class StackRun:
                                  "a stop sends SIGTERM; work since the newest checkpoint the log reported is lost")
 
 
+#: Programs that start their own ranks: a command beginning with one runs once per node (``direct``), not under
+#: cloudfit's torchrun.
+SELF_LAUNCHING = ("torchrun", "accelerate", "deepspeed", "mpirun", "srun")
+
+
 def custom_command(job, user_command: tuple[str, ...]):
-    """The user's command as the ``custom`` stack runs it: its argv, the plan's layout as environment variables
-    and a JSON file (``cloudfit.stacks.custom``)."""
+    """The user's command as the ``custom`` stack runs it (``cloudfit.stacks.custom``: the plan's layout as
+    ``CLOUDFIT_*`` environment variables and ``cloudfit_layout.json``): under torchrun, one process per GPU, as
+    ``cloudfit launch plan.json -- CMD`` always ran it — unless it starts its own ranks (``torchrun …``,
+    ``accelerate launch …``, ``python -m torch.distributed.run …``: once per node)."""
     from cloudfit import stacks
 
-    st = stacks.get("custom")
-    try:
-        return st.command(job, argv=tuple(user_command))
-    except TypeError:  # a custom stack that takes the command from the job's argv afterwards
-        return dataclasses.replace(st.command(job), argv=tuple(user_command))
+    cmd = stacks.get("custom").command(job, extra_args=tuple(user_command))
+    argv = tuple(user_command)
+    prog = argv[0].rsplit("/", 1)[-1] if argv else ""
+    own = prog in SELF_LAUNCHING or "torch.distributed.run" in argv or "torch.distributed.launch" in argv
+    return dataclasses.replace(cmd, launcher="none" if own else "torchrun")

@@ -210,12 +210,13 @@ def script_folder(command: tuple[str, ...] | list[str]) -> Path | None:
 
 
 def node_command(command: tuple[str, ...] | list[str], folder: Path) -> tuple[str, ...]:
-    """``command`` as it runs on a node from the unpacked folder: script paths under ``folder`` become
-    relative to it (``python /home/me/proj/train.py`` → ``python train.py``)."""
+    """``command`` as it runs on a node from the unpacked folder: paths of files under ``folder`` (absolute, or
+    relative to here) become relative to it (``python /home/me/proj/train.py``, ``python proj/train.py`` →
+    ``python train.py``)."""
     out = []
     for word in command:
         p = Path(word).expanduser()
-        if not word.startswith("-") and p.is_absolute() and p.exists():
+        if not word.startswith("-") and word and p.exists() and (p.is_absolute() or "/" in word or p.is_file()):
             r = p.resolve()
             if r == folder or folder in r.parents:
                 out.append(r.relative_to(folder).as_posix() or ".")

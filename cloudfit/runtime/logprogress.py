@@ -59,8 +59,8 @@ class LogProgress:
                 v = getattr(ev, k)
                 if v is not None:
                     f[k] = float(v)
-        elif isinstance(ev, CheckpointSaved):
-            f["checkpoint_step"] = int(ev.step)
+        elif isinstance(ev, CheckpointSaved):  # a step the line does not state: the last step seen
+            f["checkpoint_step"] = int(ev.step) if ev.step >= 0 else int(f.get("step") or 0)
             if ev.path:
                 f["checkpoint_path"] = str(ev.path)
         if ev is not None:

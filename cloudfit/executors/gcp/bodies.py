@@ -87,12 +87,13 @@ def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: 
               "BUCKET": bucket, "CKPT": local, "PIP_ARGS": "" if wheel else (install or install_source()).spec,
               "WHEEL_NAME": wheel, "WHEEL_SHA": install.sha256 if wheel else "",
               "WHEEL_EXTRA": "[hf]" if wheel and install.spec.endswith("[hf]") else "", "VERSION": version,
-              "ENTRY": entry, "WORKDIR_SHA": spec.job.workdir.sha256 if spec.job.workdir is not None else "",
+              "ENTRY": entry if mode == "torchrun" else "true", "DIRECT_ENTRY": entry if mode == "direct" else "true",
+              "WORKDIR_SHA": spec.job.workdir.sha256 if spec.job.workdir is not None else "",
               "LAUNCH_MODE": mode, "LOG_PARSER": parser, "SIGTERM_ON_STOP": sigterm, "STACK_ENV": stack_env,
               "TOTAL_STEPS": str(int(spec.job.steps)), "SEQ_LEN_ARG": seq_arg}
     text = (Path(__file__).with_name("startup.sh")).read_text()
     for k, v in values.items():  # ENTRY and PIP_ARGS are already shell words (quoted where needed)
-        text = text.replace("{{%s}}" % k, v if k in ("ENTRY", "PIP_ARGS", "STACK_ENV", "TOTAL_STEPS", "SEQ_LEN_ARG")
+        text = text.replace("{{%s}}" % k, v if k in ("ENTRY", "DIRECT_ENTRY", "PIP_ARGS", "STACK_ENV", "TOTAL_STEPS", "SEQ_LEN_ARG")
                             else shlex.quote(v))
     return text
 

@@ -46,7 +46,7 @@ from cloudfit.errors import BudgetExceeded, LaunchError, UsageError
 from cloudfit.executors import state as st
 from cloudfit.executors.base import (
     LABEL, NO_CAPACITY, DownResult, Event, EventSink, Poll, Preview, RunResult, RunSpec, Timing, carried_budget,
-    supervise, taken_over,
+    checkpoint_stops, supervise, taken_over,
 )
 from cloudfit.executors.budget import Guard, PriceSchedule, check_launchable
 from cloudfit.executors.gcp.bodies import (
@@ -197,7 +197,7 @@ class GcpExecutor:
                                                                        "zone": cluster.config.offering.zone})
             reason, last = supervise(cluster, guard, timing=self.timing, timeout_s=spec.timeout_s, emit=emit,
                                      clock=self.clock, sleep=self.sleep, record=st.SpendRecorder(self.store, spec.name),
-                                     watch=watch)
+                                     watch=watch, after_checkpoint=checkpoint_stops(spec))
         except _NoCapacity as e:
             reason = NO_CAPACITY
             raise LaunchError(str(e)) from None

@@ -140,19 +140,23 @@ export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 CLOUDFIT_CLUSTER="$CLUSTER" CLOUDFIT
   CLOUDFIT_STOP_FILE="$STOP_FILE" CLOUDFIT_PROGRESS_FILE="$PROGRESS" CLOUDFIT_LOCAL_CHECKPOINT_DIR="$LOCAL_CKPT"
 # no key in metadata (a VM not made by `cloudfit launch`): the trainer keeps its own key outside the checkpoints
 [ -n "$CKPT_KEY" ] && export CLOUDFIT_CHECKPOINT_KEY="$CKPT_KEY"
+# The job, its output also in $JOB_LOG (a stack's progress is parsed from it); exec: its pid is the one a stop
+# signals (a job that does not read the stop file gets SIGTERM).
+run_job() {
+  if [ "$LAUNCH_MODE" = direct ]; then  # the command launches its own ranks (accelerate launch, torchrun …)
+    export NNODES NPROC NODE_RANK MASTER_ADDR="$MASTER" MASTER_PORT=29400
+    exec {{DIRECT_ENTRY}}
+  fi
+  exec "$PY" -m torch.distributed.run --nnodes="$NNODES" --nproc-per-node="$NPROC" --rdzv-backend=c10d \
+    --rdzv-endpoint="$MASTER:29400" --rdzv-id="$CLUSTER" --rdzv-conf=join_timeout=900 --max-restarts=3 \
+    {{ENTRY}}
+}
 guest state running
 code=1
 # A preempted peer makes torchrun fail here; it is recreated by the launcher, so try again and
 # meet it at the rendezvous (the job resumes from the newest checkpoint).
 for attempt in 1 2 3 4 5 6 7 8 9 10; do
-  if [ "$LAUNCH_MODE" = direct ]; then  # the command launches its own ranks (accelerate launch …)
-    export NNODES NPROC NODE_RANK MASTER_ADDR="$MASTER" MASTER_PORT=29400
-    {{ENTRY}} > >(tee -a "$JOB_LOG") 2>&1 &
-  else
-    "$PY" -m torch.distributed.run --nnodes="$NNODES" --nproc-per-node="$NPROC" --rdzv-backend=c10d \
-      --rdzv-endpoint="$MASTER:29400" --rdzv-id="$CLUSTER" --rdzv-conf=join_timeout=900 --max-restarts=3 \
-      {{ENTRY}} > >(tee -a "$JOB_LOG") 2>&1 &
-  fi
+  run_job > >(tee -a "$JOB_LOG") 2>&1 &
   echo $! > "$WORK/job.pid"
   wait "$(cat "$WORK/job.pid")"
   code=$?
