@@ -71,9 +71,10 @@ _MEM = re.compile(r"memory:\s*([0-9.]+)\s*GiB\s*\(\s*([0-9.]+)%\)")
 _TPS = re.compile(r"\b(?:tps|wps):\s*([0-9,]+(?:\.[0-9]+)?)")
 _TFLOPS = re.compile(r"tflops:\s*([0-9,]+(?:\.[0-9]+)?)")
 _MFU = re.compile(r"mfu:\s*([0-9.]+)%")
-_CKPT_DONE = re.compile(r"Finished (?:saving|staging) the checkpoint|Last step checkpoint completed|"
-                        r"Saving a (?:full|model only) checkpoint .*at last step")
-_CKPT_STEP = re.compile(r"[Ss]aving (?:the )?checkpoint at step (\d+)")
+#: a save finished (synchronous DCP: the files are written; "staging" of an async save is not a save)
+_CKPT_DONE = re.compile(r"Finished saving the checkpoint|Last step checkpoint completed")
+#: a save begins at step N (older torchtitan: "Saving a checkpoint at step N."; 0.3: "… at last step, step N.")
+_CKPT_STEP = re.compile(r"[Ss]aving (?:a |the )?(?:full |model only )?checkpoint\b.*?\bstep,? (?:step )?(\d+)")
 _CKPT_ID = re.compile(r"(\S*step-(\d+))")
 _MESH_NEW = re.compile(r"Building device mesh with parallelism:\s*(.*)$")
 _MESH_OLD = re.compile(r"Building (\d+)-D device mesh with \[([^\]]*)\],\s*\[([^\]]*)\]")
@@ -271,19 +272,15 @@ class Torchtitan(Stack):
                             memory_fraction=float(mem.group(2)) / 100.0 if mem else None,
                             tflops=float(tfl.group(1).replace(",", "")) if tfl else None,
                             mfu=float(mfu.group(1)) / 100.0 if mfu else None)
-        m = _CKPT_STEP.search(line)
-        if m:
-            return CheckpointSaved(step=int(m.group(1)))
         if _CKPT_DONE.search(line):
             ident = _CKPT_ID.search(line)
-            last = re.search(r"step (\d+)", line)
-            step = int(ident.group(2)) if ident else int(last.group(1)) if last else -1
-            return CheckpointSaved(step=step, path=ident.group(1) if ident else None)
+            return CheckpointSaved(step=int(ident.group(2)) if ident else -1, path=ident.group(1) if ident else None)
         return None
 
     def parse_log(self, lines: Iterable[str]) -> Iterator[Event]:
-        """Progress once per step (every rank may print the same line), checkpoints with the step they follow."""
-        last = 0
+        """Progress once per step (every rank may print the same line); a finished save with the step its
+        "Saving … step N" line named, else the last step logged."""
+        last, pending = 0, None
         seen: set[int] = set()
         for line in lines:
             ev = self.parse_line(line)
@@ -294,7 +291,13 @@ class Torchtitan(Stack):
                 last = max(last, ev.step)
                 yield ev
             elif isinstance(ev, CheckpointSaved):
-                yield ev if ev.step >= 0 else CheckpointSaved(step=last, path=ev.path)
+                yield ev if ev.step >= 0 else CheckpointSaved(step=pending if pending is not None else last,
+                                                               path=ev.path)
+                pending = None
+            else:
+                m = _CKPT_STEP.search(_ANSI.sub("", line))
+                if m:
+                    pending = int(m.group(1))
 
     def layout_from_log(self, lines: Iterable[str]) -> dict[str, Any]:
         """What the log states: the mesh (``dp_replicate``, ``dp_shard``, ``tp``, ``pp``, ``cp``), the batch

@@ -239,7 +239,13 @@ def test_log_lines_become_progress_and_checkpoints():
     assert ck == CheckpointSaved(step=10)
     assert p2.tokens_per_second_per_gpu == 5000 and p2.tflops is None  # an older torchtitan's wps
     assert p3.mfu is None and p3.tflops == 1.0  # float8 runs print mfu: N/A
-    assert TT.parse_line("Saving checkpoint at step 500") == CheckpointSaved(step=500)
+    saves = ["step: 490  loss: 2.0  memory: 1.0GiB(1.0%)  tps: 10", "Saving a checkpoint at step 500.",
+             "Finished saving the checkpoint (or staging if async is enabled)in 2.31 seconds.",
+             "step: 1000  loss: 1.9  memory: 1.0GiB(1.0%)  tps: 10", "Saving a full checkpoint at last step, step 1000.",
+             "Last step checkpoint completed in 9.00s", "Finished staging the checkpoint in 1.0 seconds."]
+    assert [e for e in TT.parse_log(saves) if isinstance(e, CheckpointSaved)] == [CheckpointSaved(500),
+                                                                                 CheckpointSaved(1000)]
+    assert TT.parse_line("Saving a checkpoint at step 500.") is None  # a save begun is not a save
     assert TT.parse_line("just a line") is None
 
 
