@@ -128,6 +128,14 @@ def choose_stack(plan, backend: str, stack: str | None, command: tuple[str, ...]
     lay = plan.layout or {}
     priced = lay.get("stack") or "cloudfit"
     if command:
+        runs = named or lay.get("stack")  # the stack named here, else the plan's
+        if runs not in (None, "custom", "cloudfit") and lay:
+            from cloudfit.executors.stack_job import takes_arguments
+
+            if takes_arguments(stacks.get(runs), command):  # accelerate: `-- train.py …`; `-- --flag …`
+                if runs != priced:
+                    notes.append(f"the plan's numbers are for {priced}, but {runs} runs it")
+                return runs, runs, notes
         parser = named if named not in (None, "custom", "cloudfit") else "custom"
         return "custom", parser, notes
     if named == "custom":

@@ -79,20 +79,17 @@ def workload(*, model, profile, samples, epochs, dataset_size, deadline, budget,
 STACK = typer.Option(None, "--stack", help="LLM: the training stack that will run it — torchtitan, megatron, accelerate "
                                            "or cloudfit (cloudfit's own trainer): priced with that stack's constants, "
                                            "only layouts it runs (default: cloudfit's constants).")
-#: The word before --stack: kept so old scripts run, hidden from --help, and it says so on stderr.
+#: The word before --stack: kept so old scripts and profiles' commands run, hidden from --help, mapped silently (a
+#: warning line would break the one-line error contract of every command that takes it).
 FRAMEWORK_ALIAS = typer.Option(None, "--framework", hidden=True, help="Deprecated: use --stack.")
 
 
 def stack_option(stack: Optional[str], framework: Optional[str]) -> Optional[str]:
-    """The stack ``--stack`` names, or the deprecated ``--framework`` (one line on stderr); never both."""
+    """The stack ``--stack`` names, or the deprecated ``--framework`` (the same word; never both)."""
     from cloudfit.errors import UsageError
 
     if framework is None:
         return stack
     if stack is not None:
         raise UsageError("give --stack (--framework is its old name), not both")
-    from cloudfit.cli.render import console
-
-    console(stderr=True).print(f"warning: --framework is deprecated; use --stack {framework}", soft_wrap=True,
-                               markup=False)
     return framework

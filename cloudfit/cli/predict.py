@@ -63,10 +63,14 @@ def _framework_of(stack: str | None) -> str | None:
         return None
     from cloudfit.llm.step import FRAMEWORKS
 
-    if stack in FRAMEWORKS and stack not in ("megatron", "cloudfit"):
+    if stack in FRAMEWORKS:
         return stack
     from cloudfit import stacks
+    from cloudfit.errors import UsageError
 
+    if stack not in stacks.names():
+        raise UsageError(f"--stack must be one of {', '.join(n for n in stacks.names() if n != 'custom')} (or the step "
+                         f"model's {', '.join(f for f in FRAMEWORKS if f not in stacks.names())}), got {stack!r}")
     return stacks.get(stack).framework
 
 

@@ -183,12 +183,14 @@ def add(
     tokens_per_second: Optional[float] = typer.Option(None, "--tokens-per-second",
                                                       help="LLM: tokens/s of the whole cluster."),
     memory_gib: Optional[float] = typer.Option(None, "--memory-gib", help="LLM: peak memory per GPU (GiB)."),
-    framework: str = typer.Option("fsdp", "--framework", help="LLM: the training stack measured: cloudfit (its own FSDP2 trainer), fsdp, megatron or megatron-deepspeed."),
+    framework: Optional[str] = typer.Option(None, "--framework", hidden=True, help="Deprecated: use --stack."),
     from_log: Optional[Path] = typer.Option(None, "--from-log",
                                             help="LLM: read tokens/s, memory, MFU and the layout from this training "
                                                  "log (rank 0's), parsed by --stack."),
-    stack: str = typer.Option("torchtitan", "--stack", help="LLM --from-log: the stack that wrote the log "
-                                                            "(torchtitan, megatron, accelerate, custom, cloudfit)."),
+    stack: Optional[str] = typer.Option(None, "--stack", help="LLM: the stack that ran it (torchtitan, megatron, "
+                                                              "accelerate, custom, cloudfit; the step model's "
+                                                              "fsdp / megatron-deepspeed too); with --from-log the "
+                                                              "one whose log it is (default: torchtitan)."),
     stack_config: Optional[Path] = typer.Option(None, "--stack-config",
                                                 help="LLM --from-log: the run's own configuration (torchtitan TOML/"
                                                      "JSON/flags, Megatron arguments) for what the log does not print."),
@@ -203,6 +205,20 @@ def add(
     from cloudfit.types import Measurement
 
     now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+    from cloudfit.cli import options as opts
+
+    stack = opts.stack_option(stack, framework)  # --framework: the old word, mapped silently
+    if from_log is None:  # a manual add names the step model's constants: a stack's, or their own name
+        from cloudfit.llm.step import FRAMEWORKS
+
+        framework = "fsdp" if stack is None else stack if stack in FRAMEWORKS else None
+        if framework is None:
+            from cloudfit.stacks import get as get_stack
+
+            framework = get_stack(stack).framework
+    else:
+        stack = stack or "torchtitan"
+        framework = "fsdp"
     if from_log is not None:
         if tokens_per_second is not None or samples_per_second is not None:
             raise ProfileError("--from-log reads the speed from the log: leave out --tokens-per-second")

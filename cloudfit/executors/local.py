@@ -364,7 +364,8 @@ class _LocalRunning:
 
     def request_stop(self) -> None:
         self.paths["stop"].touch()
-        if self.spec.job.command:  # a user command may not know the stop file: ask torchrun to stop it
+        if self.spec.job.command or self.spec.job.stack is not None:  # another stack / a user command may not know
+            # the stop file: ask torchrun (or the stack's own launcher) to stop it
             _signal_group(self.proc.pid, signal.SIGTERM)
 
     def teardown(self) -> None:

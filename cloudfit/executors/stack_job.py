@@ -20,7 +20,7 @@ class StackRun:
     name: str  # the stack that runs: torchtitan | megatron | accelerate | custom
     parser: str  # the stack whose parse_line reads the job's log
     plan: Any = dataclasses.field(repr=False, compare=False, default=None)
-    user_command: tuple[str, ...] = ()  # custom: the user's command (as it runs on a node)
+    user_command: tuple[str, ...] = ()  # custom: the user's command; a stack taking extra_args: its arguments
     steps: int | None = None  # None = the plan's
     checkpoint_every: int | None = None  # None = the plan's interval in steps (StackJob.from_plan)
     seq_len: int | None = None
@@ -46,9 +46,11 @@ class StackRun:
     def command(self, config=None, checkpoint_dir: str | None = None):
         """The stack's ``StackCommand`` for the job on ``config`` (a refusal: ``UsageError``, one line)."""
         job = self.job(config, checkpoint_dir)
-        if self.name != "custom":
-            return self.stack.command(job)
-        return custom_command(job, self.user_command)
+        if self.name == "custom":
+            return custom_command(job, self.user_command)
+        if self.user_command:  # accelerate: your script and its arguments; megatron: flags appended
+            return self.stack.command(job, extra_args=tuple(self.user_command))
+        return self.stack.command(job)
 
     @staticmethod
     def entry(cmd) -> tuple[str, ...]:
@@ -86,3 +88,18 @@ def custom_command(job, user_command: tuple[str, ...]):
     prog = argv[0].rsplit("/", 1)[-1] if argv else ""
     own = prog in SELF_LAUNCHING or "torch.distributed.run" in argv or "torch.distributed.launch" in argv
     return dataclasses.replace(cmd, launcher="none" if own else "torchrun")
+
+
+def takes_arguments(stack, command) -> bool:
+    """The words after ``--`` are the stack's own arguments (``Stack.command(job, extra_args=…)``) rather than a
+    command of their own: flags (``-- --data-path …`` for Megatron or torchtitan), or the script Accelerate
+    launches (``-- train.py …``). ``-- python train.py`` is a command: it runs as the custom stack."""
+    import inspect
+
+    try:
+        if "extra_args" not in inspect.signature(stack.command).parameters:
+            return False
+    except (TypeError, ValueError):
+        return False
+    first = str(command[0]) if command else ""
+    return first.startswith("-") or (getattr(stack, "launcher", "") == "accelerate" and first.endswith(".py"))

@@ -101,10 +101,9 @@ def test_a_pinned_layout_the_stack_cannot_run_is_refused_in_one_line():
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
 
 
-def test_framework_is_the_hidden_deprecated_word_for_stack(plans):
+def test_framework_is_the_hidden_old_word_for_stack(plans):
     r = run_cloudfit(*BASE, "--framework", "torchtitan", "--json")
     assert r.returncode == 0, r.stderr
-    assert "--framework is deprecated; use --stack" in r.stderr
     assert json.loads(r.stdout)["stack"] == "torchtitan"
     h = run_cloudfit("recommend", "--help")
     assert "--stack" in h.stdout and "--framework" not in h.stdout
@@ -142,7 +141,6 @@ def test_predict_takes_stack_too():
                      "--framework", "megatron", "--json")
     assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
     assert json.loads(a.stdout)["tokens_per_second"] == json.loads(b.stdout)["tokens_per_second"]
-    assert "deprecated" in b.stderr
 
 
 def test_token_workload_rejects_custom_in_the_library():
