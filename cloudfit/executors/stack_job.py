@@ -103,3 +103,34 @@ def takes_arguments(stack, command) -> bool:
         return False
     first = str(command[0]) if command else ""
     return first.startswith("-") or (getattr(stack, "launcher", "") == "accelerate" and first.endswith(".py"))
+
+
+@dataclass(frozen=True)
+class NodeJob:
+    """What one node runs for a job of another stack, backend-neutral (the gcp startup script renders it; the
+    SkyPilot task builder can too): ``mode`` torchrun (``argv`` after ``torchrun …``) or direct (``argv`` is the
+    whole command, once per node, with NNODES/NPROC/NODE_RANK/MASTER_ADDR/MASTER_PORT in its environment),
+    ``env`` for every rank, the log parser and the progress follower's arguments, and the workdir archive
+    (``cloudfit.executors.workdir.Packed``: unpack it, check its sha256, run from it)."""
+
+    mode: str
+    argv: tuple[str, ...]
+    env: dict
+    log_parser: str
+    follower: tuple[str, ...]  # python -m cloudfit.runtime.logprogress <follower> --log LOG --progress FILE
+    workdir: Any = None
+
+
+def node_job(spec, config, checkpoint_dir: str | None) -> NodeJob | None:
+    """``spec``'s job on a node of ``config`` when another stack runs it (None: cloudfit's trainer or a plain
+    command). ``checkpoint_dir``: the folder as the node sees it (a mounted bucket)."""
+    run = spec.job.stack
+    if run is None:
+        return None
+    sc = run.command(config, checkpoint_dir)
+    mode = "torchrun" if sc.launcher == "torchrun" else "direct"
+    argv = run.entry(sc) if mode == "torchrun" else tuple(sc.argv)
+    gpus = config.nodes * config.offering.accelerators_per_node
+    follower = ("--stack", run.parser, "--total-steps", str(int(spec.job.steps)), "--gpus", str(gpus),
+                *(("--seq-len", str(int(run.seq_len))) if run.seq_len else ()))
+    return NodeJob(mode, tuple(argv), dict(sc.env), run.parser, follower, spec.job.workdir)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 from cloudfit.executors.gcp import wheel
@@ -11,29 +10,13 @@ PACKAGE = Path(wheel.__file__).resolve().parents[2]
 
 
 def _module_files() -> dict[str, Path]:
-    out = {}
-    for p in PACKAGE.rglob("*.py"):
-        name = ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts)
-        out[name[: -len(".__init__")] if name.endswith(".__init__") else name] = p
-    return out
+    return wheel._module_files(PACKAGE)
 
 
 def _closure(roots: list[str]) -> set[str]:
-    mods, seen, stack = _module_files(), set(), list(roots)
-    while stack:
-        m = stack.pop()
-        if m in seen or m not in mods:
-            continue
-        seen.add(m)
-        parts = m.split(".")
-        stack += [".".join(parts[:i]) for i in range(1, len(parts))]
-        for node in ast.walk(ast.parse(mods[m].read_text())):  # lazy imports inside functions too
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cloudfit"):
-                stack.append(node.module)
-                stack += [f"{node.module}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Import):
-                stack += [a.name for a in node.names if a.name.startswith("cloudfit")]
-    return seen
+    """Every cloudfit module ``roots`` import (lazy imports inside functions too): ``wheel.closure``, which the
+    wheel ships; the last test below imports them from the unpacked wheel for real."""
+    return wheel.closure(PACKAGE, tuple(roots))
 
 
 def test_nothing_the_trainers_import_is_left_out_of_the_wheel():

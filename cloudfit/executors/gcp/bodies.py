@@ -67,14 +67,14 @@ def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: 
         bucket, local = "", checkpoint_dir
     mode, parser, sigterm, stack_env, seq_arg = "torchrun", "", "", "", ""
     if spec.job.stack is not None:  # another stack (or the user's command with the plan's layout)
-        run = spec.job.stack
-        sc = run.command(config, local)
-        mode = "direct" if sc.launcher != "torchrun" else "torchrun"
-        entry = " ".join(shlex.quote(a) for a in (run.entry(sc) if mode == "torchrun" else sc.argv))
-        parser, sigterm = run.parser, "1"
-        stack_env = "\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in sorted(sc.env.items())
+        from cloudfit.executors.stack_job import node_job
+
+        nj = node_job(spec, config, local)
+        mode, parser, sigterm = nj.mode, nj.log_parser, "1"
+        entry = " ".join(shlex.quote(a) for a in nj.argv)
+        stack_env = "\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in sorted(nj.env.items())
                               if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k))
-        seq_arg = f"--seq-len {int(run.seq_len)}" if run.seq_len else ""
+        seq_arg = f"--seq-len {int(spec.job.stack.seq_len)}" if spec.job.stack.seq_len else ""
     elif spec.job.command:
         entry = "--no-python " + " ".join(shlex.quote(a) for a in spec.job.command)
         sigterm = "1"
