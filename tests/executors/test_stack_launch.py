@@ -279,3 +279,29 @@ def test_a_local_command_read_by_torchtitans_parser_stops_at_the_budget(tmp_path
     st = run_cloudfit("status", "replay", "--json")
     prog = json.loads(st.stdout)["progress"]
     assert prog["source"] == "log:torchtitan" and prog["loss"] > 0 and prog["memory_gib"] == pytest.approx(9.46)
+
+
+def test_words_after_dashes_are_the_stacks_own_arguments_or_a_command(cli, fake, tmp_path):
+    """Accelerate launches your script (`-- train.py …`); flags (`-- --lr …`) go to the plan's stack; a program
+    (`-- python train.py`) runs as the custom stack with the layout."""
+    plan = tmp_path / "acc.json"
+    r = run_cloudfit("recommend", "--model", "llama3-1b", "--tokens", "1e8", "--seq-len", "2048", "--deadline", "2d",
+                     "--accelerators", "L4", "--regions", "us-central1", "--stack", "accelerate", "--out", str(plan))
+    assert r.returncode == 0, r.stderr
+    proj = _project(tmp_path)
+
+    def job(*words):
+        j = cli("launch", str(plan), "--dry-run", "--json", "--name", "acc", *_gcp(fake, "--checkpoint-dir", CKPT),
+                "--", *words)
+        assert j.exit_code == 0, j.output
+        return json.loads(j.output)["preview"]["job"]
+
+    acc = job(str(proj / "train.py"), "--lr", "3e-4")
+    assert acc["stack"] == "accelerate" and "accelerate launch" in acc["commands"][0]["command"]
+    assert acc["commands"][0]["command"].endswith("train.py --lr 3e-4")  # run from the shipped folder
+    assert "NODE_RANK=0" in acc["commands"][0]["command"]  # it starts its own ranks: once per node
+    [w] = [s for s in acc["ships"] if s["what"] == "workdir archive"]
+    assert {"train.py", "lib/steps.py"} <= {f["path"] for f in w["files"]}
+    assert any(name.endswith(".yaml") for name in acc["config_files"])
+    custom = job("python", str(proj / "train.py"))
+    assert custom["stack"] == "custom" and "--no-python python train.py" in custom["commands"][0]["command"]
