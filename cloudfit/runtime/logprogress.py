@@ -119,14 +119,17 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from cloudfit import stacks
 
+    import os
+
     lp = LogProgress(stacks.get(a.stack), total_steps=a.total_steps, gpus=a.gpus, seq_len=a.seq_len)
     last: dict[str, Any] = {}
+    parent = os.getppid()
     while True:
         p = lp.read_new(a.log)
         if p and p != last:
             write_json_atomic(Path(a.progress), p)
             last = p
-        if a.once:
+        if a.once or os.getppid() != parent:  # the startup script that started it is gone: so is the job
             return 0
         time.sleep(a.every_s)
 
