@@ -306,8 +306,9 @@ def _render_result(r) -> None:
     line = f"{r.name}: {what} after {r.elapsed_s:.0f} s; spent {money(r.spend_usd) if r.spend_usd >= 0.01 else f'${r.spend_usd:.4f}'}"
     if r.total_steps:
         line += f"; step {r.steps}/{r.total_steps}"
-    if r.samples_per_second:
-        line += f"; {r.samples_per_second:,.0f} samples/s"
+    if r.samples_per_second:  # an LLM's sequences per second can be below 1
+        sps = r.samples_per_second
+        line += f"; {sps:,.0f} samples/s" if sps >= 10 else f"; {sps:.3g} samples/s"
     if r.restarts:
         line += f"; {r.restarts} restart(s)"
     if r.preemptions:

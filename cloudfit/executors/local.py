@@ -116,7 +116,11 @@ class LocalExecutor:
         if spec.job.stack is not None:  # another stack / the user's command with the plan's layout
             run = spec.job.stack
             sc = run.command(spec.configs[0], str(paths["checkpoints"]))
-            return launcher + list(run.entry(sc)) if sc.launcher == "torchrun" else list(sc.argv)
+            argv = list(run.entry(sc)) if sc.launcher == "torchrun" else list(sc.argv)
+            # it runs from the run folder (its config files are there): the user's relative paths made absolute
+            argv = [str(Path(w).resolve()) if w and not w.startswith("-") and not Path(w).is_absolute()
+                    and Path(w).exists() else w for w in argv]
+            return launcher + argv if sc.launcher == "torchrun" else argv
         if spec.job.command:
             return launcher + ["--no-python", *spec.job.command]
         args = spec.job.trainer_args(
@@ -286,7 +290,8 @@ class _LocalRunning:
             env.update(self._stack_files())
         with open(self.paths["log"], "ab") as log:
             self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)  # its own process group: teardown kills all ranks
+                                         start_new_session=True,  # its own process group: teardown kills all ranks
+                                         cwd=str(self.paths["dir"]) if self.spec.job.stack is not None else None)
         self.ex.store.confirm(self.rid, info={"pid": self.proc.pid, "create_time": _create_time(self.proc.pid)})
 
     def _stack_files(self) -> dict[str, str]:

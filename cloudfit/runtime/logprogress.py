@@ -31,7 +31,9 @@ class LogProgress:
 
     def __init__(self, stack, *, total_steps: int, gpus: int, seq_len: int | None = None,
                  extra: dict[str, Any] | None = None) -> None:
-        self.stack, self.gpus, self.seq_len = stack, max(1, int(gpus)), seq_len
+        # a stack whose lines need the job to give tokens/s (Megatron: step time and batch) reads them bound to it
+        self.stack = stack.bind(int(seq_len)) if seq_len and hasattr(stack, "bind") else stack
+        self.gpus, self.seq_len = max(1, int(gpus)), seq_len
         self.fields: dict[str, Any] = {"schema_version": PROGRESS_SCHEMA, "state": "running",
                                        "total_steps": int(total_steps), "source": f"log:{stack.name}",
                                        **(extra or {})}
