@@ -90,6 +90,14 @@ def prepare_launch(plan, executor, *, budget_usd: float | None = None, name: str
         if chosen != "cloudfit":  # the local backend rehearses another stack's plan with cloudfit's trainer
             stack_notes.append(_local_rehearsal_note(plan, chosen, configs, checkpoint_dir))
             record["stack"] = {"name": chosen, "rehearsed_by": "cloudfit.train_llm"}
+            from cloudfit.errors import UsageError
+            from cloudfit.executors.stack_job import StackRun
+
+            try:  # the stack's own files land in the run folder beside the rehearsal, to read
+                sc = StackRun(chosen, chosen, plan, steps=steps).command(None, checkpoint_dir)
+                job = dataclasses.replace(job, files=dict(sc.files))
+            except UsageError as e:
+                stack_notes.append(f"{chosen} would refuse this plan on its GPUs: {e}")
     else:
         from cloudfit.executors.deadline import deadline_spec
 

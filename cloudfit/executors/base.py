@@ -88,6 +88,9 @@ class JobSpec:
     stack: Any = None
     #: The folder that ships to every node and the command runs from (``cloudfit.executors.workdir.Packed``).
     workdir: Any = None
+    #: Files the local run folder gets (relative path → text): the stack's config files of a plan another stack
+    #: runs on GPUs, written beside its CPU rehearsal.
+    files: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def trainer(self) -> str:

@@ -176,6 +176,7 @@ class LocalExecutor:
             paths["dir"].mkdir(parents=True, exist_ok=True)
             for stale in (paths["progress"], paths["stop"]):  # a previous run's files must not end this one
                 stale.unlink(missing_ok=True)
+            _write_files(paths["dir"], spec.job.files)
             try:
                 running.start(c)
                 self.store.update_cluster(spec.name, status=st.RUNNING)
@@ -297,17 +298,12 @@ class _LocalRunning:
     def _stack_files(self) -> dict[str, str]:
         """The stack's config files into the run folder; its environment, a value naming one of those files made
         the file's absolute path (the command runs from the launcher's folder, as typed)."""
-        from cloudfit.atomic import atomic_open
         from cloudfit.runtime.logprogress import LogProgress
 
         run = self.spec.job.stack
         sc = run.command(self.spec.configs[0], str(self.paths["checkpoints"]))
         d = self.paths["dir"]
-        for rel, text in sc.files.items():
-            target = d / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_open(target) as fh:
-                fh.write(text)
+        _write_files(d, sc.files)
         env = {k: (str(d / v) if v in sc.files else str(v)) for k, v in sc.env.items()}
         if self.parser is None:
             self.parser = LogProgress(run.stack if run.parser == run.name else _stack(run.parser),
@@ -390,6 +386,17 @@ class _LocalRunning:
             if self.guard.is_live(k):
                 self.guard.end(k, now)
         self.ex.store.deleted(self.rid, why="exited")
+
+
+def _write_files(folder: Path, files) -> None:
+    """A stack's config files (relative path → text) into the run folder."""
+    from cloudfit.atomic import atomic_open
+
+    for rel, text in (files or {}).items():
+        target = folder / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_open(target) as fh:
+            fh.write(text)
 
 
 def _stack(name: str):

@@ -306,3 +306,16 @@ def test_words_after_dashes_are_the_stacks_own_arguments_or_a_command(cli, fake,
     assert any(name.endswith(".yaml") for name in acc["config_files"])
     custom = job("python", str(proj / "train.py"))
     assert custom["stack"] == "custom" and "--no-python python train.py" in custom["commands"][0]["command"]
+
+
+def test_a_local_rehearsal_of_a_torchtitan_plan_leaves_torchtitans_files_in_the_run_folder(plan_path):
+    """On CPU cloudfit's trainer rehearses the layout (torchtitan needs the GPUs); the run folder gets the files
+    torchtitan would get, to read."""
+    from cloudfit.executors.local import run_dir
+
+    r = run_cloudfit("launch", str(plan_path), "--steps", "2", "--ranks", "1", "--yes", "--name", "reh", timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "torchtitan needs the plan's GPUs" in r.stderr
+    folder = run_dir("reh")
+    assert "def cloudfit_job" in (folder / "cloudfit_titan.py").read_text()
+    assert json.loads((folder / "progress.json").read_text())["step"] == 2  # the rehearsal itself ran
