@@ -51,7 +51,8 @@ class Launch:
         """What the executor would create (nothing is created), with ``notes`` and this launch's notes."""
         pv = self.executor.preview(self.spec)  # a budget too small → UsageError here, before anything exists
         extra = tuple(notes) + self.notes
-        return dataclasses.replace(pv, notes=tuple(pv.notes) + extra) if extra else pv
+        pv = dataclasses.replace(pv, notes=tuple(pv.notes) + extra) if extra else pv
+        return dataclasses.replace(pv, job=job_view(self.spec, pv))
 
     def run(self, on_event: Callable | None = None):
         """Run it to the end (completed, budget, timeout, failed, …): the executor's ``RunResult``."""
@@ -61,12 +62,17 @@ class Launch:
 def prepare_launch(plan, executor, *, budget_usd: float | None = None, name: str | None = None,
             command: tuple[str, ...] | list[str] = (), checkpoint_dir: str | None = None,
             checkpoint_every: int | None = None, steps: int | None = None, timeout_s: float | None = None,
-            deadline_hours: float | None = None, record: dict | None = None) -> Launch:
+            deadline_hours: float | None = None, record: dict | None = None, stack: str | None = None,
+            workdir: str | None = None) -> Launch:
     """``plan`` as a run on ``executor`` (``cloudfit.executors.get_executor("local" | "gcp", …)``).
 
-    ``command``: run this under torchrun instead of cloudfit's trainer. ``steps``: instead of the plan's
-    samples. ``deadline_hours``: the deadline kept at run time (any plan family), counted from now
-    (default: the plan's). ``record``: extra facts for the state store.
+    ``command``: run this under torchrun instead of cloudfit's trainer — with a large-model plan as the
+    ``custom`` stack: the plan's layout as environment variables and a JSON file, progress parsed from its log
+    (by ``stack``'s parser when named). ``stack``: the training stack that runs a large-model plan (default:
+    the plan's ``--stack``, else ``DEFAULT_GPU_STACK`` on a cloud and cloudfit's trainer locally: ``choose_stack``).
+    ``workdir``: the folder that ships to every node (default: the command's script's folder).
+    ``steps``: instead of the plan's samples. ``deadline_hours``: the deadline kept at run time (any plan
+    family), counted from now (default: the plan's). ``record``: extra facts for the state store.
     """
     from cloudfit.executors.base import RunSpec, check_name, default_name, plan_configs
 
@@ -74,8 +80,24 @@ def prepare_launch(plan, executor, *, budget_usd: float | None = None, name: str
     budget = default_budget(plan) if budget_usd is None else float(budget_usd)
     configs = plan_configs(plan)
     record = dict(record or {})
-    if plan.layout and not command:
+    chosen, parser, stack_notes = choose_stack(plan, executor.backend, stack, command)
+    packed, command = _workdir(command, workdir, executor.backend)
+    if plan.layout and (command or chosen not in ("cloudfit",)) and not (executor.backend == "local" and not command):
+        job, model, deadline = _stack_job(plan, executor, configs, steps, checkpoint_dir, checkpoint_every, record,
+                                          chosen, parser, command)
+    elif plan.layout and not command:
         job, model, deadline = _llm_job(plan, executor, configs, steps, checkpoint_dir, checkpoint_every, record)
+        if chosen != "cloudfit":  # the local backend rehearses another stack's plan with cloudfit's trainer
+            stack_notes.append(_local_rehearsal_note(plan, chosen, configs, checkpoint_dir))
+            record["stack"] = {"name": chosen, "rehearsed_by": "cloudfit.train_llm"}
+            from cloudfit.errors import UsageError
+            from cloudfit.executors.stack_job import StackRun
+
+            try:  # the stack's own files land in the run folder beside the rehearsal, to read
+                sc = StackRun(chosen, chosen, plan, steps=steps).command(None, checkpoint_dir)
+                job = dataclasses.replace(job, files=dict(sc.files))
+            except UsageError as e:
+                stack_notes.append(f"{chosen} would refuse this plan on its GPUs: {e}")
     else:
         from cloudfit.executors.deadline import deadline_spec
 
@@ -83,13 +105,136 @@ def prepare_launch(plan, executor, *, budget_usd: float | None = None, name: str
         model = plan.workload.model
         deadline = deadline_spec(plan, configs, job.steps, hazard_per_hour=job.hazard_per_hour,
                                  checkpoint_interval_s=job.checkpoint_interval_s)
+    if packed is not None or (job.stack is not None and executor.backend != "local"):
+        job = dataclasses.replace(job, workdir=_with_stack_files(packed, job, configs[0], node_checkpoint_dir(
+            checkpoint_dir)))
     spec = RunSpec(name=check_name(name) if name else default_name(model), configs=configs, job=job,
                    budget_usd=budget, timeout_s=timeout_s, record=record, deadline=deadline)
     if deadline_hours is not None:  # kept at run time for every plan family and backend
         from cloudfit.executors.deadline import with_deadline
 
         spec = with_deadline(spec, plan, float(deadline_hours))
-    return Launch(spec, executor, _notes(spec))
+    return Launch(spec, executor, tuple(stack_notes) + _notes(spec))
+
+
+#: The stack a GPU launch of a large-model plan runs when nobody named one: torchtitan (PyTorch's own
+#: large-model trainer; it speaks cloudfit's layout one to one). cloudfit's own trainer reached ~9% MFU on an
+#: H100 (bench/RESULTS_gpu.md: llama3-1b, 0.35 s per 4,096-token step) where the plan promises far more, so a
+#: plan launched on it would overrun its hours and budget; it stays the CPU rehearsal and `--stack cloudfit`.
+DEFAULT_GPU_STACK = "torchtitan"
+
+
+def choose_stack(plan, backend: str, stack: str | None, command: tuple[str, ...]) -> tuple[str, str, list[str]]:
+    """``(the stack that runs, the stack whose parser reads its log, notes)`` for ``plan`` on ``backend``."""
+    from cloudfit import stacks
+    from cloudfit.errors import UsageError
+
+    notes: list[str] = []
+    named = None if stack is None else str(stack).strip().lower()
+    if named is not None:
+        stacks.get(named)  # unknown: one line
+    lay = plan.layout or {}
+    priced = lay.get("stack") or "cloudfit"
+    if command:
+        runs = named or lay.get("stack")  # the stack named here, else the plan's
+        if runs not in (None, "custom", "cloudfit") and lay:
+            from cloudfit.executors.stack_job import takes_arguments
+
+            if takes_arguments(stacks.get(runs), command):  # accelerate: `-- train.py …`; `-- --flag …`
+                if runs != priced:
+                    notes.append(f"the plan's numbers are for {priced}, but {runs} runs it")
+                return runs, runs, notes
+        parser = named if named not in (None, "custom", "cloudfit") else "custom"
+        return "custom", parser, notes
+    if named == "custom":
+        raise UsageError("--stack custom runs your own command: give it after --, e.g. `cloudfit launch plan.json "
+                         "--stack custom -- python train.py`")
+    if not lay:
+        if named not in (None, "cloudfit"):
+            raise UsageError(f"--stack {named} runs large-model plans (made with --tokens); this plan trains "
+                             f"{plan.workload.model} on cloudfit's own trainer — or give your command after --")
+        return "cloudfit", "cloudfit", notes
+    if named is None:
+        named = lay.get("stack")
+    if named is None:
+        if backend == "local":
+            return "cloudfit", "cloudfit", notes
+        named = DEFAULT_GPU_STACK
+        notes.append(f"no stack named: {named} runs this plan (the default on GPUs; cloudfit's own trainer ran at ~9% "
+                     "MFU on an H100 — `--stack cloudfit` runs it anyway)")
+    if named != priced:
+        notes.append(f"the plan's numbers are for {priced}, but {named} runs it: `cloudfit recommend … --stack "
+                     f"{named}` prices it for {named}")
+    return named, named, notes
+
+
+def _workdir(command: tuple[str, ...], workdir: str | None, backend: str):
+    """``(Packed or None, command as it runs on a node)``: the folder of the command's script (or ``workdir``)
+    ships to every node of a cloud backend and the command runs from it. Locally the command runs as typed."""
+    from cloudfit.errors import UsageError
+    from cloudfit.executors import workdir as wd
+
+    if workdir is not None and not command:
+        raise UsageError("--workdir ships the folder your command runs from: give the command after --")
+    if not command or backend == "local":
+        if workdir is not None:
+            wd.pack(workdir)  # checked locally too (size, secrets): the same refusal as on a cloud
+        return None, command
+    folder = wd.script_folder(command) if workdir is None else None
+    from pathlib import Path
+
+    root = Path(workdir).expanduser().resolve() if workdir is not None else folder
+    if root is None:
+        return None, command
+    packed = wd.pack(root)
+    return packed, wd.node_command(command, Path(packed.folder))
+
+
+def node_checkpoint_dir(checkpoint_dir: str | None) -> str | None:
+    """Where a node sees the checkpoint folder: a gs:// bucket is mounted at /mnt/cloudfit/BUCKET (startup.sh)."""
+    if checkpoint_dir and checkpoint_dir.startswith("gs://"):
+        from cloudfit.executors.gcp.bodies import split_bucket
+
+        return split_bucket(checkpoint_dir)[1]
+    return checkpoint_dir
+
+
+def _with_stack_files(packed, job, config, checkpoint_dir):
+    """The archive that ships: the user's folder and the stack's config files (``StackCommand.files``, as the
+    nodes' startup builds the command: the checkpoint folder where they mount it) at its root (a file of the
+    folder with the same name is replaced by the stack's)."""
+    from cloudfit.executors import workdir as wd
+
+    files = dict(job.stack.command(config, checkpoint_dir).files) if job.stack is not None else {}
+    if not files:
+        return packed
+    return wd.pack(packed.folder if packed is not None else None, extra=files)
+
+
+def _stack_job(plan, executor, configs, steps, checkpoint_dir, checkpoint_every, record, chosen, parser, command):
+    """The plan run by ``chosen`` (its command per cluster config), progress from its log."""
+    from cloudfit.executors.base import JobSpec
+    from cloudfit.executors.deadline import deadline_spec
+    from cloudfit.executors.stack_job import StackRun
+
+    lay = plan.layout
+    run = StackRun(chosen, parser, plan, tuple(command), steps=steps, checkpoint_every=checkpoint_every,
+                   seq_len=int(lay.get("seq_len") or 0) or None)
+    sj = run.job(None, checkpoint_dir)
+    cmd = run.command(None, checkpoint_dir)  # a layout the stack cannot run: refused here, in one line
+    interval_s = float((lay.get("checkpoint") or {}).get("interval_h") or 1.0) * 3600.0
+    job = JobSpec(model=str(lay.get("model") or plan.workload.model), steps=sj.steps, checkpoint_dir=checkpoint_dir,
+                  checkpoint_every=checkpoint_every, precision=sj.precision, command=tuple(command), stack=run,
+                  checkpoint_interval_s=interval_s)
+    record["stack"] = {"name": chosen, "parser": parser, "layout": sj.layout_text(),
+                       "guarantee": StackRun.command_guarantee(cmd), "notes": list(cmd.notes)}
+    return job, job.model, deadline_spec(plan, configs, sj.steps)
+
+
+def _local_rehearsal_note(plan, chosen, configs, checkpoint_dir) -> str:
+    return (f"local: {chosen} needs the plan's GPUs; this machine rehearses the layout with cloudfit's own trainer "
+            f"(same degrees, shrunk) — `--dry-run --backend gcp` shows {chosen}'s command, and `-- CMD` runs a "
+            "command of your own here")
 
 
 def launch(plan, executor, *, on_event: Callable | None = None, **options: Any):
@@ -149,6 +294,71 @@ def _llm_job(plan, executor, configs, steps, checkpoint_dir, checkpoint_every, r
     return job, llm.shape or plan.workload.model, deadline_spec(plan, configs, steps)
 
 
+def job_view(spec, pv=None) -> dict:
+    """What runs and what ships, for ``--dry-run`` (plain text and ``--json``) on every backend: the stack, the
+    exact command on each node, the files that travel (the workdir archive with each file's size, the cloudfit
+    install), the stack's config files, where checkpoints go, how progress is read and what a stop guarantees."""
+    import shlex
+
+    job, c = spec.job, spec.configs[0]
+    backend = pv.backend if pv is not None else ""
+    local = backend == "local"
+    ckpt = job.checkpoint_dir or ((pv.nodes[0].detail.get("checkpoint_dir") if pv is not None and pv.nodes else None)
+                                  or ("gs://BUCKET/PATH (--checkpoint-dir)" if not local else "the run folder"))
+    node_ckpt = node_checkpoint_dir(job.checkpoint_dir) if not local and job.checkpoint_dir else ckpt
+    view: dict = {"stack": "cloudfit", "checkpoints": str(ckpt)}
+    if node_ckpt != ckpt:
+        view["node_checkpoints"] = str(node_ckpt)
+    nodes, per_node = c.nodes, c.offering.accelerators_per_node
+    run = job.stack
+    body, direct = "", False
+    if run is not None:
+        sc = run.command(c, node_ckpt)
+        direct = sc.launcher != "torchrun"
+        body = shlex.join(sc.argv if direct else run.entry(sc))
+        view.update(stack=run.name, log_parser=run.parser, env=dict(sc.env), stack_notes=list(sc.notes),
+                    config_files={k: v for k, v in sc.files.items()},
+                    guarantee=run.command_guarantee(sc), checkpoint_on_sigterm=bool(sc.checkpoint_on_sigterm))
+    elif job.command:
+        body = "--no-python " + shlex.join(job.command)
+        view.update(stack="custom", guarantee="a stop sends SIGTERM (and touches $CLOUDFIT_STOP_FILE); what is "
+                                              "kept is what your command checkpointed")
+    else:
+        body = f"-m {job.trainer} " + shlex.join(job.trainer_args(node_ckpt, config=c))
+        view["guarantee"] = ("a stop checkpoints first: the trainer reads the stop file every step, saves and exits "
+                             "(nothing is lost)")
+        stk = spec.record.get("stack") or {}
+        if stk.get("rehearsed_by"):
+            view["stack"] = f"{stk['name']} (rehearsed here by {stk['rehearsed_by']})"
+    if local and pv is not None and pv.nodes:
+        cmd = list(pv.nodes[0].detail.get("command") or [])
+        view["commands"] = [{"node": pv.nodes[0].name, "command": shlex.join(cmd)}]
+    else:
+        prefix = ("torchrun --nnodes={n} --nproc-per-node={p} --rdzv-backend=c10d --rdzv-endpoint={m}:29400 "
+                  "--rdzv-id={name} --max-restarts=3")
+        lines = []
+        for i in range(nodes):
+            head = "<node-0 internal IP>" if nodes > 1 else "localhost"
+            pre = ("" if direct else prefix.format(n=nodes, p=per_node, m=head, name=spec.name) + " ")
+            env = (f"NODE_RANK={i} MASTER_ADDR={head} " if direct else "")
+            lines.append({"node": f"{spec.name}-{i}", "command": f"{env}{pre}{body}".strip(),
+                          "cwd": "the unpacked workdir" if job.workdir is not None else "/var/lib/cloudfit"})
+        view["commands"] = lines
+    ships = []
+    if job.workdir is not None and not local:
+        w = job.workdir
+        ships.append({"what": "workdir archive", "folder": w.folder, "bytes": w.size, "sha256": w.sha256,
+                      "files": [{"path": p, "bytes": n} for p, n in w.files]})
+    if pv is not None and pv.install:
+        ships.append({"what": "cloudfit", "describe": pv.install})
+    view["ships"] = ships
+    if job.stack is not None:
+        view["progress"] = f"parsed from the job's log by {job.stack.parser}'s parser (step, tokens/s, loss, checkpoints)"
+    elif job.command:
+        view["progress"] = "none unless your command writes $CLOUDFIT_PROGRESS_FILE (the deadline rule is blind to it)"
+    return view
+
+
 def _notes(spec) -> tuple[str, ...]:
     """One line per difference between the plan's layout and what will run (and the deadline rule)."""
     r = spec.record.get("rehearsal")
@@ -156,9 +366,14 @@ def _notes(spec) -> tuple[str, ...]:
         head = f"rehearsing the plan's layout {r['planned']} as {r['rehearsed']}"
         return (head,) + tuple(f"rehearsal: {n}" for n in r.get("notes", []))
     lay = spec.record.get("layout")
+    stk = spec.record.get("stack")
     d = spec.deadline
     dl = (f"deadline kept at run time: {d.deadline_s / 3600:,.1f} h, switching to on-demand "
           f"{d.on_demand.label()} if the spot cluster falls behind" if d is not None and d.on_demand is not None else "")
+    if stk and stk.get("layout"):
+        return (f"{stk['name']} runs layout {stk['layout']}" + (f" (progress: {stk['parser']}'s log parser)"
+                                                                 if stk['parser'] != stk['name'] else "")
+                + (f"; {dl}" if dl else ""),) + tuple(stk["notes"])
     if lay:
         return (f"cloudfit.train_llm runs layout {lay['runs']} (plan: {lay['planned']})" + (f"; {dl}" if dl else ""),
                 ) + tuple(lay.get("notes", []))

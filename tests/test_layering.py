@@ -19,6 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "cloudfit"
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("ground", frozenset({"types", "errors", "units", "atomic", "resources", "endpoints", "workload", "cache"})),
     ("catalog", frozenset({"catalog"})),  # offerings, accelerator specs and canonical names, prices
+    ("stacks", frozenset({"stacks"})),  # training stacks: a plan's job in each stack's words, their log lines
     ("models", frozenset({"profiling", "perf", "spot", "train", "plot", "llm", "llm_model", "train_llm", "runtime"})),  # measure, predict, preemption, LLMs
     ("search", frozenset({"search"})),  # pure ranking: launches nothing
     ("plan", frozenset({"plan", "executors", "bill"})),  # plans, the executors that run them (siblings), the whole bill

@@ -93,12 +93,15 @@ def launch(
     dataset_size: Optional[int] = typer.Option(None, "--dataset-size", help="With --model: samples per epoch."),
     as_json: bool = typer.Option(False, "--json", help="Print the preview (--dry-run) or the run's result as JSON to stdout."),
     deadline: Optional[str] = typer.Option(None, "--deadline", help="Keep this deadline from now (e.g. 36h, 5d) instead of the plan's; the launcher moves a spot cluster that falls behind (measured) to on-demand when that keeps it."),
+    stack: Optional[str] = typer.Option(None, "--stack", help="The training stack that runs a large-model plan: torchtitan, megatron, accelerate or cloudfit (default: the plan's --stack; else torchtitan on gcp/sky, cloudfit's trainer rehearsing locally). With `-- CMD`: the stack whose log parser reads your command's progress."),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="With `-- CMD`: the folder that ships to every node and the command runs from (default: the folder of the command's script; size-checked, secrets refused).", file_okay=False),
     ranks: Optional[int] = typer.Option(None, "--ranks", help="local: rehearse on at most this many ranks (default: min(4, CPU cores)); with the same --checkpoint-dir a large-model job resumes re-sharded on another number."),
 ) -> None:
     """Launch a plan: train on a local rehearsal cluster or on Compute Engine, within a budget.
 
-    Anything after `--` runs under torchrun instead of cloudfit's trainer, e.g.
-    `cloudfit launch plan.json -- python train.py --lr 0.1`.
+    A large-model plan runs on its stack (--stack; torchtitan on gcp/sky when none is named). Anything after
+    `--` runs under torchrun instead, with the plan's layout in its environment and the script's folder shipped
+    to every node, e.g. `cloudfit launch plan.json -- python train.py --lr 0.1`.
     """
     from cloudfit.errors import UsageError
     from cloudfit.executors import check_backend
@@ -137,7 +140,8 @@ def launch(
     ready = prepare_launch(plan, executor, budget_usd=budget_usd, name=name, command=command, checkpoint_dir=checkpoint_dir,
                     checkpoint_every=checkpoint_every, steps=steps,
                     timeout_s=None if timeout is None else parse_hours(timeout, "timeout") * 3600,
-                    deadline_hours=None if deadline is None else parse_hours(deadline, "deadline"), record=record)
+                    deadline_hours=None if deadline is None else parse_hours(deadline, "deadline"), record=record,
+                    stack=stack, workdir=None if workdir is None else str(workdir))
     spec = ready.spec
     preview = ready.preview(*(f"--trust-plan-prices: {n}" for n in price_notes[:5]))
     if dry_run:
@@ -283,7 +287,9 @@ def _render_preview(pv, plan, from_model: bool, stderr: bool = False) -> None:
                   f"{d.get('on_host_maintenance')}, startup script {d.get('startup_script_bytes')} bytes")
         if pv.install:
             con.print(f"  install: {pv.install}")
-    else:
+    if pv.job:
+        _render_job(con, pv.job)
+    elif pv.backend != "gcp":
         for line in d.get("ships", []) if pv.backend == "sky" else ():
             con.print(f"  {line}")
         con.print(f"  command: {' '.join(d.get('command', []))}")
@@ -294,6 +300,37 @@ def _render_preview(pv, plan, from_model: bool, stderr: bool = False) -> None:
         con.print(f"Note: {note}")
 
 
+def _render_job(con, job: dict) -> None:
+    """What runs and ships (``cloudfit.launcher.job_view``): printed in full, for every backend."""
+    if not job:
+        return
+    con.print(f"  stack: {job.get('stack')}" + (f" (progress: {job['progress']})" if job.get("progress") else ""),
+              soft_wrap=True, markup=False)
+    for c in job.get("commands", []):
+        con.print(f"  command on {c['node']}" + (f" (in {c['cwd']})" if c.get("cwd") else "") + f": {c['command']}",
+                  soft_wrap=True, markup=False)
+    if job.get("env"):
+        con.print("  environment: " + " ".join(f"{k}={v}" for k, v in sorted(job["env"].items())), soft_wrap=True,
+                  markup=False)
+    for sh in job.get("ships", []):
+        if sh.get("what") == "workdir archive":
+            con.print(f"  ships: workdir {sh['folder']} as a {sh['bytes']:,}-byte tar.gz (sha256 {sh['sha256']}, "
+                      "checked on every node before use):", soft_wrap=True, markup=False)
+            for f in sh["files"]:
+                con.print(f"    {f['path']} ({f['bytes']:,} bytes)", soft_wrap=True, markup=False)
+        elif sh.get("what") != "cloudfit":  # the install line above says it
+            con.print(f"  ships: {sh.get('describe')}", soft_wrap=True, markup=False)
+    for name, text in (job.get("config_files") or {}).items():
+        con.print(f"  config file {name} ({len(text.encode()):,} bytes):", soft_wrap=True, markup=False)
+        for line in text.splitlines():
+            con.print(f"    {line}", soft_wrap=True, markup=False)
+    con.print(f"  checkpoints: {job.get('checkpoints')}" + (f" (on the nodes: {job['node_checkpoints']})"
+                                                             if job.get("node_checkpoints") else ""),
+              soft_wrap=True, markup=False)
+    if job.get("guarantee"):
+        con.print(f"  at a budget or deadline stop: {job['guarantee']}", soft_wrap=True, markup=False)
+
+
 def _render_result(r) -> None:
     con = console()
     what = {"completed": "completed", "budget": "stopped at the budget (checkpoint saved)",
@@ -302,8 +339,9 @@ def _render_result(r) -> None:
     line = f"{r.name}: {what} after {r.elapsed_s:.0f} s; spent {money(r.spend_usd) if r.spend_usd >= 0.01 else f'${r.spend_usd:.4f}'}"
     if r.total_steps:
         line += f"; step {r.steps}/{r.total_steps}"
-    if r.samples_per_second:
-        line += f"; {r.samples_per_second:,.0f} samples/s"
+    if r.samples_per_second:  # an LLM's sequences per second can be below 1
+        sps = r.samples_per_second
+        line += f"; {sps:,.0f} samples/s" if sps >= 10 else f"; {sps:.3g} samples/s"
     if r.restarts:
         line += f"; {r.restarts} restart(s)"
     if r.preemptions:

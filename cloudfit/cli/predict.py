@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from cloudfit.cli import options as opts
 from cloudfit.cli.render import console, print_json
 
 
@@ -28,15 +29,14 @@ def predict(
     finetune: str = typer.Option("full", "--finetune", help="LLM: full or lora."),
     lora_rank: int = typer.Option(16, "--lora-rank", help="LLM: LoRA adapter rank (with --finetune lora)."),
     tokens: Optional[float] = typer.Option(None, "--tokens", help="LLM: tokens to train (adds samples and hours)."),
-    framework: Optional[str] = typer.Option(
-        None, "--framework", help="LLM: the training stack — cloudfit (cloudfit's own FSDP2 trainer, what launch "
-                                  "runs), fsdp (PyTorch FSDP/DDP: llm-foundry), megatron (Megatron-LM/NeMo) or "
-                                  "megatron-deepspeed (default: cloudfit, whatever the layout)."),
+    stack: Optional[str] = opts.STACK,
+    framework: Optional[str] = opts.FRAMEWORK_ALIAS,
 ) -> None:
     """Predict samples/s (with a 10–90% band) of a profiled model on COUNT × ACCELERATOR × NODES."""
     from cloudfit.errors import UsageError
 
     _check_point(accelerator, count, nodes, machine_type, network_gbps)
+    framework = _framework_of(opts.stack_option(stack, framework))
     llm_profile = None
     if profile is not None:
         llm_profile = _llm_profile(profile)
@@ -50,11 +50,29 @@ def predict(
                      as_json=as_json)
         return
     if framework is not None:
-        raise UsageError("--framework applies to the large-model path (--model / --config)")
+        raise UsageError("--stack applies to the large-model path (--model / --config)")
     if profile is None:
         raise UsageError("give --profile (a profiled model) or --model NAME / --config config.json (an LLM)")
     _predict_profile(profile=profile, accelerator=accelerator, count=count, nodes=nodes, precision=precision,
                      batch_size=batch_size, machine_type=machine_type, network_gbps=network_gbps, as_json=as_json)
+
+
+def _framework_of(stack: str | None) -> str | None:
+    """The step model's constants for ``--stack`` (a stack's ``framework``); the constants' own names
+    (fsdp, megatron-deepspeed …) that ``--framework`` took are still read."""
+    if stack is None:
+        return None
+    from cloudfit.llm.step import FRAMEWORKS
+
+    if stack in FRAMEWORKS:
+        return stack
+    from cloudfit import stacks
+    from cloudfit.errors import UsageError
+
+    if stack not in stacks.names():
+        raise UsageError(f"--stack must be one of {', '.join(n for n in stacks.names() if n != 'custom')} (or the step "
+                         f"model's {', '.join(f for f in FRAMEWORKS if f not in stacks.names())}), got {stack!r}")
+    return stacks.get(stack).framework
 
 
 def _predict_profile(*, profile, accelerator, count, nodes, precision, batch_size, machine_type, network_gbps,

@@ -169,9 +169,9 @@ def add(
     accelerator: str = typer.Option(..., "--accelerator", "-a", help="Accelerator (A100, H100, T4 …) or cpu."),
     count: int = typer.Option(1, "--count", help="Accelerators per node."),
     nodes: int = typer.Option(1, "--nodes", help="Nodes."),
-    batch_size: int = typer.Option(..., "--batch-size", "-b",
-                                   help="Batch per device (LLM: sequences per data-parallel rank and step)."),
-    precision: str = typer.Option(..., "--precision", help="fp32, tf32, fp16, bf16 or fp8."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b",
+                                             help="Batch per device (LLM: sequences per data-parallel rank and step)."),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32, tf32, fp16, bf16 or fp8."),
     samples_per_second: Optional[float] = typer.Option(None, "--samples-per-second",
                                                        help="Training throughput of the whole cluster."),
     source: str = typer.Option("reported", "--source", help="measured, reported or probe."),
@@ -184,7 +184,19 @@ def add(
     tokens_per_second: Optional[float] = typer.Option(None, "--tokens-per-second",
                                                       help="LLM: tokens/s of the whole cluster."),
     memory_gib: Optional[float] = typer.Option(None, "--memory-gib", help="LLM: peak memory per GPU (GiB)."),
-    framework: str = typer.Option("fsdp", "--framework", help="LLM: the training stack measured: cloudfit (its own FSDP2 trainer), fsdp, megatron or megatron-deepspeed."),
+    framework: Optional[str] = typer.Option(None, "--framework", hidden=True, help="Deprecated: use --stack."),
+    from_log: Optional[Path] = typer.Option(None, "--from-log",
+                                            help="LLM: read tokens/s, memory, MFU and the layout from this training "
+                                                 "log (rank 0's), parsed by --stack."),
+    stack: Optional[str] = typer.Option(None, "--stack", help="LLM: the stack that ran it (torchtitan, megatron, "
+                                                              "accelerate, custom, cloudfit; the step model's "
+                                                              "fsdp / megatron-deepspeed too); with --from-log the "
+                                                              "one whose log it is (default: torchtitan)."),
+    stack_config: Optional[Path] = typer.Option(None, "--stack-config",
+                                                help="LLM --from-log: the run's own configuration (torchtitan TOML/"
+                                                     "JSON/flags, Megatron arguments) for what the log does not print."),
+    warmup_steps: int = typer.Option(3, "--warmup-steps", help="LLM --from-log: steps left out as warm-up (the "
+                                                                "first logged interval always is)."),
 ) -> None:
     """Append a measurement taken elsewhere (validated) to a profile."""
     import datetime as dt
@@ -194,6 +206,40 @@ def add(
     from cloudfit.types import Measurement
 
     now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+    from cloudfit.cli import options as opts
+
+    stack = opts.stack_option(stack, framework)  # --framework: the old word, mapped silently
+    if from_log is None:  # a manual add names the step model's constants: a stack's, or their own name
+        from cloudfit.llm.step import FRAMEWORKS
+
+        framework = "fsdp" if stack is None else stack if stack in FRAMEWORKS else None
+        if framework is None:
+            from cloudfit.stacks import get as get_stack
+
+            framework = get_stack(stack).framework
+    else:
+        stack = stack or "torchtitan"
+        framework = "fsdp"
+    if from_log is not None:
+        if tokens_per_second is not None or samples_per_second is not None:
+            raise ProfileError("--from-log reads the speed from the log: leave out --tokens-per-second")
+        from cloudfit.profiling.from_log import measurement_from_log
+        from cloudfit.stacks import get as get_stack
+
+        r = measurement_from_log(stack, from_log, gpus=count * nodes, stack_config=stack_config,
+                                 layout=layout or None, seq_len=seq_len, batch_size=batch_size, precision=precision,
+                                 warmup_steps=warmup_steps)
+        fw = framework if framework != "fsdp" else get_stack(stack).framework
+        _add_llm(profile, accelerator=accelerator, count=count, nodes=nodes, batch_size=r["batch_size"],
+                 precision=r["precision"], source="measured" if source == "reported" else source,
+                 note=(note + "; " if note else "") + r["note"], as_json=as_json, model=model, config=config,
+                 seq_len=r["seq_len"], layout=r["layout"], tokens_per_second=r["tokens_per_second"],
+                 memory_gib=r["memory_gib"], framework=fw, now=now)
+        return
+    if precision is None:
+        raise ProfileError("give --precision (fp32, tf32, fp16, bf16 or fp8)")
+    if batch_size is None:
+        raise ProfileError("give --batch-size (per device; LLM: sequences per data-parallel rank and step)")
     if tokens_per_second is not None or model is not None or config is not None:
         if samples_per_second is not None:
             raise ProfileError("an LLM measurement is given in --tokens-per-second, not --samples-per-second")

@@ -60,6 +60,8 @@ def recommend(
     config: Optional[Path] = opts.CONFIG,
     layout: Optional[str] = opts.LAYOUT,
     global_batch: Optional[int] = opts.GLOBAL_BATCH,
+    stack: Optional[str] = opts.STACK,
+    framework: Optional[str] = opts.FRAMEWORK_ALIAS,
     wide: bool = typer.Option(False, "--wide", help="Show every column of the table whatever the terminal width."),
     data: Optional[str] = opts.DATA,
     data_size: Optional[str] = opts.DATA_SIZE,
@@ -94,14 +96,19 @@ def recommend(
     from cloudfit.cli import bill_view
 
     billing = bill_view.wanted(data, return_to, quota) or data_size is not None or data_region is not None
+    stack = opts.stack_option(stack, framework)
     if is_llm_request(model=model, profile=profile, tokens=tokens, config=config, layout=layout):
         from cloudfit.cli.recommend_llm import token_workload  # a large-model token workload
 
         workload = token_workload(
             model=model, profile=profile, samples=samples, epochs=epochs, dataset_size=dataset_size, tokens=tokens,
             seq_len=seq_len, finetune=finetune, lora_rank=lora_rank, config=config, layout=layout,
-            global_batch=global_batch, precision=precision, batch_size=batch_size, search=search, limits=limits)
+            global_batch=global_batch, precision=precision, batch_size=batch_size, search=search, limits=limits,
+            stack=stack)
     else:
+        if stack is not None:
+            raise UsageError("--stack is for large-model plans (--tokens with an LLM --model or --config); "
+                             "a profiled model trains on cloudfit's own DDP trainer")
         from cloudfit.workload import make_workload
 
         workload = make_workload(model=model, profile=profile, samples=samples, epochs=epochs,

@@ -25,7 +25,7 @@ def is_llm_request(*, model, profile, tokens, config, layout) -> bool:
 
 
 def token_workload(*, model, profile, samples, epochs, dataset_size, tokens, seq_len, finetune, lora_rank, config,
-                   layout, global_batch, precision, batch_size, search, limits: dict):
+                   layout, global_batch, precision, batch_size, search, limits: dict, stack=None):
     """The ``TokenWorkload`` these options describe; ``UsageError`` for single-model options given with it."""
     from cloudfit.errors import UsageError
     from cloudfit.plan.llm import token_workload as make
@@ -41,7 +41,7 @@ def token_workload(*, model, profile, samples, epochs, dataset_size, tokens, seq
     llm_profile = _llm_profile(profile, model, config)
     shape = None if llm_profile is None else _shape_of(llm_profile)
     tw = make(tokens=tokens, model=model, config=config, seq_len=seq_len, finetune=finetune, lora_rank=lora_rank,
-              global_batch=global_batch, layout=layout, precision=precision, shape=shape, **limits)
+              global_batch=global_batch, layout=layout, precision=precision, shape=shape, stack=stack, **limits)
     if llm_profile is None:
         return tw
     from dataclasses import replace
@@ -70,13 +70,18 @@ def show(plan, top: int, seq_len: int, out, plot, sky, *, as_json: bool = False,
             rows.append({**e.row(cloud=multi_cloud(plan)), "tokens_per_second": e.samples_per_second * seq_len, "layout": lo["text"],
                          "mfu": lo["mfu"], "memory_gib_per_device": lo["memory_gib_per_device"]})
         extra = {"why_cloud": why_cloud(plan, catalog_path)} if multi_cloud(plan) else {}
-        payload = {"plan": plan_to_dict(plan), "candidates": with_measured(plan, rows),
+        payload = {"plan": plan_to_dict(plan), "stack": stack_of(plan), "candidates": with_measured(plan, rows),
                    "layouts": plan.layout["ranking"], **extra}
         bill_view.add_json(billed, payload, [e for _, e in shown])
         print_json(payload)
         return
     _render(plan, shown, seq_len, out, plot, sky, wide=wide, catalog_path=catalog_path)
     bill_view.print_lines(billed)
+
+
+def stack_of(plan) -> str:
+    """The stack a large-model plan's numbers are for (``recommend --stack``; cloudfit's trainer without one)."""
+    return (plan.layout or {}).get("stack") or "cloudfit"
 
 
 def _llm_profile(profile, model, config):
@@ -149,8 +154,8 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
     w, L = plan.workload, plan.layout
     con = con or console()
     ft = f"LoRA r={L['lora_rank']}" if L["finetune"] == "lora" else "full training"
-    title = (f"{w.model} ({ft}, {L['precision']}): {L['tokens']:.3g} tokens at {seq_len:,}/sequence, "
-             f"{limits_and_goal(w)}")
+    title = (f"{w.model} ({ft}, {L['precision']}, stack {stack_of(plan)}): {L['tokens']:.3g} tokens at "
+             f"{seq_len:,}/sequence, {limits_and_goal(w)}")
     width = con.width
     from cloudfit.cli.unknown_view import gpu_marks, unknown_lines
 

@@ -84,6 +84,14 @@ class JobSpec:
     llm: Any = None  # cloudfit.executors.llm_job.LlmJob: the layout per cluster config (gcp)
     llm_args: tuple[str, ...] = ()  # fixed trainer arguments (the local rehearsal's layout)
     world_size: int | None = None  # ranks the fixed layout needs (local)
+    #: Another training stack runs the job (``cloudfit.executors.stack_job.StackRun``: the stack's command per
+    #: cluster config, its log parser, its guarantee) — torchtitan/Megatron/Accelerate or a user's command.
+    stack: Any = None
+    #: The folder that ships to every node and the command runs from (``cloudfit.executors.workdir.Packed``).
+    workdir: Any = None
+    #: Files the local run folder gets (relative path → text): the stack's config files of a plan another stack
+    #: runs on GPUs, written beside its CPU rehearsal.
+    files: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def trainer(self) -> str:
@@ -205,6 +213,9 @@ class Preview:
     notes: tuple[str, ...] = ()
     startup_script: str = ""  # gcp: the script every VM runs (identical on all nodes)
     install: str = ""  # gcp: what the VMs install and from where
+    #: what runs and ships (``cloudfit.launcher.job_view``): stack, the command per node, files with sizes,
+    #: the stack's config files, where checkpoints go and what a stop guarantees — every backend
+    job: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -295,14 +306,18 @@ class Timing:
 
 def supervise(running: Running, guard, *, timing: Timing, timeout_s: float | None, emit: EventSink,
               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-              record: Callable[[float, Poll], None] | None = None, watch=None) -> tuple[str, Poll]:
+              record: Callable[[float, Poll], None] | None = None, watch=None,
+              after_checkpoint: "CheckpointStops | None" = None) -> tuple[str, Poll]:
     """Poll ``running`` every ``interval_s`` until the job ends or the guard / timeout stops it.
 
     ``record(spend_usd, poll)`` is called after every poll (the executors write it to the state
     store, so ``status`` from another process sees the spend). ``watch`` (a
     ``cloudfit.executors.deadline.DeadlineWatch``) keeps the deadline: after every poll it predicts the
     finish and, when Can't Be Late's rule says so, ``running.switch(decision)`` moves the job to
-    on-demand (the guard still prices every VM: the budget guarantee is the same). Returns ``(reason, last poll)``.
+    on-demand (the guard still prices every VM: the budget guarantee is the same). ``after_checkpoint`` (a
+    stack that saves nothing on SIGTERM): when its log reports a checkpoint and the next one would come after the
+    budget or the timeout, the job stops right then, after the checkpoint (``CheckpointStops``).
+    Returns ``(reason, last poll)``.
     Always tears down before returning (also on exceptions and Ctrl-C, which re-raise after teardown).
     """
     t0 = clock()
@@ -330,6 +345,12 @@ def supervise(running: Running, guard, *, timing: Timing, timeout_s: float | Non
             if last.state in ("failed", REFUSED):
                 reason = FAILED if last.state == "failed" else REFUSED
                 emit(Event(reason, last.detail or "the job failed"))
+                break
+            early = after_checkpoint.check(tick, last.progress, guard, t0, timeout_s) if after_checkpoint else None
+            if early is not None:
+                reason = early[0]
+                emit(Event(early[0], early[1]))
+                last = _graceful_stop(running, timing, clock, sleep, last)
                 break
             if guard.should_stop(tick):
                 reason = BUDGET
@@ -380,6 +401,35 @@ def supervise(running: Running, guard, *, timing: Timing, timeout_s: float | Non
     return reason, last
 
 
+@dataclass
+class CheckpointStops:
+    """Where a stack checkpoints only every K steps (and not on SIGTERM), a budget or deadline stop is placed right
+    after a checkpoint its log reports: at each newly reported checkpoint, if the next one (``every_s`` later:
+    measured between the log's checkpoints, else the planned interval) would come after the guard must stop or
+    after the timeout, the job stops now — losing no step instead of up to an interval of them."""
+
+    every_s: float  # the planned interval between checkpoints (seconds)
+    seen_step: int | None = None
+    seen_at: float | None = None
+
+    def check(self, now: float, progress: Mapping[str, Any], guard, t0: float,
+              timeout_s: float | None) -> tuple[str, str] | None:
+        step = progress.get("checkpoint_step") if progress else None
+        if step is None or step == self.seen_step:
+            return None
+        if self.seen_at is not None and self.seen_step is not None and now > self.seen_at:
+            self.every_s = now - self.seen_at  # measured: the log's own rhythm
+        self.seen_step, self.seen_at = int(step), now
+        nxt = now + self.every_s
+        if guard.should_stop(nxt):
+            return (BUDGET, f"checkpoint at step {step}; the next (~{self.every_s:,.0f} s away) would come after the "
+                            f"budget (${guard.budget_usd:.4f}): stopping right after this one")
+        if timeout_s is not None and nxt - t0 >= timeout_s:
+            return (TIMEOUT, f"checkpoint at step {step}; the next (~{self.every_s:,.0f} s away) would come after the "
+                             f"timeout: stopping right after this one")
+        return None
+
+
 def _graceful_stop(running: Running, timing: Timing, clock, sleep, last: Poll) -> Poll:
     """Ask the job to checkpoint, wait up to ``grace_s`` for it to exit; the caller tears down."""
     running.request_stop()
@@ -403,9 +453,11 @@ def taken_over(store, name: str) -> bool:
 
 def _progress_line(p: Mapping[str, Any], spend: float, budget: float) -> str:
     step, total = p.get("step"), p.get("total_steps")
-    sps = p.get("samples_per_second")
+    sps, tps = p.get("samples_per_second"), p.get("tokens_per_second")
     parts = [f"step {step}/{total}" if step is not None else "starting"]
-    if sps:
+    if tps and p.get("source"):  # a stack's log: it states tokens/s
+        parts.append(f"{tps:,.0f} tokens/s")
+    elif sps:
         parts.append(f"{sps:,.0f} samples/s")
     if isinstance(p.get("loss"), (int, float)):
         parts.append(f"loss {p['loss']:.3f}")
@@ -459,3 +511,17 @@ def carried_budget(store, spec: RunSpec, *, min_billed_s: float = 0.0, teardown_
             f"this plan's earlier launches ({', '.join(names[-3:])}) spent ${prior:.4g} of its ${spec.budget_usd:.4g} "
             "budget: nothing is left; raise --budget to continue")
     return left, prior
+
+
+def checkpoint_stops(spec: RunSpec) -> CheckpointStops | None:
+    """``CheckpointStops`` for a stack that saves nothing on SIGTERM (None otherwise: it checkpoints on a stop)."""
+    run = spec.job.stack
+    if run is None:
+        return None
+    try:
+        cmd = run.command(spec.configs[0], spec.job.checkpoint_dir)
+    except Exception:
+        return None
+    if cmd.checkpoint_on_sigterm:
+        return None
+    return CheckpointStops(float(spec.job.checkpoint_interval_s))

@@ -39,7 +39,7 @@ from typing import Any, Sequence
 from cloudfit.executors import state as st
 from cloudfit.executors.base import (
     ENV_CHECKPOINT_KEY, ENV_CLUSTER, LABEL, REFUSED, DownResult, Event, EventSink, NodePlan, Poll, Preview, RunResult, RunSpec,
-    Timing, carried_budget, supervise, taken_over,
+    Timing, carried_budget, checkpoint_stops, supervise, taken_over,
 )
 from cloudfit.executors.budget import Guard, PriceSchedule, check_launchable
 
@@ -115,6 +115,14 @@ class LocalExecutor:
     def _argv(self, spec: RunSpec, paths: dict[str, Path], stop_at: float | None) -> list[str]:
         launcher = [sys.executable, "-m", "cloudfit.runtime.torchrun", "--standalone", f"--nproc-per-node={self.ranks(spec)}",
                     f"--max-restarts={self.max_restarts}", "--monitor-interval=0.5"]
+        if spec.job.stack is not None:  # another stack / the user's command with the plan's layout
+            run = spec.job.stack
+            sc = run.command(spec.configs[0], str(paths["checkpoints"]))
+            argv = list(run.entry(sc)) if sc.launcher == "torchrun" else list(sc.argv)
+            # it runs from the run folder (its config files are there): the user's relative paths made absolute
+            argv = [str(Path(w).resolve()) if w and not w.startswith("-") and not Path(w).is_absolute()
+                    and Path(w).exists() else w for w in argv]
+            return launcher + argv if sc.launcher == "torchrun" else argv
         if spec.job.command:
             return launcher + ["--no-python", *spec.job.command]
         args = spec.job.trainer_args(
@@ -171,13 +179,14 @@ class LocalExecutor:
             paths["dir"].mkdir(parents=True, exist_ok=True)
             for stale in (paths["progress"], paths["stop"]):  # a previous run's files must not end this one
                 stale.unlink(missing_ok=True)
+            _write_files(paths["dir"], spec.job.files)
             try:
                 running.start(c)
                 self.store.update_cluster(spec.name, status=st.RUNNING)
                 emit(Event("created", f"started {self.ranks(spec)} rank(s) (pid {running.proc.pid}) rehearsing "
                                       f"{c.label()}; log {paths['log']}"))
                 reason, last = supervise(running, guard, timing=self.timing, timeout_s=spec.timeout_s, emit=emit,
-                                         record=st.SpendRecorder(self.store, spec.name), watch=watch)
+                                         record=st.SpendRecorder(self.store, spec.name), watch=watch, after_checkpoint=checkpoint_stops(spec))
             finally:
                 running.teardown()  # a no-op after supervise; covers an exception before it
         except KeyboardInterrupt:
@@ -275,6 +284,7 @@ class _LocalRunning:
     switches: list = field(default_factory=list)
     torn_down: bool = False
     generation: int = 0
+    parser: Any = None  # cloudfit.runtime.logprogress.LogProgress: a stack's progress from its log
 
     def start(self, config) -> None:
         """Reserve the config's price with the guard and start the process group under torchrun."""
@@ -290,19 +300,51 @@ class _LocalRunning:
                "CLOUDFIT_CHECKPOINT_DIR": str(self.paths["checkpoints"]), "CLOUDFIT_STOP_FILE": str(self.paths["stop"]),
                "CLOUDFIT_PROGRESS_FILE": str(self.paths["progress"]), ENV_CHECKPOINT_KEY: self.key}
         env.setdefault("OMP_NUM_THREADS", "1")
+        if self.spec.job.stack is not None:
+            env.update(self._stack_files())
         with open(self.paths["log"], "ab") as log:
             self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)  # its own process group: teardown kills all ranks
+                                         start_new_session=True,  # its own process group: teardown kills all ranks
+                                         cwd=str(self.paths["dir"]) if self.spec.job.stack is not None else None)
         self.ex.store.confirm(self.rid, info={"pid": self.proc.pid, "create_time": _create_time(self.proc.pid)})
+
+    def _stack_files(self) -> dict[str, str]:
+        """The stack's config files into the run folder; its environment, a value naming one of those files made
+        the file's absolute path (the command runs from the launcher's folder, as typed)."""
+        from cloudfit.runtime.logprogress import LogProgress
+
+        run = self.spec.job.stack
+        sc = run.command(self.spec.configs[0], str(self.paths["checkpoints"]))
+        d = self.paths["dir"]
+        _write_files(d, sc.files)
+        env = {k: (str(d / v) if v in sc.files else str(v)) for k, v in sc.env.items()}
+        if self.parser is None:
+            self.parser = LogProgress(run.stack if run.parser == run.name else _stack(run.parser),
+                                      total_steps=self.spec.job.steps, gpus=self.ex.ranks(self.spec),
+                                      seq_len=run.seq_len)
+            self.parser.offset = self.paths["log"].stat().st_size if self.paths["log"].exists() else 0
+        return env
+
+    def _progress(self) -> dict[str, Any]:
+        if self.parser is None:
+            return _read_json(self.paths["progress"])
+        p = self.parser.read_new(self.paths["log"])
+        if p:
+            from cloudfit.runtime.progress import write_json_atomic
+
+            write_json_atomic(self.paths["progress"], p)  # `cloudfit status` reads it
+        return p
 
     def poll(self) -> Poll:
         if taken_over(self.ex.store, self.spec.name):
             return Poll("down")
-        progress = _read_json(self.paths["progress"])
+        progress = self._progress()
         code = self.proc.poll()
         if code is None:
             return Poll("running", progress)
         if code == 0:
+            if self.parser is not None:
+                progress = self.parser.finish(0, self.paths["stop"].exists())
             state = progress.get("state", "completed") if progress else "completed"
             return Poll("stopped" if state == "stopped" else "completed", progress)
         if code == FINAL_EXIT or progress.get("state") == "refused":  # a rank refused its input: final, its line
@@ -339,7 +381,8 @@ class _LocalRunning:
 
     def request_stop(self) -> None:
         self.paths["stop"].touch()
-        if self.spec.job.command:  # a user command may not know the stop file: ask torchrun to stop it
+        if self.spec.job.command or self.spec.job.stack is not None:  # another stack / a user command may not know
+            # the stop file: ask torchrun (or the stack's own launcher) to stop it
             _signal_group(self.proc.pid, signal.SIGTERM)
 
     def teardown(self) -> None:
@@ -359,6 +402,23 @@ class _LocalRunning:
             if self.guard.is_live(k):
                 self.guard.end(k, now)
         self.ex.store.deleted(self.rid, why="exited")
+
+
+def _write_files(folder: Path, files) -> None:
+    """A stack's config files (relative path → text) into the run folder."""
+    from cloudfit.atomic import atomic_open
+
+    for rel, text in (files or {}).items():
+        target = folder / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_open(target) as fh:
+            fh.write(text)
+
+
+def _stack(name: str):
+    from cloudfit import stacks
+
+    return stacks.get(name)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

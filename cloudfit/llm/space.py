@@ -259,10 +259,52 @@ def constrain(g: Grid, constraints: dict | None) -> np.ndarray:
     return keep
 
 
+#: The columns a stack's layout check sees as distinct (the data-parallel sizes, micro-batch and accumulation only
+#: as "is there replication / sharding": every stack expresses any size of them).
+_STACK_KEYS = ("tp", "pp", "cp", "vp", "zero", "ac")
+
+
+def stack_mask(g: Grid, layout_ok) -> np.ndarray:
+    """Rows of ``g`` a stack runs: ``layout_ok`` (a ``Layout`` → None or why not) is asked once per distinct
+    (tp, pp, cp, vp, zero, ac, replicated?, sharded?) combination, on the first row of it — a few hundred
+    Python calls for a catalog's ~10⁵–10⁶ rows, the rest is numpy."""
+    if not len(g):
+        return np.ones(0, dtype=bool)
+    key = np.zeros(len(g), dtype=np.int64)  # the combination as one mixed-radix integer: a 1-D unique is fast
+    for col in [getattr(g, k) for k in _STACK_KEYS] + [g.dp_replicate > 1, g.dp_shard > 1]:
+        c = np.asarray(col, dtype=np.int64)
+        key = key * (int(c.max()) + 1) + c
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    sub = {k: getattr(g, k)[first].tolist() for k in Grid.__dataclass_fields__}
+    ok = np.array([layout_ok(_RowView(*(sub[k][j] for k in _ROW_FIELDS))) is None for j in range(first.size)],
+                  dtype=bool)
+    return ok[np.asarray(inv).reshape(-1)]
+
+
+_ROW_FIELDS = ("dp_replicate", "dp_shard", "zero", "tp", "pp", "cp", "vp", "micro_batch", "grad_accum", "ac")
+
+
+class _RowView:
+    """A grid row with ``Layout``'s attributes (ac and schedule as names), without Layout's validation: what
+    ``stack_mask`` hands a stack's ``layout_ok`` (thousands of times per search)."""
+
+    __slots__ = _ROW_FIELDS + ("schedule",)
+
+    def __init__(self, dp_replicate, dp_shard, zero, tp, pp, cp, vp, micro_batch, grad_accum, ac) -> None:
+        self.dp_replicate, self.dp_shard, self.zero, self.tp, self.pp, self.cp = dp_replicate, dp_shard, zero, tp, pp, cp
+        self.vp, self.micro_batch, self.grad_accum, self.ac = vp, micro_batch, grad_accum, AC_NAMES[ac]
+        self.schedule = "interleaved" if vp > 1 else "1f1b"
+
+    def describe(self) -> str:
+        return (f"fsdp={self.dp_shard},zero={self.zero},tp={self.tp},pp={self.pp},cp={self.cp},vp={self.vp},"
+                f"mb={self.micro_batch},ga={self.grad_accum},ac={self.ac}")
+
+
 def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *, global_batch: int,
                    exact: bool = False, precision: str = "bf16", finetune: str = "full", lora_rank: int = 16,
                    constraints: dict | None = None, c=None, framework: str | None = None,
-                   memory_fits: list | None = None, memory_limit: float = 1.0) -> CatalogSearch:
+                   memory_fits: list | None = None, memory_limit: float = 1.0,
+                   layout_ok=None) -> CatalogSearch:
     """Fastest layout that fits for every hardware shape in ``hws`` × nodes 1..max_nodes, in one pass:
     layouts are enumerated once per distinct (GPU count, NVLink domain), memory once per layout, and the
     step model once over every (shape, nodes, layout) row that fits.
@@ -270,7 +312,10 @@ def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *
     ``memory_fits``: per hardware shape, the ``cloudfit.llm.anchor.MemoryFit`` its memory is anchored with (the
     stack's measured peaks: ``anchor.memory_fit_for``) or None; memory is then evaluated once per layout and
     distinct fit (``anchored_memory_gib``), and fitting, the best layout's memory and the smallest need all use
-    the anchored peak."""
+    the anchored peak.
+
+    ``layout_ok``: the stack's check (``cloudfit.stacks.base.Stack.layout_ok``, a ``Layout`` → None or why not):
+    only layouts it runs are searched (``stack_mask``)."""
     H, N = len(hws), max_nodes
     key_of: dict[tuple[int, int], int] = {}
     pair_key = np.empty(H * N, dtype=np.int64)
@@ -283,6 +328,9 @@ def search_catalog(st: TokenStats, shape: LLMShape, hws: list, max_nodes: int, *
                               layers=shape.layers, seq_len=st.seq_len, global_batch=global_batch, exact=exact,
                               pipeline_zero=PIPELINE_ZERO[framework or TRAINER])
     m = constrain(grid, constraints) if constraints else None
+    if layout_ok is not None:
+        ok = stack_mask(grid, layout_ok)
+        m = ok if m is None else m & ok
     if not (constraints and "ac" in constraints) and _none_is_dominated(st, hws, grid, precision, finetune, c,
                                                                          framework):
         m = (grid.ac != AC_CODE["none"]) if m is None else m & (grid.ac != AC_CODE["none"])
@@ -448,7 +496,7 @@ def evaluate_rows(st: TokenStats, hws: list, h: np.ndarray, g: Grid, *, precisio
 def rank_layouts(st: TokenStats, shape: LLMShape, hw: HardwareShape, nodes: int, *, global_batch: int,
                  exact: bool = False, precision: str = "bf16", finetune: str = "full", lora_rank: int = 16,
                  top: int = 5, constraints: dict | None = None, c=None, framework: str | None = None,
-                 memory_fit=None) -> list[dict]:
+                 memory_fit=None, layout_ok=None) -> list[dict]:
     """The ``top`` fastest layouts that fit on ``nodes`` × ``hw`` (predicted tokens/s, MFU, memory), best first;
     ``memory_fit``: the stack's measured peaks (``anchored_memory_gib``), as ``search_catalog`` applied them."""
     gpus = nodes * hw.gpus_per_node
@@ -458,6 +506,8 @@ def rank_layouts(st: TokenStats, shape: LLMShape, hw: HardwareShape, nodes: int,
     memg = anchored_memory_gib(st, g, memory_fit, precision=precision, finetune=finetune, lora_rank=lora_rank,
                                framework=framework)
     ok = (memg <= hw.capacity_gib) & constrain(g, constraints)
+    if layout_ok is not None:
+        ok &= stack_mask(g, layout_ok)
     if _none_is_dominated(st, [hw], g, precision, finetune, c, framework):
         ok &= g.ac != AC_CODE["none"]
     keep = np.flatnonzero(ok)

@@ -79,6 +79,13 @@ def _layout(v: Any, workload: dict, source: str) -> dict | None:
     if (resources.profiles_dir() / f"{model}.json").is_file() or workload.get("profile_path"):
         raise PlanError(f"{source}: plan trains the single model {model!r} (a profile), but carries a large-model "
                         "'layout' block; re-run `cloudfit recommend`")
+    stack = v.get("stack")
+    if stack is not None:  # plans before stacks have none: cloudfit's own trainer priced them
+        from cloudfit.stacks import REGISTRY
+
+        if not isinstance(stack, str) or stack not in REGISTRY or stack == "custom":
+            raise PlanError(f"{source}: plan field 'layout.stack' must be one of "
+                            f"{', '.join(k for k in REGISTRY if k != 'custom')}, got {json.dumps(stack)[:40]}")
     if v.get("model") != model:
         raise PlanError(f"{source}: plan field 'layout' is for model {json.dumps(v.get('model'))[:40]}, but the plan "
                         f"trains {model!r}; re-run `cloudfit recommend`")

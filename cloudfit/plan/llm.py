@@ -76,9 +76,37 @@ class LLMJob:
     #: peak is an estimate and the allocator fragments; ``recommend_llm``'s headroom pass sets
     #: ``cloudfit.llm.memory.ROOMY_FRACTION``
     memory_limit: float = lmem.FULL_FRACTION
+    #: the training stack that will run the plan (``cloudfit.stacks``: ``recommend --stack``): its step-model
+    #: constants price the layouts (``Stack.framework``) and only layouts it runs are searched
+    #: (``Stack.layout_ok``); None = cloudfit's own trainer's constants, every layout (plans before stacks)
+    stack: str | None = None
 
     def __post_init__(self) -> None:
         self.shape.check_lora_rank(self.lora_rank)
+
+    @property
+    def framework(self) -> str | None:
+        """The step model's constants for the stack (None: the trainer's, ``cloudfit.llm.step.TRAINER``)."""
+        if self.stack is None:
+            return None
+        from cloudfit import stacks
+
+        return stacks.get(self.stack).framework
+
+    def layout_ok(self):
+        """The stack's layout check (None without a stack: every layout)."""
+        if self.stack is None:
+            return None
+        from cloudfit import stacks
+
+        st = stacks.get(self.stack)
+        shape = self.shape.to_dict()
+        return lambda lay: st.layout_ok(lay, shape)
+
+    @property
+    def stack_name(self) -> str:
+        """The stack the numbers are for: the named one, else cloudfit's own trainer."""
+        return self.stack or "cloudfit"
 
     def constants(self):
         from cloudfit.llm.predict import constants
@@ -94,8 +122,9 @@ class LLMJob:
         from cloudfit.llm import anchor
         from cloudfit.llm.step import TRAINER
 
+        fw = self.framework or TRAINER
         return [anchor.memory_fit_for(self.memory_anchors, anchor.Setup(
-            hw.accelerator, hw.gpus_per_node, 1, self.precision, self.seq_len, 1, "auto", TRAINER)) for hw in hws]
+            hw.accelerator, hw.gpus_per_node, 1, self.precision, self.seq_len, 1, "auto", fw)) for hw in hws]
 
     @property
     def batch(self) -> int:
@@ -119,7 +148,7 @@ class TokenWorkload:
 def token_workload(*, tokens: float, model: str | None = None, config: str | Path | None = None, seq_len: int = 8192,
                    finetune: str = "full", lora_rank: int = 16, global_batch: int | None = None,
                    layout: str | None = None, precision: str = "bf16", shape: LLMShape | None = None,
-                   **limits: Any) -> TokenWorkload:
+                   stack: str | None = None, **limits: Any) -> TokenWorkload:
     """The ``TokenWorkload`` for a zoo model (``model``), a ``config.json`` (``config``) or a ``shape`` already
     resolved (an LLM profile's); ``limits`` are
     ``cloudfit.workload.make_workload``'s (deadline, budget, objective, regions, accelerators, spot, …).
@@ -142,7 +171,16 @@ def token_workload(*, tokens: float, model: str | None = None, config: str | Pat
     if shape.learned_positions and seq_len > shape.learned_positions:
         raise UsageError(f"{shape.name} has {shape.learned_positions} learned positions; --seq-len {seq_len} is longer")
     w = make_workload(model=shape.name, samples=samples, precision=prec, **limits)
-    return TokenWorkload(w, LLMJob(shape, float(tokens), seq_len, finetune, lora_rank, global_batch, layout, prec))
+    if stack is not None:
+        from cloudfit import stacks
+
+        stacks.get(stack)  # an unknown stack: one line
+        stack = str(stack).strip().lower()
+        if stack == "custom":
+            raise UsageError("--stack custom has no constants to price with: plan for the stack your command runs "
+                             "(torchtitan, megatron, accelerate or cloudfit) and launch it with `-- CMD`")
+    return TokenWorkload(w, LLMJob(shape, float(tokens), seq_len, finetune, lora_rank, global_batch, layout, prec,
+                                   stack=stack))
 
 
 def parse_constraints(text: str | None, shape: LLMShape, seq_len: int) -> dict:
@@ -280,7 +318,7 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
     res = lsp.search_catalog(st, job.shape, hws, N, global_batch=job.batch, exact=job.global_batch is not None,
                              precision=job.precision, finetune=job.finetune, lora_rank=job.lora_rank,
                              constraints=constraints, c=job.constants(), memory_fits=mfits,
-                             memory_limit=job.memory_limit)
+                             memory_limit=job.memory_limit, framework=job.framework, layout_ok=job.layout_ok())
     tps_shape = np.zeros((len(shapes), N))
     ok = shape_hw_a >= 0
     tps_shape[ok] = res.tokens_per_second[shape_hw_a[ok]]
@@ -644,7 +682,8 @@ def layout_spec(space: LLMSpace, i: int, a, alternative_ids: list[int]) -> dict:
     res = space.search
     kw = dict(global_batch=job.batch, exact=job.global_batch is not None, precision=job.precision,
               finetune=job.finetune, lora_rank=job.lora_rank, c=job.constants(),
-              memory_fit=res.memory_fits[h] if res.memory_fits else None)
+              memory_fit=res.memory_fits[h] if res.memory_fits else None, framework=job.framework,
+              layout_ok=job.layout_ok())
     pinned = parse_constraints(job.layout, job.shape, job.seq_len)
     ranking = lsp.rank_layouts(st, job.shape, hw, nodes, top=TOP_LAYOUTS, constraints=pinned, **kw)
     runnable_pins = {**pinned, "vp": 1, **({"pp": 1} if job.shape.tied_embeddings else {})}
@@ -653,7 +692,8 @@ def layout_spec(space: LLMSpace, i: int, a, alternative_ids: list[int]) -> dict:
     steps = max(1, math.ceil(job.tokens / (lay.global_batch * job.seq_len)))
     interval_h = float(a.checkpoint_interval_h[i])
     args = trainer_args(job, lay, steps, interval_s=interval_h * 3600.0 if math.isfinite(interval_h) else None)
-    why_not = runnable_gaps(job, lay)
+    # another stack runs every layout searched (``Stack.layout_ok`` filtered them); cloudfit.train_llm has gaps
+    why_not = runnable_gaps(job, lay) if job.stack_name == "cloudfit" else ""
     runnable = not why_not
     torchrun = ("torchrun --nnodes=$NUM_NODES --nproc_per_node=" + str(hw.gpus_per_node) +
                 " --node_rank=$NODE_RANK --master_addr=$MASTER_ADDR --master_port=29500 -m cloudfit.train_llm " +
@@ -693,6 +733,7 @@ def layout_spec(space: LLMSpace, i: int, a, alternative_ids: list[int]) -> dict:
                           " slower)" if rt else "none that fits")),
                    "nearest_runnable": rt, "runnable_args": runnable_args},
         "rehearsal": rehearsal(job, lay),
+        **({"stack": job.stack} if job.stack else {}),
     }
 
 

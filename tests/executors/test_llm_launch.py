@@ -61,7 +61,8 @@ def _when(cond, timeout=20.0):
 
 def test_gcp_startup_script_runs_torchrun_with_the_plans_layout(cli, fake, llm_plan_path, llm_plan):
     r = cli("launch", str(llm_plan_path), "--yes", "--backend", "gcp", "--project", PROJECT, "--compute-endpoint",
-            fake.endpoint, "--checkpoint-dir", CKPT, "--check-interval", "0.1", "--steps", "40", "--name", "llm")
+            fake.endpoint, "--checkpoint-dir", CKPT, "--check-interval", "0.1", "--steps", "40", "--name", "llm",
+            "--stack", "cloudfit")  # cloudfit's own trainer on the VMs (the default on a cloud is torchtitan)
     assert r.exit_code == 0, r.output
     lay = llm_plan.layout
     nodes, per_node = lay["nodes"], lay["gpus_per_node"]

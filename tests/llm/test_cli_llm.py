@@ -36,7 +36,7 @@ def test_predict_llm_table_and_tokens(cli):
     (["--model", "llama3-8b", "--accelerator", "H100", "--count", "8", "--tokens", "0"], "tokens"),
     (["--model", "llama3-8b", "--accelerator", "A100", "--count", "8", "--precision", "fp8"], "FP8"),
     (["--model", "llama3-8b", "--accelerator", "H100", "--finetune", "lora", "--lora-rank", "0"], "lora-rank"),
-    (["--model", "llama3-8b", "--accelerator", "H100", "--framework", "deepspeed"], "--framework must be one of"),
+    (["--model", "llama3-8b", "--accelerator", "H100", "--framework", "deepspeed"], "--stack must be one of"),
     (["--profile", "resnet50", "--accelerator", "H100", "--framework", "fsdp"], "large-model path"),
 ])
 def test_bad_input_one_line_exit_2(cli, extra, msg):

@@ -65,8 +65,19 @@ def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: 
         bucket, local = split_bucket(checkpoint_dir)
     else:
         bucket, local = "", checkpoint_dir
-    if spec.job.command:
+    mode, parser, sigterm, stack_env, seq_arg = "torchrun", "", "", "", ""
+    if spec.job.stack is not None:  # another stack (or the user's command with the plan's layout)
+        from cloudfit.executors.stack_job import node_job
+
+        nj = node_job(spec, config, local)
+        mode, parser, sigterm = nj.mode, nj.log_parser, "1"
+        entry = " ".join(shlex.quote(a) for a in nj.argv)
+        stack_env = "\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in sorted(nj.env.items())
+                              if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k))
+        seq_arg = f"--seq-len {int(spec.job.stack.seq_len)}" if spec.job.stack.seq_len else ""
+    elif spec.job.command:
         entry = "--no-python " + " ".join(shlex.quote(a) for a in spec.job.command)
+        sigterm = "1"
     else:
         # stop and progress files come from the script's environment; a large-model job gets the layout for config
         args = spec.job.trainer_args(local, config=config)
@@ -76,10 +87,14 @@ def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: 
               "BUCKET": bucket, "CKPT": local, "PIP_ARGS": "" if wheel else (install or install_source()).spec,
               "WHEEL_NAME": wheel, "WHEEL_SHA": install.sha256 if wheel else "",
               "WHEEL_EXTRA": "[hf]" if wheel and install.spec.endswith("[hf]") else "", "VERSION": version,
-              "ENTRY": entry}
+              "ENTRY": entry if mode == "torchrun" else "true", "DIRECT_ENTRY": entry if mode == "direct" else "true",
+              "WORKDIR_SHA": spec.job.workdir.sha256 if spec.job.workdir is not None else "",
+              "LAUNCH_MODE": mode, "LOG_PARSER": parser, "SIGTERM_ON_STOP": sigterm, "STACK_ENV": stack_env,
+              "TOTAL_STEPS": str(int(spec.job.steps)), "SEQ_LEN_ARG": seq_arg}
     text = (Path(__file__).with_name("startup.sh")).read_text()
     for k, v in values.items():  # ENTRY and PIP_ARGS are already shell words (quoted where needed)
-        text = text.replace("{{%s}}" % k, v if k in ("ENTRY", "PIP_ARGS") else shlex.quote(v))
+        text = text.replace("{{%s}}" % k, v if k in ("ENTRY", "DIRECT_ENTRY", "PIP_ARGS", "STACK_ENV", "TOTAL_STEPS", "SEQ_LEN_ARG")
+                            else shlex.quote(v))
     return text
 
 

@@ -46,13 +46,13 @@ from cloudfit.errors import BudgetExceeded, LaunchError, UsageError
 from cloudfit.executors import state as st
 from cloudfit.executors.base import (
     LABEL, NO_CAPACITY, DownResult, Event, EventSink, Poll, Preview, RunResult, RunSpec, Timing, carried_budget,
-    supervise, taken_over,
+    checkpoint_stops, supervise, taken_over,
 )
 from cloudfit.executors.budget import Guard, PriceSchedule, check_launchable
 from cloudfit.executors.gcp.bodies import (
     DEFAULT_IMAGE, LAUNCH_LABEL, NodeSpec, node_name, render_startup_script, split_bucket,
 )
-from cloudfit.executors.gcp.wheel import install_source
+from cloudfit.executors.gcp.wheel import check_room, install_source
 from cloudfit.executors.gcp.clients import (
     ENV_ENDPOINT, Clients, NotOfferedError, Retry, capacity_error, capacity_exception, classify, make_clients,
     one_line, op_error, wait,
@@ -122,6 +122,8 @@ class GcpExecutor:
         """One ``NodeSpec`` per node. ``key``: the checkpoint HMAC key, carried as the metadata value
         ``cloudfit-checkpoint-key`` among the attachments (sent, never shown by --dry-run)."""
         attach = dict(install.chunks) if install is not None else {}
+        if spec.job.workdir is not None:  # the user's folder (+ the stack's files), beside the wheel
+            attach.update(spec.job.workdir.chunks())
         if key:
             attach[KEY_METADATA] = key
         labels = {LABEL: spec.name, **{k: v for k, v in spec.labels.items()}}
@@ -148,6 +150,7 @@ class GcpExecutor:
             notes.append("launching needs --checkpoint-dir gs://BUCKET/PATH: checkpoints must outlive preempted VMs")
         ckpt = spec.job.checkpoint_dir or "gs://your-bucket/path"  # a placeholder: launching needs one
         install = install_source(spec.job.model)
+        check_room(install, spec.job.workdir)
         script = render_startup_script(spec, config, ckpt, install=install)
         plans = tuple(dataclasses.replace(p, detail={**p.detail, "startup_script_bytes": len(script)})
                       for p in (n.plan() for n in nodes))
@@ -170,6 +173,7 @@ class GcpExecutor:
         split_bucket(ckpt)
         clients = self.clients  # credentials problems surface before anything is recorded
         install = install_source(spec.job.model)  # a wheel too large for metadata is refused before anything exists
+        check_room(install, spec.job.workdir)  # and so is a workdir that does not fit beside it
         launch_id = uuid.uuid4().hex
         self.store.create_cluster(spec.name, "gcp", spec.budget_usd, {
             **spec.record, "project": clients.project, "endpoint": clients.endpoint, "checkpoint_dir": ckpt,
@@ -193,7 +197,7 @@ class GcpExecutor:
                                                                        "zone": cluster.config.offering.zone})
             reason, last = supervise(cluster, guard, timing=self.timing, timeout_s=spec.timeout_s, emit=emit,
                                      clock=self.clock, sleep=self.sleep, record=st.SpendRecorder(self.store, spec.name),
-                                     watch=watch)
+                                     watch=watch, after_checkpoint=checkpoint_stops(spec))
         except _NoCapacity as e:
             reason = NO_CAPACITY
             raise LaunchError(str(e)) from None

@@ -40,6 +40,10 @@ PIP_ARGS=({{PIP_ARGS}})
 WHEEL_NAME={{WHEEL_NAME}}
 WHEEL_SHA={{WHEEL_SHA}}
 WHEEL_EXTRA={{WHEEL_EXTRA}}
+WORKDIR_SHA={{WORKDIR_SHA}}  # the user's folder (+ the stack's config files), tar.gz in metadata cloudfit-workdir-N
+LAUNCH_MODE={{LAUNCH_MODE}}  # torchrun: ENTRY under torchrun; direct: ENTRY once per node (it launches its ranks)
+LOG_PARSER={{LOG_PARSER}}  # a stack whose log lines become the progress file (cloudfit.runtime.logprogress)
+SIGTERM_ON_STOP={{SIGTERM_ON_STOP}}  # a stop request reaches the job as SIGTERM (it does not read the stop file)
 NODE_RANK=$(md cloudfit-node-rank)
 MASTER=$(md cloudfit-master-addr)
 if [ "$NODE_RANK" = 0 ]; then  # node 0 hosts the rendezvous at its own internal address
@@ -90,6 +94,23 @@ if [ "$("$PY" -c 'import cloudfit; print(cloudfit.__version__)' 2>/dev/null)" !=
 fi
 "$PY" -c "import cloudfit.train" 2>/dev/null || fail "cloudfit does not import after installing ${PIP_ARGS[*]}"
 
+# >>> workdir: the folder the command runs from, checked against its SHA-256 before anything runs from it
+JOB_DIR=$WORK
+if [ -n "$WORKDIR_SHA" ]; then
+  : > "$WORK/workdir.b64"
+  i=0
+  while chunk=$(md "cloudfit-workdir-$i") && [ -n "$chunk" ]; do printf '%s' "$chunk" >> "$WORK/workdir.b64"; i=$((i + 1)); done
+  base64 -d "$WORK/workdir.b64" > "$WORK/workdir.tar.gz" 2>/dev/null || fail "cannot decode the workdir from instance metadata"
+  echo "$WORKDIR_SHA  $WORK/workdir.tar.gz" | sha256sum -c --status \
+    || fail "the workdir archive in instance metadata does not match its sha256 $WORKDIR_SHA: refusing to run from it"
+  rm -rf "$WORK/workdir" && mkdir -p "$WORK/workdir"
+  tar -xzf "$WORK/workdir.tar.gz" -C "$WORK/workdir" --no-same-owner --no-same-permissions \
+    || fail "cannot unpack the workdir archive"
+  JOB_DIR=$WORK/workdir
+fi
+cd "$JOB_DIR" || fail "cannot enter $JOB_DIR"
+# <<< workdir
+
 # Watcher: a stop request (metadata cloudfit-stop) or the stop time turns into the stop file the
 # trainer checks every step; progress is reported as guest attributes for the launcher.
 (
@@ -97,24 +118,47 @@ fi
     if [ -n "$(md cloudfit-stop)" ] || { [ -n "$STOP_AT" ] && [ "$(date +%s)" -ge "$STOP_AT" ]; }; then
       touch "$STOP_FILE"
     fi
+    if [ -n "$SIGTERM_ON_STOP" ] && [ -f "$STOP_FILE" ] && [ -f "$WORK/job.pid" ] && [ ! -f "$WORK/job.sigterm" ]; then
+      kill -TERM "$(cat "$WORK/job.pid")" 2>/dev/null && touch "$WORK/job.sigterm"
+    fi
     [ -f "$PROGRESS" ] && guest progress "$(head -c 4000 "$PROGRESS")"
     sleep "${CLOUDFIT_WATCH_S:-10}"
   done
 ) &
 WATCHER=$!
+JOB_LOG=$WORK/job.log
+PARSER_PID=
+if [ -n "$LOG_PARSER" ]; then  # the stack prints its progress: its own parser turns the log into the progress file
+  touch "$JOB_LOG"
+  "$PY" -m cloudfit.runtime.logprogress --stack "$LOG_PARSER" --log "$JOB_LOG" --progress "$PROGRESS" \
+    --total-steps {{TOTAL_STEPS}} --gpus $((NNODES * NPROC)) {{SEQ_LEN_ARG}} --every-s "${CLOUDFIT_WATCH_S:-10}" &
+  PARSER_PID=$!
+fi
+{{STACK_ENV}}
 
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 CLOUDFIT_CLUSTER="$CLUSTER" CLOUDFIT_CHECKPOINT_DIR="$CKPT" \
   CLOUDFIT_STOP_FILE="$STOP_FILE" CLOUDFIT_PROGRESS_FILE="$PROGRESS" CLOUDFIT_LOCAL_CHECKPOINT_DIR="$LOCAL_CKPT"
 # no key in metadata (a VM not made by `cloudfit launch`): the trainer keeps its own key outside the checkpoints
 [ -n "$CKPT_KEY" ] && export CLOUDFIT_CHECKPOINT_KEY="$CKPT_KEY"
+# The job, its output also in $JOB_LOG (a stack's progress is parsed from it); exec: its pid is the one a stop
+# signals (a job that does not read the stop file gets SIGTERM).
+run_job() {
+  if [ "$LAUNCH_MODE" = direct ]; then  # the command launches its own ranks (accelerate launch, torchrun …)
+    export NNODES NPROC NODE_RANK MASTER_ADDR="$MASTER" MASTER_PORT=29400
+    exec {{DIRECT_ENTRY}}
+  fi
+  exec "$PY" -m cloudfit.runtime.torchrun --nnodes="$NNODES" --nproc-per-node="$NPROC" --rdzv-backend=c10d \
+    --rdzv-endpoint="$MASTER:29400" --rdzv-id="$CLUSTER" --rdzv-conf=join_timeout=900 --max-restarts=3 \
+    {{ENTRY}}
+}
 guest state running
 code=1
 # A preempted peer makes torchrun fail here; it is recreated by the launcher, so try again and
 # meet it at the rendezvous (the job resumes from the newest checkpoint).
 for attempt in 1 2 3 4 5 6 7 8 9 10; do
-  "$PY" -m cloudfit.runtime.torchrun --nnodes="$NNODES" --nproc-per-node="$NPROC" --rdzv-backend=c10d \
-    --rdzv-endpoint="$MASTER:29400" --rdzv-id="$CLUSTER" --rdzv-conf=join_timeout=900 --max-restarts=3 \
-    {{ENTRY}}
+  run_job > >(tee -a "$JOB_LOG") 2>&1 &
+  echo $! > "$WORK/job.pid"
+  wait "$(cat "$WORK/job.pid")"
   code=$?
   [ "$code" -eq 0 ] && break
   [ "$code" -eq 2 ] && break  # a rank refused its input (a checkpoint that does not verify): final
@@ -124,6 +168,7 @@ done
 if [ "$code" -eq 0 ]; then
   state=completed
   grep -q '"state": "stopped"' "$PROGRESS" 2>/dev/null && state=stopped
+  [ -n "$LOG_PARSER" ] && [ -f "$STOP_FILE" ] && state=stopped
   [ -f "$PROGRESS" ] && guest progress "$(head -c 4000 "$PROGRESS")"
   guest state "$state"
 elif [ "$code" -eq 2 ]; then
@@ -134,6 +179,12 @@ elif [ "$code" -eq 2 ]; then
 else
   guest exit_code "$code"
   guest state failed
+fi
+if [ -n "$PARSER_PID" ]; then  # the log's last lines into the progress file, then the parser goes
+  sleep 1; kill "$PARSER_PID" 2>/dev/null
+  "$PY" -m cloudfit.runtime.logprogress --stack "$LOG_PARSER" --log "$JOB_LOG" --progress "$PROGRESS" \
+    --total-steps {{TOTAL_STEPS}} --gpus $((NNODES * NPROC)) {{SEQ_LEN_ARG}} --once || true
+  [ -f "$PROGRESS" ] && guest progress "$(head -c 4000 "$PROGRESS")"
 fi
 kill "$WATCHER" 2>/dev/null
 # Give the launcher time to read the result; then stop billing even if nobody is watching.

@@ -51,7 +51,53 @@ class Install:
     chunks: dict[str, str] = field(default_factory=dict, repr=False)  # metadata key → base64 chunk
 
 
+#: What runs on a node: the trainers, the log follower of other stacks (``cloudfit.runtime.logprogress``) and every
+#: stack's parser (``cloudfit.stacks`` imports them by name). Only modules these import (``closure``: every
+#: ``import`` and ``from … import`` of cloudfit, lazy ones too, and module names written as strings) ship: the
+#: launcher, the executors and the performance model stay home, leaving instance metadata room for the workdir.
+ROOTS = ("cloudfit.train", "cloudfit.train_llm", "cloudfit.runtime.logprogress", "cloudfit.stacks")
+
+
+def _module_files(root: Path) -> dict[str, Path]:
+    out = {}
+    for p in root.rglob("*.py"):
+        if "__pycache__" in p.parts:
+            continue
+        name = ".".join(p.relative_to(root.parent).with_suffix("").parts)
+        out[name[: -len(".__init__")] if name.endswith(".__init__") else name] = p
+    return out
+
+
+def closure(root: Path, roots=ROOTS) -> set[str]:
+    """The cloudfit modules ``roots`` import, transitively (read from the source, nothing is imported); a root
+    package brings all its modules."""
+    import ast
+
+    mods = _module_files(root)
+    stack = [m for m in mods for r in roots if m == r or m.startswith(r + ".")]
+    seen: set[str] = set()
+    while stack:
+        m = stack.pop()
+        if m in seen or m not in mods:
+            continue
+        seen.add(m)
+        parts = m.split(".")
+        stack += [".".join(parts[:i]) for i in range(1, len(parts))]
+        for node in ast.walk(ast.parse(mods[m].read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cloudfit"):
+                stack.append(node.module)
+                stack += [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                stack += [a.name for a in node.names if a.name.startswith("cloudfit")]
+            elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("cloudfit.")
+                  and m != "cloudfit"):  # import_module("cloudfit.…"), registries of module names (not the
+                stack.append(node.value)  # package's lazy attributes: `cloudfit.launch` is not used on a node)
+    return seen
+
+
 def _files(root: Path) -> list[tuple[str, bytes]]:
+    mods = closure(root)
+    needed = {p.resolve() for m, p in _module_files(root).items() if m in mods}
     out = []
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root.parent).as_posix()
@@ -59,6 +105,8 @@ def _files(root: Path) -> list[tuple[str, bytes]]:
         if path.is_dir() or "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo"):
             continue
         if inner not in KEEP and any(inner == e or inner.startswith(e) for e in EXCLUDE):
+            continue
+        if path.suffix == ".py" and path.resolve() not in needed and inner not in KEEP:
             continue
         out.append((rel, path.read_bytes()))
     return out
@@ -159,3 +207,22 @@ def install_source(model: str = "") -> Install:
                    f"{len(data) // 1024} KB, sha256 {sha[:12]}…) carried in instance metadata "
                    f"({len(chunks)} key(s) cloudfit-wheel-N)" + (" with transformers" if hf else ""),
                    wheel_name=name, sha256=sha, size_bytes=len(data), chunks=chunks)
+
+
+def check_room(install: Install, packed) -> None:
+    """The workdir archive (``cloudfit.executors.workdir.Packed``) must fit in the instance metadata the wheel
+    leaves (``MAX_METADATA_BYTES`` in all): refused in one line naming its biggest files otherwise."""
+    if packed is None:
+        return
+    used = sum(len(v) for v in install.chunks.values())
+    need = sum(len(v) for v in packed.chunks(CHUNK).values())
+    room = MAX_METADATA_BYTES - used
+    if need > room:
+        from cloudfit.endpoints import ENV_PIP_SPEC
+
+        big = ", ".join(f"{p} ({n // 1024} KB)" for p, n in sorted(packed.files, key=lambda f: -f[1])[:3])
+        raise UsageError(f"the workdir {packed.folder} packs to {packed.size // 1024} KB ({need // 1024} KB in base64); "
+                         f"instance metadata has {max(0, room) // 1024} KB left beside the cloudfit wheel"
+                         + ("" if not install.chunks else f" (set {ENV_PIP_SPEC} to install cloudfit from an index "
+                            f"and free {used // 1024} KB)")
+                         + f": the biggest files are {big} — keep data and weights in the bucket")
