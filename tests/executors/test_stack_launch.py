@@ -26,7 +26,7 @@ CKPT = "gs://ckpt-bucket/titan"
 
 @pytest.fixture(scope="module")
 def plan_path(tmp_path_factory):
-    """llama3-1b on 1 × L4 (a one-GPU node keeps the node's torchrun small), priced for torchtitan."""
+    """llama3-1b on L4s in us-central1, priced for torchtitan."""
     d = tmp_path_factory.mktemp("stackplan")
     r = run_cloudfit("recommend", "--model", "llama3-1b", "--tokens", "1e8", "--seq-len", "2048", "--deadline", "2d",
                      "--accelerators", "L4", "--regions", "us-central1", "--stack", "torchtitan",
@@ -67,7 +67,9 @@ def test_torchtitan_dry_run_prints_the_command_what_ships_and_where_checkpoints_
     out = r.output
     [cmd] = [l for l in out.splitlines() if l.strip().startswith("command on ")]
     argv = shlex.split(cmd.split(": ", 1)[1])
-    assert argv[0] == "torchrun" and "--nnodes=1" in argv and "--nproc-per-node=1" in argv
+    c = plan.chosen.config  # the node's torchrun runs the plan's cluster: its nodes, its GPUs per node
+    assert argv[0] == "torchrun" and f"--nnodes={c.nodes}" in argv
+    assert f"--nproc-per-node={c.offering.accelerators_per_node}" in argv
     assert argv[argv.index("-m") + 1] == "torchtitan.train"
     assert argv[argv.index("--parallelism.data_parallel_shard_degree") + 1] == str(d["dp_shard"])
     assert argv[argv.index("--checkpoint.folder") + 1] == "/mnt/cloudfit/ckpt-bucket/titan"  # the bucket, mounted
