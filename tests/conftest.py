@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,27 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     # optuna and torch are slow with many threads on 2 cores (DESIGN.md known traps)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     return home
+
+
+# The signals that stop a test run (`timeout`, a CI runner's cancel, Ctrl-C, a closed terminal).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored():
+    """A test that leaves a stop-signal handler of its own (a trainer's stop request, a launcher's
+    SIGTERM-as-Ctrl-C, SIG_IGN) in the pytest process makes the whole run ignore SIGTERM/SIGINT: fail it,
+    and put the handler back so the tests after it are not blamed too."""
+    before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    yield
+    left = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    changed = [signal.Signals(s).name for s in STOP_SIGNALS if left[s] != before[s]]
+    for s in STOP_SIGNALS:
+        if left[s] != before[s]:
+            signal.signal(s, before[s])
+    if changed:
+        pytest.fail(f"the test left its own handler for {', '.join(changed)} installed "
+                    f"({', '.join(repr(left[signal.Signals[n]]) for n in changed)}): restore it", pytrace=False)
 
 
 @pytest.fixture
