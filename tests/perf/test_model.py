@@ -201,6 +201,7 @@ def test_predict_many_imports_only_numpy_and_stdlib(tmp_path):
     assert r.stdout.strip() == ""
 
 
+@pytest.mark.slow
 def test_fit_is_deterministic_and_rebuilds_the_shipped_model(tmp_path, cli_fitted_model):
     """`cloudfit model fit` twice (the CLI's, shared with test_cli, and the library's) → byte-identical
     files, equal to the model cloudfit ships."""

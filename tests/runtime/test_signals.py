@@ -62,6 +62,7 @@ def test_a_signal_to_a_plain_process_checkpoints_at_the_step_and_exits_128_plus_
     _resumes_from(t, step, r.returncode)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("who", ["the agent and every worker", "rank 1 only"])
 def test_sigterm_under_torchrun_stops_every_rank_at_one_step_and_resumes(tmp_path, who):
     """A cgroup-wide kill (systemd at a spot preemption, ``sky cancel``) signals torchrun's agent and the

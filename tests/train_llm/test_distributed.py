@@ -36,6 +36,7 @@ def mean(xs):
     return sum(xs) / len(xs)
 
 
+@pytest.mark.slow
 def test_fsdp2_loss_goes_down_and_dcp_checkpoints_are_complete(tmp_path):
     p = torchrun(tmp_path, 2, ["--steps", "16", "--checkpoint-every", "4", "--ac", "full", "--grad-accum", "2",
                                "--rehearsal-of", "fsdp=8,ac=full"])
