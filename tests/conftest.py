@@ -28,6 +28,18 @@ def _isolated_home(tmp_path_factory, monkeypatch):
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
+def _terminated(signum, frame):
+    raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+
+def pytest_sessionstart(session):
+    """SIGTERM (`timeout`, a CI runner's cancel) stops the run like Ctrl-C: the running test's teardown and
+    `finally` blocks run (its launched processes are killed), pytest prints what ran and exits 2 — instead of
+    dying at once and leaving those processes behind."""
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
+
+
 @pytest.fixture(autouse=True)
 def _signal_handlers_restored():
     """A test that leaves a stop-signal handler of its own (a trainer's stop request, a launcher's

@@ -36,7 +36,10 @@ def test_a_trainer_stopped_by_sigterm(tmp_path):
 
 def test_a_long_one():
     Path(os.environ["SLEEPING"]).touch()
-    time.sleep(120)
+    try:
+        time.sleep(120)
+    finally:
+        Path(os.environ["SLEEPING"] + ".cleaned").touch()
 '''
 
 
@@ -71,6 +74,14 @@ def test_sigterm_stops_pytest_after_a_trainer_caught_one_in_process(tmp_path):
     assert p.returncode == -signal.SIGTERM and took < 60, out  # TERM's default: the process ends at once
 
 
+def test_with_the_suites_conftest_sigterm_stops_like_ctrl_c_and_tears_down(tmp_path):
+    """The suite's own run (tests/conftest.py): the test's `finally` runs, pytest reports and exits 2."""
+    p = _pytest(tmp_path, _TRAIN_THEN_SLEEP, "-p", "tests.conftest")
+    took, out = _stopped_within(p, tmp_path, signal.SIGTERM)
+    assert p.returncode == 2 and "SIGTERM received" in out and "1 passed" in out and took < 60, out
+    assert (tmp_path / "sleeping.cleaned").exists()
+
+
 def test_sigint_stops_pytest_after_a_trainer_caught_a_sigterm(tmp_path):
     p = _pytest(tmp_path, _TRAIN_THEN_SLEEP)
     took, out = _stopped_within(p, tmp_path, signal.SIGINT)
@@ -81,7 +92,8 @@ def test_a_test_that_leaves_a_stop_signal_handler_fails(tmp_path):
     leaky = ("import signal\n"
              "def test_leaks():\n    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
              "def test_tidy():\n    old = signal.signal(signal.SIGHUP, lambda *a: None)\n    signal.signal(signal.SIGHUP, old)\n"
-             "def test_after_it():\n    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL\n")
+             "START = signal.getsignal(signal.SIGTERM)\n"
+             "def test_after_it():\n    assert signal.getsignal(signal.SIGTERM) == START\n")
     p = _pytest(tmp_path, leaky, "-rE", "-p", "tests.conftest")
     out, _ = p.communicate(timeout=300)
     assert p.returncode == 1, out
