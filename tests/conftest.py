@@ -28,6 +28,20 @@ def _isolated_home(tmp_path_factory, monkeypatch):
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
+@pytest.fixture(autouse=True)
+def _no_rendezvous_left_behind():
+    """A one-process trainer run in the pytest process sets $MASTER_ADDR/$MASTER_PORT (setdefault, for its
+    one-rank group): left there, every later test's processes inherit that port and collide on it
+    (EADDRINUSE). Each test starts without them and leaves none."""
+    names = ("MASTER_ADDR", "MASTER_PORT")
+    saved = {k: os.environ.pop(k, None) for k in names}
+    yield
+    for k, v in saved.items():
+        os.environ.pop(k, None)
+        if v is not None:
+            os.environ[k] = v
+
+
 def _terminated(signum, frame):
     raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
 
