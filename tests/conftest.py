@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,53 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     # optuna and torch are slow with many threads on 2 cores (DESIGN.md known traps)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     return home
+
+
+# The signals that stop a test run (`timeout`, a CI runner's cancel, Ctrl-C, a closed terminal).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+@pytest.fixture(autouse=True)
+def _no_rendezvous_left_behind():
+    """A one-process trainer run in the pytest process sets $MASTER_ADDR/$MASTER_PORT (setdefault, for its
+    one-rank group): left there, every later test's processes inherit that port and collide on it
+    (EADDRINUSE). Each test starts without them and leaves none."""
+    names = ("MASTER_ADDR", "MASTER_PORT")
+    saved = {k: os.environ.pop(k, None) for k in names}
+    yield
+    for k, v in saved.items():
+        os.environ.pop(k, None)
+        if v is not None:
+            os.environ[k] = v
+
+
+def _terminated(signum, frame):
+    raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+
+def pytest_sessionstart(session):
+    """SIGTERM (`timeout`, a CI runner's cancel) stops the run like Ctrl-C: the running test's teardown and
+    `finally` blocks run (its launched processes are killed), pytest prints what ran and exits 2 — instead of
+    dying at once and leaving those processes behind."""
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored():
+    """A test that leaves a stop-signal handler of its own (a trainer's stop request, a launcher's
+    SIGTERM-as-Ctrl-C, SIG_IGN) in the pytest process makes the whole run ignore SIGTERM/SIGINT: fail it,
+    and put the handler back so the tests after it are not blamed too."""
+    before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    yield
+    left = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    changed = [signal.Signals(s).name for s in STOP_SIGNALS if left[s] != before[s]]
+    for s in STOP_SIGNALS:
+        if left[s] != before[s]:
+            signal.signal(s, before[s])
+    if changed:
+        pytest.fail(f"the test left its own handler for {', '.join(changed)} installed "
+                    f"({', '.join(repr(left[signal.Signals[n]]) for n in changed)}): restore it", pytrace=False)
 
 
 @pytest.fixture

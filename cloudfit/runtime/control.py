@@ -152,13 +152,14 @@ class Stop:
         for sig in STOP_SIGNALS:
             self._saved[sig] = signal.signal(sig, self._caught)
 
-    def release_signals(self) -> None:
-        """Put back the handlers :meth:`catch_signals` replaced — but once a SIGTERM stopped the run, ignore
-        SIGTERM from here on: the process is leaving with its checkpoint written, and a repeat arriving in
-        the teardown must not turn its exit code into a death by the signal."""
+    def release_signals(self, *, leaving: bool = False) -> None:
+        """Put back the handlers :meth:`catch_signals` replaced. ``leaving``: the process exits next (the
+        trainer is its ``python -m`` entry) — then, once a SIGTERM stopped the run, SIGTERM stays ignored:
+        the checkpoint is written, and a repeat arriving in the teardown must not turn the exit code into a
+        death by the signal. A caller that goes on (a test, a notebook) gets its own handlers back."""
         while self._saved:
             sig, old = self._saved.popitem()
-            stopping = sig == signal.SIGTERM and self.signal == signal.SIGTERM
+            stopping = leaving and sig == signal.SIGTERM and self.signal == signal.SIGTERM
             signal.signal(sig, signal.SIG_IGN if stopping else old)
 
     def _caught(self, signum: int, frame: Any) -> None:

@@ -54,7 +54,8 @@ def main(family: Family, argv: list[str] | None = None) -> int:
     try:
         args = parse(family, argv)
         key = integrity.checkpoint_key()
-        return _Run(family, args, key).run()
+        # argv None: the process's own command line — it leaves when this returns (see Stop.release_signals)
+        return _Run(family, args, key, leaving=argv is None).run()
     except BadInput as e:
         said = f"{family.prog}: {e}"
         e.__traceback__ = e.__context__ = None  # drop the failed run's frames: its model holds the process group
@@ -105,8 +106,8 @@ def _abandon_group() -> None:
 
 
 class _Run:
-    def __init__(self, family: Family, args: argparse.Namespace, key: bytes) -> None:
-        self.family, self.args, self.key = family, args, key
+    def __init__(self, family: Family, args: argparse.Namespace, key: bytes, *, leaving: bool = False) -> None:
+        self.family, self.args, self.key, self.leaving = family, args, key, leaving
 
     def run(self) -> int:
         import torch
@@ -127,7 +128,7 @@ class _Run:
             finally:
                 self.progress.close()
         finally:
-            self.stop.release_signals()
+            self.stop.release_signals(leaving=self.leaving)
         leave(r)
         return control.STOP_EXIT[reason] if reason else control.EXIT_OK
 

@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 
 from cloudfit.executors.base import JobSpec, RunSpec
 from cloudfit.executors.gcp import render_startup_script
@@ -40,6 +42,7 @@ def _run_script(tmp_path: Path, extra_md: dict[str, str], steps: int) -> tuple[s
     return p, md, ckpt
 
 
+@pytest.mark.slow
 def test_startup_script_trains_and_reports_completion(tmp_path):
     p, md, ckpt = _run_script(tmp_path, {}, steps=60)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
@@ -50,6 +53,7 @@ def test_startup_script_trains_and_reports_completion(tmp_path):
     assert checkpoints(ckpt)[0][0] == 60
 
 
+@pytest.mark.slow
 def test_startup_script_turns_the_stop_key_into_a_checkpointed_stop(tmp_path):
     p, md, ckpt = _run_script(tmp_path, {"cloudfit-stop": "1"}, steps=100000)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]

@@ -116,6 +116,7 @@ def _layer_measurement(seconds: float, shape) -> LLMMeasurement:
                                   "shape": run.to_dict()})
 
 
+@pytest.mark.slow
 def test_cpu_profile_run_is_a_valid_llm_profile_and_its_numbers_anchor_predict(cli, tmp_path):
     f = tmp_path / "run.json"
     t0 = time.perf_counter()
@@ -231,6 +232,7 @@ def test_shipped_bands_were_made_from_the_shipped_data_and_calibration():
     assert b["same"][1] - b["same"][0] < b["scale"][1] - b["scale"][0] < b["stack"][1] - b["stack"][0]
 
 
+@pytest.mark.slow
 def test_profile_run_times_fsdp_collectives_over_local_ranks_and_they_set_the_link(cli, tmp_path):
     f = tmp_path / "c.json"
     r = cli("profile", "run", "--model", "llama3-1b", "--device", "cpu", "--ranks", "2", "--out", str(f), "--json")

@@ -73,9 +73,8 @@ def test_profile_without_stats_exits_2(tmp_path):
     assert r.returncode == 2 and "not found" in r.stderr
 
 
-def test_model_fit_writes_where_told_and_reports(cli, tmp_path):
-    out = tmp_path / "m.json"
-    r = cli("model", "fit", "--out", str(out), "--json")
+def test_model_fit_writes_where_told_and_reports(cli_fitted_model):
+    r, out = cli_fitted_model, cli_fitted_model.path  # one fit shared with test_model's determinism test
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["path"] == str(out) and out.is_file() and d["trees"] > 0 and d["model_version"].startswith("sha256:")

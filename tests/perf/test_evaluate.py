@@ -86,6 +86,7 @@ def test_report_has_every_method_and_regime(small):
         assert sum(g["n"] for g in blk["groups"].values()) == blk["n"]
 
 
+@pytest.mark.slow
 def test_nested_calibration_reports_band_coverage(small):
     report = evaluate.run(prep=small, inner=True, schemes=("accelerator",), keep_records=True)
     recs = report["records"]["accelerator"]

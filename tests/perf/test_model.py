@@ -201,10 +201,12 @@ def test_predict_many_imports_only_numpy_and_stdlib(tmp_path):
     assert r.stdout.strip() == ""
 
 
-def test_fit_is_deterministic_and_rebuilds_the_shipped_model(tmp_path):
-    """`cloudfit model fit` twice → byte-identical files, equal to the model cloudfit ships."""
-    a, b = tmp_path / "a.json", tmp_path / "b.json"
-    fit.write_model(fit.fit_model(), a)
+@pytest.mark.slow
+def test_fit_is_deterministic_and_rebuilds_the_shipped_model(tmp_path, cli_fitted_model):
+    """`cloudfit model fit` twice (the CLI's, shared with test_cli, and the library's) → byte-identical
+    files, equal to the model cloudfit ships."""
+    assert cli_fitted_model.exit_code == 0, cli_fitted_model.output
+    a, b = cli_fitted_model.path, tmp_path / "b.json"
     fit.write_model(fit.fit_model(), b)
     assert a.read_bytes() == b.read_bytes()
     shipped = Path(fit.default_model_path())

@@ -18,6 +18,7 @@ def mean(xs):
     return sum(xs) / len(xs)
 
 
+@pytest.mark.slow
 def test_kill_9_resumes_with_no_step_lost_or_doubled_and_the_loss_goes_down(trainer):
     n = trainer.family.smoke_steps
     every = n // 10

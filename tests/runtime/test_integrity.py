@@ -126,6 +126,7 @@ def test_the_marker_signs_every_file_and_itself(tmp_path):
     assert integrity.file_digest(key, tmp_path / "x.metadata") != files[".metadata"]
 
 
+@pytest.mark.slow
 def test_on_two_ranks_every_rank_refuses_together_with_one_line(tmp_path):
     """The ranks split the shard files to verify; a bad one on any rank stops them all (rank 0 says it once)."""
     t = Trainer("cnn", tmp_path)

@@ -62,6 +62,7 @@ def test_a_signal_to_a_plain_process_checkpoints_at_the_step_and_exits_128_plus_
     _resumes_from(t, step, r.returncode)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("who", ["the agent and every worker", "rank 1 only"])
 def test_sigterm_under_torchrun_stops_every_rank_at_one_step_and_resumes(tmp_path, who):
     """A cgroup-wide kill (systemd at a spot preemption, ``sky cancel``) signals torchrun's agent and the
@@ -107,16 +108,37 @@ def test_the_handler_records_the_first_signal_ignores_a_repeated_sigterm_and_a_s
         assert stop.reason() == "sigterm"
         with pytest.raises(KeyboardInterrupt):  # a person pressing Ctrl-C after the stop began
             os.kill(os.getpid(), signal.SIGINT)
-        stop.release_signals()
+        stop.release_signals(leaving=True)
         assert signal.getsignal(signal.SIGINT) is before[signal.SIGINT]
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # leaving after a SIGTERM stop: a repeat is ignored
+        signal.signal(signal.SIGTERM, before[signal.SIGTERM])
         first_int = control.Stop(argparse.Namespace(stop_file=None, stop_at=None))
         first_int.catch_signals()
         os.kill(os.getpid(), signal.SIGINT)
         assert first_int.reason() == "sigint"
-        first_int.release_signals()
-        assert {s: signal.getsignal(s) for s in control.STOP_SIGNALS} == {**before, signal.SIGTERM: signal.SIG_IGN}
+        first_int.release_signals(leaving=True)
+        assert {s: signal.getsignal(s) for s in control.STOP_SIGNALS} == before
     finally:
         stop.release_signals()
+        for s, h in before.items():
+            signal.signal(s, h)
+
+
+def test_a_caller_that_goes_on_gets_its_handlers_back_after_a_sigterm_stop(tmp_path):
+    """Issue 34: a trainer run inside a process that goes on (a test, a notebook) left SIGTERM ignored after
+    a SIGTERM stop, and pytest then ran on through `timeout`'s TERM. Only the trainer's own process
+    (``python -m``, ``leaving``) keeps ignoring a repeat while it exits."""
+    import argparse
+    import os
+
+    before = {s: signal.getsignal(s) for s in control.STOP_SIGNALS}
+    stop = control.Stop(argparse.Namespace(stop_file=None, stop_at=None))
+    try:
+        stop.catch_signals()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.reason() == "sigterm"
+        stop.release_signals()
+        assert {s: signal.getsignal(s) for s in control.STOP_SIGNALS} == before
+    finally:
         for s, h in before.items():
             signal.signal(s, h)

@@ -36,6 +36,7 @@ def mean(xs):
     return sum(xs) / len(xs)
 
 
+@pytest.mark.slow
 def test_fsdp2_loss_goes_down_and_dcp_checkpoints_are_complete(tmp_path):
     p = torchrun(tmp_path, 2, ["--steps", "16", "--checkpoint-every", "4", "--ac", "full", "--grad-accum", "2",
                                "--rehearsal-of", "fsdp=8,ac=full"])
@@ -125,13 +126,21 @@ def one_process(tmp: Path, args: list[str]) -> list[dict]:
     return metrics(tmp)
 
 
+_COMMON = ["--steps", "5", "--grad-accum", "2", "--checkpoint-every", "100"]
+
+
+@pytest.fixture(scope="module")
+def one_process_curve(tmp_path_factory) -> list[dict]:
+    """The reference: one process's per-step metrics for ``_COMMON`` (run once for the three layouts)."""
+    return one_process(tmp_path_factory.mktemp("ref"), _COMMON)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", [["--tp", "2"], ["--pp", "2"], ["--cp", "2"]], ids=["tp2", "pp2", "cp2"])
-def test_model_parallel_layouts_reproduce_the_one_process_loss_curve(layout, tmp_path):
+def test_model_parallel_layouts_reproduce_the_one_process_loss_curve(layout, tmp_path, one_process_curve):
     """tp=2, pp=2 (1F1B) and cp=2 split one data-parallel replica over 2 ranks: same batches, same
     initial weights, so the per-step loss must match one process's to float rounding."""
-    common = ["--steps", "5", "--grad-accum", "2", "--checkpoint-every", "100"]
-    ref = one_process(tmp_path / "ref", common)
+    common, ref = _COMMON, one_process_curve
     p = torchrun(tmp_path, 2, [*layout, *common])
     assert finish(p) == 0, logs(tmp_path)
     got = metrics(tmp_path)
