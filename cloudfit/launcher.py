@@ -344,6 +344,15 @@ def job_view(spec, pv=None) -> dict:
             lines.append({"node": f"{spec.name}-{i}", "command": f"{env}{pre}{body}".strip(),
                           "cwd": "the unpacked workdir" if job.workdir is not None else "/var/lib/cloudfit"})
         view["commands"] = lines
+    if backend == "sky" and pv.nodes:  # SkyPilot's nodes: its own rendezvous (node 0), the task's run from its workdir
+        from cloudfit.plan.skypilot import WORKDIR
+
+        cmd = shlex.join(pv.nodes[0].detail.get("command") or [])
+        head = "<node-0 IP>" if nodes > 1 else "localhost"
+        view["commands"] = [{"node": f"{spec.name}-{i}", "command": (f"NODE_RANK={i} MASTER_ADDR={head} " if direct
+                                                                     else "") + cmd,
+                             "cwd": f"{WORKDIR}, the unpacked workdir" if job.workdir is not None else "~"}
+                            for i in range(nodes)]
     ships = []
     if job.workdir is not None and not local:
         w = job.workdir
@@ -351,6 +360,8 @@ def job_view(spec, pv=None) -> dict:
                       "files": [{"path": p, "bytes": n} for p, n in w.files]})
     if pv is not None and pv.install:
         ships.append({"what": "cloudfit", "describe": pv.install})
+    if backend == "sky" and pv.nodes:  # the wheel and the archive as file mounts, the bucket, the key as a secret
+        ships += [{"what": "sky", "describe": line} for line in pv.nodes[0].detail.get("ships") or ()]
     view["ships"] = ships
     if job.stack is not None:
         view["progress"] = f"parsed from the job's log by {job.stack.parser}'s parser (step, tokens/s, loss, checkpoints)"

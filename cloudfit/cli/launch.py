@@ -285,8 +285,8 @@ def _render_preview(pv, plan, from_model: bool, stderr: bool = False) -> None:
     if pv.backend == "gcp":
         con.print(f"  image {d.get('image')}, boot disk {d.get('boot_disk')}, on_host_maintenance "
                   f"{d.get('on_host_maintenance')}, startup script {d.get('startup_script_bytes')} bytes")
-        if pv.install:
-            con.print(f"  install: {pv.install}")
+    if pv.install and pv.backend in ("gcp", "sky"):
+        con.print(f"  install: {pv.install}", soft_wrap=True, markup=False)
     if pv.job:
         _render_job(con, pv.job)
     elif pv.backend != "gcp":
