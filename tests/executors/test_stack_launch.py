@@ -67,7 +67,9 @@ def test_torchtitan_dry_run_prints_the_command_what_ships_and_where_checkpoints_
     out = r.output
     [cmd] = [l for l in out.splitlines() if l.strip().startswith("command on ")]
     argv = shlex.split(cmd.split(": ", 1)[1])
-    assert argv[0] == "torchrun" and "--nnodes=1" in argv and "--nproc-per-node=1" in argv
+    lay = plan.layout  # the plan's own node count and GPUs per node (the planner may pick a 4×L4 node)
+    assert argv[0] == "torchrun" and f"--nnodes={lay['nodes']}" in argv
+    assert f"--nproc-per-node={lay['gpus_per_node']}" in argv
     assert argv[argv.index("-m") + 1] == "torchtitan.train"
     assert argv[argv.index("--parallelism.data_parallel_shard_degree") + 1] == str(d["dp_shard"])
     assert argv[argv.index("--checkpoint.folder") + 1] == "/mnt/cloudfit/ckpt-bucket/titan"  # the bucket, mounted
