@@ -9,7 +9,11 @@ The task (``task_config``): ``num_nodes`` and ``resources: ordered:`` pinned to 
 instance type, SkyPilot's accelerator name and spot flag (AWS zones are AZ *ids* in the catalog and Lambda and
 Nebius have none, so no zone is pinned), the checkpoints in a bucket mounted at
 ``cloudfit.plan.skypilot.CHECKPOINT_MOUNT`` (``--checkpoint-dir s3://…`` or a bucket unique to the launch),
-and the same ``torchrun`` command as the other backends (cloudfit's trainer, or the command after ``--``).
+and the same ``torchrun`` command as the other backends (cloudfit's trainer, or the command after ``--``) — or,
+for a plan run by another stack, that stack's command (``cloudfit.executors.stack_job.node_job``: under cloudfit's
+torchrun, or once per node for a command that starts its own ranks), its log followed on node 0 by
+``cloudfit.runtime.logprogress``. The launch's workdir archive (``JobSpec.workdir``: the user's folder and the
+stack's config files) is a file mount that ``setup`` checks against its SHA-256 and unpacks; ``run`` starts there.
 
 The launcher walks the ordered list itself — one config per ``sky.launch`` — so the budget guard prices
 exactly what runs: SkyPilot's ``ResourcesUnavailableError`` (stockout, quota) moves to the next config,
@@ -147,7 +151,7 @@ def run_script(spec: RunSpec, config: ClusterConfig, cap_s: float | None, stop_a
     rendezvous) — or a direct-mode stack's own command once per node — capped by ``timeout``; node 0 echoes the
     progress into the log (the trainer's progress file, or for another stack the file its log parser
     ``cloudfit.runtime.logprogress`` writes from the job's output, as on GCP)."""
-    from cloudfit.plan.skypilot import WORKDIR
+    from cloudfit.plan.skypilot import CHECKPOINT_MOUNT, WORKDIR
 
     target = run_words(spec, config, stop_at)
     nj = node_job_of(spec, config)
@@ -168,14 +172,10 @@ def run_script(spec: RunSpec, config: ClusterConfig, cap_s: float | None, stop_a
                   f"{cap}{torchrun}{words}", "rc=$?",
                   'if [ "$SKYPILOT_NODE_RANK" = 0 ]; then report; fi', "exit $rc"]
         return "\n".join(lines) + "\n"
-    import re as _re
-
     follow = (f"python -m cloudfit.runtime.logprogress {' '.join(shlex.quote(a) for a in nj.follower)} "
               f"--log {JOB_LOG} --progress {PROGRESS_FILE}")
     lines += [f"export {k}={shlex.quote(str(v))}" for k, v in sorted(nj.env.items())
-              if _re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
-    from cloudfit.plan.skypilot import CHECKPOINT_MOUNT
-
+              if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
     lines += [f"export CLOUDFIT_CHECKPOINT_DIR={CHECKPOINT_MOUNT}",
               f"rm -f {PROGRESS_FILE}; : > {JOB_LOG}", "BG=",
               f'if [ "$SKYPILOT_NODE_RANK" = 0 ]; then  # the stack prints; its parser writes the progress file',
