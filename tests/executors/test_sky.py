@@ -390,17 +390,20 @@ def test_a_token_in_the_pip_spec_reaches_neither_the_task_nor_the_dry_run(cli, f
 
 # ------------------------------------------------------------------ issue 32: sky runs the stack, ships the workdir
 
-@pytest.fixture(scope="module")
-def titan_plan(tmp_path_factory):
-    """llama3-1b on 1 × H100 on Lambda, priced for torchtitan."""
+def _lambda_plan(d: Path, stack: str) -> Path:
+    """llama3-1b on 1 × H100 on Lambda, priced for ``stack``."""
     from tests.conftest import run_cloudfit
 
-    d = tmp_path_factory.mktemp("skytitan")
     r = run_cloudfit("recommend", "--model", "llama3-1b", "--tokens", "1e8", "--seq-len", "2048", "--deadline", "2d",
-                     "--accelerators", "H100-PCIe", "--clouds", "lambda", "--stack", "torchtitan",
-                     "--out", str(d / "plan.json"), cwd=str(d))
+                     "--accelerators", "H100-PCIe", "--clouds", "lambda", "--stack", stack,
+                     "--out", str(d / f"{stack}.json"), cwd=str(d))
     assert r.returncode == 0, r.stderr
-    return d / "plan.json"
+    return d / f"{stack}.json"
+
+
+@pytest.fixture(scope="module")
+def titan_plan(tmp_path_factory):
+    return _lambda_plan(tmp_path_factory.mktemp("skytitan"), "torchtitan")
 
 
 def _proj(tmp_path: Path) -> Path:
@@ -602,3 +605,28 @@ def test_every_task_both_paths_build_loads_in_real_skypilot_with_its_mounts_secr
         assert t["setup"] == task["setup"] and "cloudfit.runtime.torchrun" in t["run"]
     t = got[-2]
     assert t["file_mounts"]["/cloudfit-workdir/wd.tar"] == str(archive) and "tar -xf /cloudfit-workdir/wd.tar" in t["setup"]
+
+
+def test_a_stack_that_starts_its_own_ranks_runs_once_per_node_on_sky(cli, fake_sky, tmp_path):
+    """Accelerate (`accelerate launch` starts the ranks): no cloudfit torchrun around it; every node gets the
+    cluster's shape (NNODES, NPROC, NODE_RANK, MASTER_ADDR, MASTER_PORT) and the script ships with the config."""
+    f = fake_sky()
+    proj = _proj(tmp_path)
+    acc_plan = _lambda_plan(tmp_path, "accelerate")
+    r = cli("launch", str(acc_plan), "--backend", "sky", "--dry-run", "--budget", "50",
+            "--", str(proj / "train.py"), "--lr", "3e-4")
+    assert r.exit_code == 0, r.output
+    [cmd] = [ln for ln in r.output.splitlines() if ln.strip().startswith("command on")]
+    assert "NODE_RANK=0 MASTER_ADDR=localhost bash -c 'exec accelerate launch" in cmd, cmd
+    assert '--machine_rank "$NODE_RANK"' in cmd and "cloudfit.runtime.torchrun" not in cmd
+    assert "train.py --lr 3e-4" in cmd and "    cloudfit_accelerate.yaml (" in r.output and "    train.py (" in r.output
+    r = cli("launch", str(acc_plan), "--backend", "sky", "--yes", "--budget", "50",
+            "--name", "acc", "--check-interval", "0.05", "--", str(proj / "train.py"), "--lr", "3e-4")
+    assert r.exit_code == 0, r.output
+    [task], [job] = f.launched, list(f.jobs.values())
+    run = task["run"]
+    assert "cloudfit.runtime.torchrun" not in run
+    assert 'NODE_RANK="$SKYPILOT_NODE_RANK" MASTER_ADDR MASTER_PORT=29500' in run
+    line = next(ln for ln in run.splitlines() if "accelerate launch" in ln)
+    assert line.startswith("timeout --signal=TERM") and "tee -a /tmp/cloudfit-job.log" in line
+    assert "--stack accelerate" in run and {"train.py", "cloudfit_accelerate.yaml"} <= set(job.node_files)
