@@ -46,6 +46,7 @@ class Launch:
     spec: Any  # cloudfit.executors.base.RunSpec
     executor: Any
     notes: tuple[str, ...] = ()
+    plan: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     def preview(self, *notes: str):
         """What the executor would create (nothing is created), with ``notes`` and this launch's notes."""
@@ -55,8 +56,16 @@ class Launch:
         return dataclasses.replace(pv, job=job_view(self.spec, pv))
 
     def run(self, on_event: Callable | None = None):
-        """Run it to the end (completed, budget, timeout, failed, …): the executor's ``RunResult``."""
-        return self.executor.run(self.spec, on_event=on_event)
+        """Run it to the end (completed, budget, timeout, failed, …): the executor's ``RunResult``. A large-model
+        run's measured speed (after warm-up) is then appended to its profile (``record_measured``), said in one
+        event line."""
+        result = self.executor.run(self.spec, on_event=on_event)
+        line = record_measured(self, result)
+        if line and on_event is not None:
+            from cloudfit.executors.base import Event
+
+            on_event(Event("profile", line))
+        return result
 
 
 def prepare_launch(plan, executor, *, budget_usd: float | None = None, name: str | None = None,
@@ -114,7 +123,54 @@ def prepare_launch(plan, executor, *, budget_usd: float | None = None, name: str
         from cloudfit.executors.deadline import with_deadline
 
         spec = with_deadline(spec, plan, float(deadline_hours))
-    return Launch(spec, executor, tuple(stack_notes) + _notes(spec))
+    if plan.layout:  # every launch is a profile: what the plan promised for this run, kept in its state record
+        _planned_speed(plan, spec, chosen if job.stack is not None else "cloudfit", stack_notes)
+    return Launch(spec, executor, tuple(stack_notes) + _notes(spec), plan=plan)
+
+
+def _planned_speed(plan, spec, stack: str, notes: list) -> None:
+    from cloudfit.errors import ProfileError, UsageError
+    from cloudfit.profiling import measured
+
+    try:
+        spec.record["planned_speed"] = measured.planned_speed(plan, stack=stack)
+    except (UsageError, ProfileError, KeyError, TypeError, ValueError) as e:
+        notes.append(f"the plan's speed is not recorded for this run ({e}): status cannot compare")
+
+
+def record_measured(ready: "Launch", result) -> str | None:
+    """At the end of a large-model run (completed or stopped): its measured speed after warm-up appended to the
+    profile the plan was made from (``layout.profile``), else ``$CLOUDFIT_HOME/profiles/<model>.json``
+    (``cloudfit.profiling.measured.record_launch``). Returns the one line saying where (or why not); None for a
+    run that is not a large model's. A ``ProfileError`` is that line, never a crash."""
+    from cloudfit.errors import ProfileError, UsageError
+    from cloudfit.profiling import measured
+
+    spec = ready.spec
+    facts = spec.record.get("planned_speed")
+    if not facts:
+        return None
+    if spec.record.get("rehearsal"):
+        return ("not recorded in a profile: the local rehearsal ran a shrunk model on CPU, whose speed is not "
+                f"{facts.get('model')}'s on {facts.get('cluster_label')}")
+    store = getattr(ready.executor, "store", None)
+    rec = store.find_cluster(spec.name) if store is not None else None
+    p = dict((rec.info.get("progress") if rec is not None else None) or {})
+    tps = measured.measured_tokens_per_second(p, seq_len=facts.get("seq_len"))
+    if tps is None:
+        return (f"not recorded in a profile: no speed after warm-up (step {p.get('step') or 0}, "
+                f"{measured.WARMUP_STEPS} warm-up steps)")
+    try:
+        if ready.plan is not None and result.config is not None and result.config != spec.configs[0]:
+            facts = measured.planned_speed(ready.plan, result.config, stack=facts.get("stack"))  # a fallback ran
+        path, m = measured.record_launch(None, facts, tps, cluster=spec.name, memory_gib=p.get("memory_gib"),
+                                         steps=(measured.WARMUP_STEPS + 1, int(p["step"])))
+    except (ProfileError, UsageError) as e:
+        return f"not recorded in a profile: {e}"
+    if rec is not None:
+        store.update_cluster(spec.name, info={"profile_row": {"path": str(path), "tokens_per_second": tps}})
+    return (f"measured {tps:,.0f} tokens/s on {m.nodes}×{m.gpus_per_node}×{m.accelerator} ({m.layout}, "
+            f"{facts.get('stack')}) recorded in {path}: `cloudfit recommend --profile {path} …` anchors on it")
 
 
 #: The stack a GPU launch of a large-model plan runs when nobody named one: torchtitan (PyTorch's own
@@ -344,6 +400,15 @@ def job_view(spec, pv=None) -> dict:
             lines.append({"node": f"{spec.name}-{i}", "command": f"{env}{pre}{body}".strip(),
                           "cwd": "the unpacked workdir" if job.workdir is not None else "/var/lib/cloudfit"})
         view["commands"] = lines
+    if backend == "sky" and pv.nodes:  # SkyPilot's nodes: its own rendezvous (node 0), the task's run from its workdir
+        from cloudfit.plan.skypilot import WORKDIR
+
+        cmd = shlex.join(pv.nodes[0].detail.get("command") or [])
+        head = "<node-0 IP>" if nodes > 1 else "localhost"
+        view["commands"] = [{"node": f"{spec.name}-{i}", "command": (f"NODE_RANK={i} MASTER_ADDR={head} " if direct
+                                                                     else "") + cmd,
+                             "cwd": f"{WORKDIR}, the unpacked workdir" if job.workdir is not None else "~"}
+                            for i in range(nodes)]
     ships = []
     if job.workdir is not None and not local:
         w = job.workdir
@@ -351,6 +416,8 @@ def job_view(spec, pv=None) -> dict:
                       "files": [{"path": p, "bytes": n} for p, n in w.files]})
     if pv is not None and pv.install:
         ships.append({"what": "cloudfit", "describe": pv.install})
+    if backend == "sky" and pv.nodes:  # the wheel and the archive as file mounts, the bucket, the key as a secret
+        ships += [{"what": "sky", "describe": line} for line in pv.nodes[0].detail.get("ships") or ()]
     view["ships"] = ships
     if job.stack is not None:
         view["progress"] = f"parsed from the job's log by {job.stack.parser}'s parser (step, tokens/s, loss, checkpoints)"

@@ -236,7 +236,7 @@ class _EventPrinter:
                 return
             self.last_progress = now
             message += f" · ETA {eta}" if eta else ""
-        self.con.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {message}")
+        self.con.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {message}", soft_wrap=e.kind == "profile")
 
     def eta(self, d) -> str | None:
         """Time left at the rate measured since the first progress of this run (or of its latest restart):
@@ -285,8 +285,8 @@ def _render_preview(pv, plan, from_model: bool, stderr: bool = False) -> None:
     if pv.backend == "gcp":
         con.print(f"  image {d.get('image')}, boot disk {d.get('boot_disk')}, on_host_maintenance "
                   f"{d.get('on_host_maintenance')}, startup script {d.get('startup_script_bytes')} bytes")
-        if pv.install:
-            con.print(f"  install: {pv.install}")
+    if pv.install and pv.backend in ("gcp", "sky"):
+        con.print(f"  install: {pv.install}", soft_wrap=True, markup=False)
     if pv.job:
         _render_job(con, pv.job)
     elif pv.backend != "gcp":
@@ -329,6 +329,28 @@ def _render_job(con, job: dict) -> None:
               soft_wrap=True, markup=False)
     if job.get("guarantee"):
         con.print(f"  at a budget or deadline stop: {job['guarantee']}", soft_wrap=True, markup=False)
+
+
+def _speed(rec, progress) -> dict | None:
+    """Measured vs planned speed of a large-model run (``cloudfit.profiling.measured.compare``) as a JSON-able
+    dict with its ``line``; None before warm-up, for a run that recorded no planned speed, or a local rehearsal
+    (a shrunk model on CPU: its speed is not comparable)."""
+    from cloudfit.errors import UsageError
+    from cloudfit.profiling import measured
+
+    facts = rec.info.get("planned_speed")
+    if not facts:
+        return None
+    if rec.info.get("rehearsal"):
+        return {"line": "Speed not compared with the plan: the local rehearsal runs a shrunk model on CPU",
+                "outside_band": False}
+    tps = measured.measured_tokens_per_second(progress, seq_len=facts.get("seq_len"))
+    if tps is None:
+        return None
+    try:
+        return measured.compare(facts, tps).to_dict()
+    except UsageError:
+        return None
 
 
 def _render_result(r) -> None:
@@ -392,6 +414,9 @@ def status(
         row["layout"] = rec.info.get("rehearsal") or rec.info.get("layout")
     if not rec.ended and rec.backend == "gcp":
         _gcp_vms(row, rec, project, endpoint)
+    speed = _speed(rec, row["progress"] or {})
+    if speed is not None:
+        row["speed"] = speed
     if as_json:
         print_json(row)
         return
@@ -408,6 +433,11 @@ def status(
         con.print(f"Progress step {p.get('step')}/{p.get('total_steps')}"
                   + (f", {p['samples_per_second']:,.0f} samples/s" if p.get("samples_per_second") else "")
                   + (f", {p['restart']} restart(s)" if p.get("restart") else ""))
+    if speed is not None:  # every launch is a profile: measured vs planned, and what the plan would be now
+        from rich.markup import escape
+
+        line = speed["line"]
+        con.print(f"[yellow]{escape(line)}[/yellow]" if speed.get("outside_band") else escape(line), soft_wrap=True)
     if p.get("loss") is not None and p.get("layout"):
         lay = p["layout"]
         con.print(f"Layout {lay.get('label', lay) if isinstance(lay, dict) else lay} on {p.get('world_size')} rank(s), "

@@ -46,7 +46,11 @@ def token_workload(*, model, profile, samples, epochs, dataset_size, tokens, seq
         return tw
     from dataclasses import replace
 
-    return replace(tw, job=anchored_job(tw.job, llm_profile, tw.limits.accelerators))
+    from cloudfit.profiling import io as pio
+
+    job = replace(anchored_job(tw.job, llm_profile, tw.limits.accelerators),
+                  profile_file=str(Path(pio.resolve_profile(profile)).resolve()))  # the plan records where
+    return replace(tw, job=job)
 
 
 def show(plan, top: int, seq_len: int, out, plot, sky, *, as_json: bool = False, wide: bool = False,

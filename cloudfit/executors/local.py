@@ -164,6 +164,7 @@ class LocalExecutor:
             "config": c.to_dict(), "ranks": self.ranks(spec), "job": _job_info(spec), "run_dir": str(paths["dir"]),
             "checkpoint_dir": str(paths["checkpoints"]), "log": str(paths["log"]),
             "plan_id": spec.record.get("plan_id"), "spent_before_usd": prior,
+            **{k: spec.record[k] for k in ("planned_speed", "rehearsal") if k in spec.record},  # status compares
         }, launcher_pid=os.getpid(), launcher_started=_create_time(os.getpid()))
         started = time.monotonic()
         reason, last = "failed", Poll()

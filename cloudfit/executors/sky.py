@@ -9,7 +9,11 @@ The task (``task_config``): ``num_nodes`` and ``resources: ordered:`` pinned to 
 instance type, SkyPilot's accelerator name and spot flag (AWS zones are AZ *ids* in the catalog and Lambda and
 Nebius have none, so no zone is pinned), the checkpoints in a bucket mounted at
 ``cloudfit.plan.skypilot.CHECKPOINT_MOUNT`` (``--checkpoint-dir s3://…`` or a bucket unique to the launch),
-and the same ``torchrun`` command as the other backends (cloudfit's trainer, or the command after ``--``).
+and the same ``torchrun`` command as the other backends (cloudfit's trainer, or the command after ``--``) — or,
+for a plan run by another stack, that stack's command (``cloudfit.executors.stack_job.node_job``: under cloudfit's
+torchrun, or once per node for a command that starts its own ranks), its log followed on node 0 by
+``cloudfit.runtime.logprogress``. The launch's workdir archive (``JobSpec.workdir``: the user's folder and the
+stack's config files) is a file mount that ``setup`` checks against its SHA-256 and unpacks; ``run`` starts there.
 
 The launcher walks the ordered list itself — one config per ``sky.launch`` — so the budget guard prices
 exactly what runs: SkyPilot's ``ResourcesUnavailableError`` (stockout, quota) moves to the next config,
@@ -108,34 +112,87 @@ def checkpoint_mount(checkpoint_dir: str | None, name: str, launch_id: str) -> d
 
 
 def run_words(spec: RunSpec, config: ClusterConfig, stop_at: float | None) -> list[str]:
-    """What torchrun runs on every node: cloudfit's trainer with its arguments, or the command after ``--``."""
+    """What torchrun runs on every node: cloudfit's trainer with its arguments, the command after ``--``, or a
+    torchrun-mode stack's entry (``stack_job.node_job``); a direct-mode stack's whole command (once per node)."""
     from cloudfit.plan.skypilot import CHECKPOINT_MOUNT
 
     job = spec.job
+    nj = node_job_of(spec, config)
+    if nj is not None:
+        return list(nj.argv)
     if job.command:
         return ["--no-python", *job.command]
     return ["-m", job.trainer, *job.trainer_args(CHECKPOINT_MOUNT, stop_at=stop_at, progress_file=PROGRESS_FILE,
                                                    config=config)]
 
 
+def node_job_of(spec: RunSpec, config: ClusterConfig):
+    """The stack's ``NodeJob`` on a node of ``config`` (None: cloudfit's trainer or a plain command)."""
+    from cloudfit.executors.stack_job import node_job
+    from cloudfit.plan.skypilot import CHECKPOINT_MOUNT
+
+    return node_job(spec, config, CHECKPOINT_MOUNT) if spec.job.stack is not None else None
+
+
+def node_command(spec: RunSpec, config: ClusterConfig, stop_at: float | None = None) -> list[str]:
+    """The command one node runs, as a dry run shows it (SkyPilot's node rank and rendezvous left out)."""
+    nj = node_job_of(spec, config)
+    if nj is not None and nj.mode == "direct":
+        return list(nj.argv)
+    return ["python", "-m", "cloudfit.runtime.torchrun", f"--nnodes={config.nodes}",
+            f"--nproc-per-node={config.offering.accelerators_per_node}", *run_words(spec, config, stop_at)]
+
+
+JOB_LOG = "/tmp/cloudfit-job.log"
+
+
 def run_script(spec: RunSpec, config: ClusterConfig, cap_s: float | None, stop_at: float | None) -> str:
-    """The task's ``run``: torchrun over SkyPilot's nodes (node 0 the rendezvous), capped by ``timeout``; node 0
-    echoes the trainer's progress into the log."""
+    """The task's ``run``: from the unpacked workdir (when one ships), torchrun over SkyPilot's nodes (node 0 the
+    rendezvous) — or a direct-mode stack's own command once per node — capped by ``timeout``; node 0 echoes the
+    progress into the log (the trainer's progress file, or for another stack the file its log parser
+    ``cloudfit.runtime.logprogress`` writes from the job's output, as on GCP)."""
+    from cloudfit.plan.skypilot import CHECKPOINT_MOUNT, WORKDIR
+
     target = run_words(spec, config, stop_at)
+    nj = node_job_of(spec, config)
     cap = f"timeout --signal=TERM --kill-after=60 {int(cap_s)} " if cap_s else ""
     every = max(1, int(min(spec.job.progress_every_s, 30)))
-    return (
-        "set -u\n"
-        'MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)\n'
-        f"export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 CLOUDFIT_CLUSTER={shlex.quote(spec.name)}\n"
-        f"report() {{ [ -f {PROGRESS_FILE} ] && echo \"{PROGRESS_TAG}$(tr -d '\\n' < {PROGRESS_FILE})\"; }}\n"
-        f'if [ "$SKYPILOT_NODE_RANK" = 0 ]; then ( while sleep {every}; do report; done ) & fi\n'
-        f"{cap}python -m cloudfit.runtime.torchrun --nnodes=\"$SKYPILOT_NUM_NODES\" "
-        '--nproc-per-node="$SKYPILOT_NUM_GPUS_PER_NODE" --node-rank="$SKYPILOT_NODE_RANK" '
-        '--master-addr="$MASTER_ADDR" --master-port=29500 ' + " ".join(shlex.quote(a) for a in target) + "\n"
-        "rc=$?\n"
-        'if [ "$SKYPILOT_NODE_RANK" = 0 ]; then report; fi\n'
-        "exit $rc\n")
+    torchrun = ("python -m cloudfit.runtime.torchrun --nnodes=\"$SKYPILOT_NUM_NODES\" "
+                '--nproc-per-node="$SKYPILOT_NUM_GPUS_PER_NODE" --node-rank="$SKYPILOT_NODE_RANK" '
+                '--master-addr="$MASTER_ADDR" --master-port=29500 ')
+    words = " ".join(shlex.quote(a) for a in target)
+    lines = ["set -u"]
+    if spec.job.workdir is not None:  # setup checked its SHA-256 and unpacked it there
+        lines.append(f"cd {WORKDIR} || {{ echo 'cloudfit: no unpacked workdir at {WORKDIR}' >&2; exit 1; }}")
+    lines += ['MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)',
+              f"export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 CLOUDFIT_CLUSTER={shlex.quote(spec.name)}",
+              f"report() {{ [ -f {PROGRESS_FILE} ] && echo \"{PROGRESS_TAG}$(tr -d '\\n' < {PROGRESS_FILE})\"; }}"]
+    if nj is None:
+        lines += [f'if [ "$SKYPILOT_NODE_RANK" = 0 ]; then ( while sleep {every}; do report; done ) & fi',
+                  f"{cap}{torchrun}{words}", "rc=$?",
+                  'if [ "$SKYPILOT_NODE_RANK" = 0 ]; then report; fi', "exit $rc"]
+        return "\n".join(lines) + "\n"
+    follow = (f"python -m cloudfit.runtime.logprogress {' '.join(shlex.quote(a) for a in nj.follower)} "
+              f"--log {JOB_LOG} --progress {PROGRESS_FILE}")
+    lines += [f"export {k}={shlex.quote(str(v))}" for k, v in sorted(nj.env.items())
+              if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+    lines += [f"export CLOUDFIT_CHECKPOINT_DIR={CHECKPOINT_MOUNT}",
+              f"rm -f {PROGRESS_FILE}; : > {JOB_LOG}", "BG=",
+              f'if [ "$SKYPILOT_NODE_RANK" = 0 ]; then  # the stack prints; its parser writes the progress file',
+              f"  {follow} --every-s {every} & BG=$!",
+              f'  ( while sleep {every} >/dev/null 2>&1; do report; done ) & BG="$BG $!"',  # sleep holds no pipe open
+              "fi"]
+    if nj.mode == "direct":  # the command starts its own ranks: once per node, told the cluster's shape
+        lines += ['export NNODES="$SKYPILOT_NUM_NODES" NPROC="$SKYPILOT_NUM_GPUS_PER_NODE" '
+                  'NODE_RANK="$SKYPILOT_NODE_RANK" MASTER_ADDR MASTER_PORT=29500',
+                  f"{cap}{words} > >(tee -a {JOB_LOG}) 2>&1"]
+    else:
+        lines.append(f"{cap}{torchrun}{words} > >(tee -a {JOB_LOG}) 2>&1")
+    lines += ["rc=$?",
+              "[ -n \"$BG\" ] && kill $BG 2>/dev/null",  # the follower and the echo loop end with the job
+              f'if [ "$SKYPILOT_NODE_RANK" = 0 ]; then sleep 1; {follow} --once || true; report; fi',
+              "exit $rc"]
+    return "\n".join(lines) + "\n"
 
 
 def task_config(spec: RunSpec, configs: Sequence[ClusterConfig], *, launch_id: str, cap_s: float | None = None,
@@ -258,8 +315,7 @@ class SkyExecutor:
             task["file_mounts"]["/cloudfit-ckpt"] = bucket
         task["envs"]["CLOUDFIT_LAUNCH_ID"] = "<drawn at launch>"
         managed = bool(config.spot and self.managed_spot)
-        command = ["python", "-m", "cloudfit.runtime.torchrun", f"--nnodes={config.nodes}",
-                   f"--nproc-per-node={config.offering.accelerators_per_node}", *run_words(spec, config, None)]
+        command = node_command(spec, config)
         ships = shipping(task, [f for f in (install.wheel, workdir) if f is not None])
         if install.wheel is None:
             ships.insert(0, install.describe)
@@ -278,10 +334,24 @@ class SkyExecutor:
                        install=install.describe)
 
     @staticmethod
-    def _workdir(spec: RunSpec):
-        """The packed workdir a launch ships (``spec.record["workdir"]``: path, sha256, size_bytes), if any."""
+    def _workdir(spec: RunSpec, into=None):
+        """The packed workdir a launch ships, as a ``Shipped`` file mount: the launch's own archive
+        (``spec.job.workdir``, a ``cloudfit.executors.workdir.Packed``: the user's folder and the stack's files),
+        written into ``into`` for SkyPilot to upload (None: a dry run, nothing written); else a prepared archive
+        named by ``spec.record["workdir"]`` (path, sha256, size_bytes); else None."""
         from cloudfit.plan.skypilot import workdir_archive
 
+        packed = spec.job.workdir
+        if packed is not None:
+            name = f"workdir-{packed.sha256[:12]}.tar.gz"
+            path = os.path.join(str(into), name) if into is not None else name
+            if into is not None:
+                os.makedirs(str(into), exist_ok=True)
+                from cloudfit.atomic import atomic_open
+
+                with atomic_open(path, "wb") as fh:
+                    fh.write(packed.tar_gz)
+            return workdir_archive(path, packed.sha256, packed.size)
         w = spec.record.get("workdir") if spec.record else None
         return workdir_archive(w["path"], w["sha256"], w.get("size_bytes")) if w else None
 
@@ -297,11 +367,13 @@ class SkyExecutor:
         guard.check_launchable(self._schedules(spec.configs[0]))  # before anything exists
         launch_id = uuid.uuid4().hex
         install = node_install(self._wheel_dir(launch_id))
-        workdir = self._workdir(spec)
+        workdir = self._workdir(spec, self._wheel_dir(launch_id))
         self.store.create_cluster(spec.name, "sky", spec.budget_usd, {
             **spec.record, "launch_id": launch_id, "checkpoint_dir": spec.job.checkpoint_dir,
             "job": {"model": spec.job.model, "steps": spec.job.steps, "command": list(spec.job.command)},
             "configs": [c.label() for c in spec.configs], "install": install.describe,
+            **({"workdir": {"sha256": workdir.sha256, "size_bytes": workdir.size_bytes, "mount": workdir.remote}}
+               if workdir is not None else {}),
         }, launcher_pid=os.getpid())
         install.write()
         key = self.store.checkpoint_key(spec.record.get("plan_id") or spec.name)  # every node, every relaunch: one key

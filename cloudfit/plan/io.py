@@ -86,6 +86,10 @@ def _layout(v: Any, workload: dict, source: str) -> dict | None:
         if not isinstance(stack, str) or stack not in REGISTRY or stack == "custom":
             raise PlanError(f"{source}: plan field 'layout.stack' must be one of "
                             f"{', '.join(k for k in REGISTRY if k != 'custom')}, got {json.dumps(stack)[:40]}")
+    prof = v.get("profile")  # the LLM profile the plan was made from (plans before it have none)
+    if prof is not None and (not isinstance(prof, str) or not prof.strip() or "\n" in prof or len(prof) > 4096):
+        raise PlanError(f"{source}: plan field 'layout.profile' must be the path of an LLM profile file, "
+                        f"got {json.dumps(prof)[:40]}")
     if v.get("model") != model:
         raise PlanError(f"{source}: plan field 'layout' is for model {json.dumps(v.get('model'))[:40]}, but the plan "
                         f"trains {model!r}; re-run `cloudfit recommend`")

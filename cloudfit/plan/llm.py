@@ -80,6 +80,8 @@ class LLMJob:
     #: constants price the layouts (``Stack.framework``) and only layouts it runs are searched
     #: (``Stack.layout_ok``); None = cloudfit's own trainer's constants, every layout (plans before stacks)
     stack: str | None = None
+    #: the LLM profile file ``--profile`` named (the plan records it: every launch appends its measured speed there)
+    profile_file: str | None = None
 
     def __post_init__(self) -> None:
         self.shape.check_lora_rank(self.lora_rank)
@@ -734,6 +736,7 @@ def layout_spec(space: LLMSpace, i: int, a, alternative_ids: list[int]) -> dict:
                    "nearest_runnable": rt, "runnable_args": runnable_args},
         "rehearsal": rehearsal(job, lay),
         **({"stack": job.stack} if job.stack else {}),
+        **({"profile": job.profile_file} if job.profile_file else {}),
     }
 
 

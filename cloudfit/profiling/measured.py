@@ -13,7 +13,7 @@ Three steps, each a function the launcher and ``cloudfit status`` call (this mod
     that re-plans anchored on it). ``Comparison.line`` is the sentence status prints.
 ``record_launch(profile, facts_or_plan, measured_tokens_per_second, cluster=…, memory_gib=…, steps=…)``
     At the end of a run (or when a stop ends it after warm-up): the measurement appended, atomically, to the
-    LLM profile ``profile`` — else the plan's own ``--profile`` (``plan.workload.profile_path``) when it is an
+    LLM profile ``profile`` — else the plan's own ``--profile`` (``plan.layout["profile"]``) when it is an
     LLM profile of the model — else ``$CLOUDFIT_HOME/profiles/<model>.json`` (created: an LLM profile of the
     plan's model shape). A relaunch of the same cluster replaces its earlier measurement instead of adding one.
     ``recommend --profile PATH`` then anchors on the real cluster.
@@ -118,7 +118,8 @@ def default_profile_path(plan, profile: str | Path | None = None) -> Path:
 
     if profile is not None:
         return Path(profile).expanduser()
-    own = getattr(getattr(plan, "workload", None), "profile_path", None)
+    own = (getattr(plan, "layout", None) or {}).get("profile") or getattr(getattr(plan, "workload", None),
+                                                                            "profile_path", None)
     model = str((plan.layout or {}).get("model") or plan.workload.model)
     if own and Path(own).is_file():
         try:

@@ -401,3 +401,57 @@ def test_deadline_option_overrides_the_plans_and_is_shown(cli, fake, llm_plan_pa
     assert r.exit_code == 0, r.output
     assert "deadline kept at run time: 36.0 h, switching to on-demand 1× n1-highmem-8" in " ".join(r.output.split())
     assert fake.requests == []
+
+
+# ----------------------------------------------------------------------------- every launch is a profile (issue 32)
+
+def test_a_launch_appends_its_measured_speed_to_the_plans_profile_and_status_compares(cli, tmp_path):
+    """A plan made with `--profile P` records P; a launch of it (here a command on the local backend whose log
+    reports half the planned speed) appends one measured row (cluster, layout, stack) to P; `predict --profile P`
+    anchors on it; `status` prints measured vs planned, outside the band, with what the plan would be now."""
+    import json
+    import os
+
+    from cloudfit.llm import zoo
+    from cloudfit.profiling import io as pio
+
+    prof = tmp_path / "my-llama.json"
+    pio.save_profile(pio.new_llm_profile(zoo.get("llama3-1b"), "zoo"), prof)
+    r = run_cloudfit("recommend", "--profile", str(prof), "--tokens", "1e8", "--seq-len", "2048", "--deadline", "2d",
+                     "--accelerators", "L4", "--regions", "us-central1", "--stack", "torchtitan",
+                     "--out", str(tmp_path / "plan.json"), cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["layout"]["profile"] == str(prof.resolve())
+    planned = plan["layout"]["tokens_per_second"]
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "train.py").write_text(
+        "import json, os\n"
+        "if os.environ.get('RANK', '0') == '0':\n"
+        "    for s in range(1, 7):\n"
+        f"        print('CLOUDFIT_PROGRESS ' + json.dumps({{'step': s, 'tokens_per_second': {planned / 2!r},"
+        " 'memory_gib': 12.5}), flush=True)\n")
+    env = {"CLOUDFIT_HOME": os.environ["CLOUDFIT_HOME"]}
+    r = run_cloudfit("launch", str(tmp_path / "plan.json"), "--steps", "6", "--name", "meas", "--budget", "5",
+                     "--check-interval", "0.2", "--", "python", str(tmp_path / "proj" / "train.py"), env=env,
+                     timeout=120, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    lay = plan["layout"]
+    where = f"{lay['nodes']}×{lay['gpus_per_node']}×L4"
+    assert f"recorded in {prof.resolve()}" in r.stderr and f"tokens/s on {where}" in r.stderr, r.stderr
+    [m] = pio.load_profile(prof, llm_ok=True).measurements
+    assert m.source == "measured" and m.host == "meas" and m.tokens_per_second == pytest.approx(planned / 2, rel=1e-4)
+    assert (m.accelerator, m.nodes, m.gpus_per_node) == ("L4", lay["nodes"], lay["gpus_per_node"])
+    assert m.layout.startswith(f"fsdp={lay['degrees']['dp_shard']}") or "fsdp=" in m.layout
+    assert "on custom" in m.note and m.memory_gib == 12.5
+    p = run_cloudfit("predict", "--profile", str(prof), "--accelerator", "L4", "--count", "1", "--seq-len", "2048",
+                     "--json", env=env)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    a = out["anchor"]  # anchored on the launch's row: the stack ran at half the plan's speed, so ~half the constants'
+    assert a["anchored_on"] == [f"your {lay['gpus']}×L4 fsdp={lay['degrees']['dp_shard']} run"], a
+    assert 0.3 < a["stack_speed"] < 0.7, a
+    s = cli("status", "meas")
+    assert s.exit_code == 0 and "tokens/s measured vs" in s.output and "below its band" in s.output, s.output
+    j = json.loads(cli("status", "meas", "--json").output)
+    assert j["speed"]["outside_band"] and j["speed"]["measured_tokens_per_second"] == pytest.approx(planned / 2, rel=1e-4)

@@ -366,8 +366,9 @@ def test_plain_dry_run_shows_nodes_command_what_ships_and_the_bucket(cli, fake_s
     out = r.output
     assert r.exit_code == 0 and "rehearsing" not in out and "local process group" not in out, out
     assert "2 node(s) through SkyPilot" in out and "aws us-east-1, instance type g6.12xlarge, 4× L4, SPOT" in out
-    [cmd] = [ln for ln in out.splitlines() if ln.strip().startswith("command:")]
-    assert "python -m cloudfit.runtime.torchrun --nnodes=2 --nproc-per-node=4 -m cloudfit.train --model mlp --steps 150" in cmd
+    cmds = [ln for ln in out.splitlines() if ln.strip().startswith("command on")]
+    assert len(cmds) == 2 and all("python -m cloudfit.runtime.torchrun --nnodes=2 --nproc-per-node=4 -m cloudfit.train "
+                                  "--model mlp --steps 150" in c for c in cmds), out
     assert "ships cloudfit-" in out and "KiB, sha256 " in out and "bucket cloudfit-" in out and "/cloudfit-ckpt" in out
 
 
@@ -385,6 +386,129 @@ def test_a_token_in_the_pip_spec_reaches_neither_the_task_nor_the_dry_run(cli, f
     assert r.exit_code == 0, r.output
     seen = json.dumps(f.launched) + r.output
     assert "pkgs.example.com" in f.launched[0]["setup"] and not any(s in seen for s in ("hunter2", "s3cr3t", "pw9"))
+
+
+# ------------------------------------------------------------------ issue 32: sky runs the stack, ships the workdir
+
+def _lambda_plan(d: Path, stack: str) -> Path:
+    """llama3-1b on 1 × H100 on Lambda, priced for ``stack``."""
+    from tests.conftest import run_cloudfit
+
+    r = run_cloudfit("recommend", "--model", "llama3-1b", "--tokens", "1e8", "--seq-len", "2048", "--deadline", "2d",
+                     "--accelerators", "H100-PCIe", "--clouds", "lambda", "--stack", stack,
+                     "--out", str(d / f"{stack}.json"), cwd=str(d))
+    assert r.returncode == 0, r.stderr
+    return d / f"{stack}.json"
+
+
+@pytest.fixture(scope="module")
+def titan_plan(tmp_path_factory):
+    return _lambda_plan(tmp_path_factory.mktemp("skytitan"), "torchtitan")
+
+
+def _proj(tmp_path: Path) -> Path:
+    from tests.executors.test_stack_launch import _project
+
+    return _project(tmp_path)
+
+
+def test_a_torchtitan_plan_on_sky_ships_its_config_and_runs_torchtitan_from_the_unpacked_workdir(cli, fake_sky,
+                                                                                               titan_plan):
+    """Before: sky ran cloudfit's trainer for every plan and shipped no workdir (`spec.record["workdir"]` was never
+    filled): `--stack torchtitan --backend sky` now runs torchtitan under cloudfit's torchrun from the checked,
+    unpacked archive (its config file inside), and node 0 follows torchtitan's log into progress."""
+    f = fake_sky()
+    r = cli("launch", str(titan_plan), "--backend", "sky", "--stack", "torchtitan", "--dry-run", "--budget", "50")
+    out = r.output
+    assert r.exit_code == 0, out
+    [cmd] = [ln for ln in out.splitlines() if ln.strip().startswith("command on")]
+    assert "python -m cloudfit.runtime.torchrun --nnodes=1 --nproc-per-node=1 -m torchtitan.train" in cmd, cmd
+    assert "(in ~/sky_workdir, the unpacked workdir)" in cmd and "stack: torchtitan" in out
+    assert "ships: workdir (stack files)" in out and "ships workdir-" in out and "/cloudfit-workdir/" in out
+    assert "checked on every node before use" in out and "install: " in out
+    j = json.loads(cli("launch", str(titan_plan), "--backend", "sky", "--stack", "torchtitan", "--dry-run", "--json",
+                       "--budget", "50").output)
+    job = j["job"] if "job" in j else j["preview"]["job"]
+    [arch] = [s for s in job["ships"] if s["what"] == "workdir archive"]
+    files = [x["path"] for x in arch["files"]]
+    assert files and set(files) == set(job["config_files"]) and job["log_parser"] == "torchtitan"
+    r = cli("launch", str(titan_plan), "--backend", "sky", "--stack", "torchtitan", "--yes", "--budget", "50",
+            "--name", "titan", "--check-interval", "0.05")
+    assert r.exit_code == 0 and "completed" in r.output, r.output
+    [task], [sky_job] = f.launched, list(f.jobs.values())
+    assert set(sky_job.node_files) == set(files)  # the node unpacked exactly the archive, after its SHA-256 check
+    run = task["run"]
+    assert run.startswith("set -u\ncd ~/sky_workdir ||") and "-m torchtitan.train" in run
+    assert "python -m cloudfit.runtime.logprogress --stack torchtitan --total-steps" in run and "--seq-len 2048" in run
+    assert "tee -a /tmp/cloudfit-job.log" in run and "CLOUDFIT_PROGRESS" in run
+    [(remote, local)] = [(k, v) for k, v in task["file_mounts"].items() if k.startswith("/cloudfit-workdir/")]
+    assert f"echo '{arch['sha256']}  {remote}' | sha256sum -c" in task["setup"] and not Path(local).exists()
+
+
+def test_a_users_script_ships_to_sky_the_node_sees_it_and_a_tampered_archive_is_refused(cli, fake_sky, tmp_path):
+    """`cloudfit launch plan.json --backend sky -- python proj/train.py`: the script's folder travels, the node
+    unpacks it (train.py, lib/steps.py) and runs `python train.py` from it; an archive that does not match the
+    SHA-256 the launch packed it with fails the setup before anything runs from it."""
+    import dataclasses
+
+    f = fake_sky()
+    proj = _proj(tmp_path)
+    plan = _aws_plan(tmp_path)
+    r = cli("launch", str(plan), "--backend", "sky", "--dry-run", "--budget", "50", "--", "python",
+            str(proj / "train.py"), "--lr", "0.1")
+    assert r.exit_code == 0 and "--no-python python train.py --lr 0.1" in r.output, r.output
+    assert "    train.py (" in r.output and "    lib/steps.py (" in r.output
+    r = cli("launch", str(plan), "--backend", "sky", "--yes", "--budget", "50", "--name", "own", "--check-interval",
+            "0.05", "--", "python", str(proj / "train.py"), "--lr", "0.1")
+    assert r.exit_code == 0, r.output
+    [task], [job] = f.launched, list(f.jobs.values())
+    assert {"train.py", "lib/steps.py", "lib/__init__.py"} <= set(job.node_files) and job.status == "SUCCEEDED"
+    assert "cd ~/sky_workdir" in task["run"] and "--no-python python train.py --lr 0.1" in task["run"]
+    import cloudfit
+    from cloudfit.executors import get_executor as ge
+
+    ready = cloudfit.prepare_launch(cloudfit.load_plan(str(plan)), ge("sky", interval_s=0.03, grace_s=0.3,
+                                                                       teardown_s=1.0),
+                                    command=("python", str(proj / "train.py")), name="tampered", budget_usd=50.0)
+    bad = dataclasses.replace(ready.spec.job.workdir, sha256="0" * 64)  # the bytes are not what was packed
+    res = ready.executor.run(dataclasses.replace(ready.spec, job=dataclasses.replace(ready.spec.job, workdir=bad)))
+    assert res.reason == "failed" and "failed_setup" in res.detail and "does not match its SHA-256" in res.detail
+    assert list(f.jobs.values())[-1].node_files == ()  # nothing was unpacked
+
+
+def test_the_sky_run_script_runs_a_users_command_from_the_workdir_and_echoes_its_progress(tmp_path, titan_plan):
+    """The task's `run` itself, on this machine as one SkyPilot node: from the unpacked folder, the custom stack
+    (the layout in the environment and cloudfit_layout.json) under cloudfit's torchrun; node 0 follows the log
+    into `CLOUDFIT_PROGRESS {json}` lines that the executor reads."""
+    import cloudfit
+    from cloudfit.executors.sky import parse_progress, run_script
+    from cloudfit.executors.workdir import unpack
+
+    plan = cloudfit.load_plan(str(titan_plan))
+    proj = _proj(tmp_path)
+    ready = cloudfit.prepare_launch(plan, get_executor("sky"), command=("python", str(proj / "train.py"), "--x", "1"),
+                                    name="own", budget_usd=50.0)
+    spec = ready.spec
+    home = tmp_path / "home"
+    unpack(spec.job.workdir.tar_gz, spec.job.workdir.sha256, home / "sky_workdir")
+    script = run_script(spec, spec.configs[0], 120, None).replace("/tmp/", f"{tmp_path}/")
+    script = script.replace("python -m", f"{sys.executable} -m")
+    seen = tmp_path / "seen.json"
+    env = {**os.environ, "HOME": str(home), "SKYPILOT_NODE_IPS": "127.0.0.1", "SKYPILOT_NUM_NODES": "1",
+           "SKYPILOT_NODE_RANK": "0", "SKYPILOT_NUM_GPUS_PER_NODE": "1", "SEEN_FILE": str(seen), "OMP_NUM_THREADS": "1"}
+    p = subprocess.run(["bash", "-c", script.replace("python train.py", f"{sys.executable} train.py")], env=env,
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    got = json.loads(seen.read_text())
+    assert got["cwd"] == str(home / "sky_workdir") and got["argv"] == ["--x", "1"] and got["dp_shard"]
+    prog = parse_progress(p.stdout)
+    assert prog["step"] == 3 and prog["tokens_per_second"] == 4000.0 and prog["checkpoint_step"] == 3, prog
+
+
+def _sky_workdir(spec, into):
+    from cloudfit.executors.sky import SkyExecutor
+
+    return SkyExecutor._workdir(spec, into)
 
 
 _LOAD_ALL = """
@@ -409,7 +533,7 @@ print(json.dumps(out))
 """
 
 
-def test_every_task_both_paths_build_loads_in_real_skypilot_with_its_mounts_secret_and_resources(tmp_path):
+def test_every_task_both_paths_build_loads_in_real_skypilot_with_its_mounts_secret_and_resources(tmp_path, titan_plan):
     """`--emit-skypilot` for a plan of every cloud (before: GCP only) and `--backend sky`'s own task (with a
     workdir archive and the key as an override), parsed by SkyPilot 0.14's task loader."""
     import yaml
@@ -443,6 +567,15 @@ def test_every_task_both_paths_build_loads_in_real_skypilot_with_its_mounts_secr
                       workdir=wd)
     items.append({"config": run, "overrides": [["CLOUDFIT_CHECKPOINT_KEY", "k" * 64]]})
     expect.append(([ClusterConfig(AWS_L4, 2, True)], run, {"CLOUDFIT_CHECKPOINT_KEY": "k" * 64}))
+    import cloudfit  # a torchtitan plan's task: its archive (config file inside) shipped, torchtitan in `run`
+
+    titan = cloudfit.prepare_launch(cloudfit.load_plan(str(titan_plan)), get_executor("sky"), stack="torchtitan",
+                                    name="titan", budget_usd=50.0).spec
+    twd = _sky_workdir(titan, tmp_path / "titan")
+    stack_task = task_config(titan, titan.configs[:1], launch_id="0123456789abcdef", cap_s=600, install=install,
+                             workdir=twd)
+    items.append({"config": stack_task, "overrides": [["CLOUDFIT_CHECKPOINT_KEY", "k" * 64]]})
+    expect.append((list(titan.configs[:1]), stack_task, {"CLOUDFIT_CHECKPOINT_KEY": "k" * 64}))
     mixed = [ClusterConfig(LAMBDA, 1, False), ClusterConfig(RUNPOD, 1, False), ClusterConfig(NEBIUS, 1, True)]
     items.append({"config": task_config(_spec("mix", mixed), mixed, launch_id="0123456789abcdef", install=install),
                   "overrides": []})
@@ -454,6 +587,9 @@ def test_every_task_both_paths_build_loads_in_real_skypilot_with_its_mounts_secr
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(p.stdout.strip().splitlines()[-1])
     *got, mix = got
+    *_, titan_loaded = got
+    assert "-m torchtitan.train" in titan_loaded["run"] and "cloudfit.runtime.logprogress" in titan_loaded["run"]
+    assert titan_loaded["file_mounts"][twd.remote] == twd.local and f"tar -xf {twd.remote}" in titan_loaded["setup"]
     assert [r[3] for r in mix["resources"]] == [c.offering.machine_type for c in mixed]  # every cloud's, in order
     for (configs, task, secrets), t in zip(expect, got, strict=True):
         c, o = configs[0], configs[0].offering
@@ -467,4 +603,30 @@ def test_every_task_both_paths_build_loads_in_real_skypilot_with_its_mounts_secr
         assert len(wheel) == 1 and all(Path(v).is_file() for v in wheel.values())
         assert list(t["storage"]) == ["/cloudfit-ckpt"] and t["storage"]["/cloudfit-ckpt"][0].startswith("cloudfit-")
         assert t["setup"] == task["setup"] and "cloudfit.runtime.torchrun" in t["run"]
+    t = got[-2]
     assert t["file_mounts"]["/cloudfit-workdir/wd.tar"] == str(archive) and "tar -xf /cloudfit-workdir/wd.tar" in t["setup"]
+
+
+def test_a_stack_that_starts_its_own_ranks_runs_once_per_node_on_sky(cli, fake_sky, tmp_path):
+    """Accelerate (`accelerate launch` starts the ranks): no cloudfit torchrun around it; every node gets the
+    cluster's shape (NNODES, NPROC, NODE_RANK, MASTER_ADDR, MASTER_PORT) and the script ships with the config."""
+    f = fake_sky()
+    proj = _proj(tmp_path)
+    acc_plan = _lambda_plan(tmp_path, "accelerate")
+    r = cli("launch", str(acc_plan), "--backend", "sky", "--dry-run", "--budget", "50",
+            "--", str(proj / "train.py"), "--lr", "3e-4")
+    assert r.exit_code == 0, r.output
+    [cmd] = [ln for ln in r.output.splitlines() if ln.strip().startswith("command on")]
+    assert "NODE_RANK=0 MASTER_ADDR=localhost bash -c 'exec accelerate launch" in cmd, cmd
+    assert '--machine_rank "$NODE_RANK"' in cmd and "cloudfit.runtime.torchrun" not in cmd
+    assert "train.py --lr 3e-4" in cmd and "    cloudfit_accelerate.yaml (" in r.output and "    train.py (" in r.output
+    r = cli("launch", str(acc_plan), "--backend", "sky", "--yes", "--budget", "50",
+            "--name", "acc", "--check-interval", "0.05", "--", str(proj / "train.py"), "--lr", "3e-4")
+    assert r.exit_code == 0, r.output
+    [task], [job] = f.launched, list(f.jobs.values())
+    run = task["run"]
+    assert "cloudfit.runtime.torchrun" not in run
+    assert 'NODE_RANK="$SKYPILOT_NODE_RANK" MASTER_ADDR MASTER_PORT=29500' in run
+    line = next(ln for ln in run.splitlines() if "accelerate launch" in ln)
+    assert line.startswith("timeout --signal=TERM") and "tee -a /tmp/cloudfit-job.log" in line
+    assert "--stack accelerate" in run and {"train.py", "cloudfit_accelerate.yaml"} <= set(job.node_files)

@@ -10,7 +10,9 @@
   value unless ``secrets_overrides`` gives it one (as SkyPilot 0.14 does);
 * a launch uploads every local file mount (a missing file refuses the launch) and runs ``setup`` as SkyPilot
   would: each ``sha256sum -c`` line is checked against the uploaded file, and ``pip install`` of a name from the
-  package index fails (``cloudfit`` there is not this project) — the job ends FAILED_SETUP;
+  package index fails (``cloudfit`` there is not this project) — the job ends FAILED_SETUP; the setup's checks
+  and its ``tar`` (a shipped workdir) really run with bash in a temp HOME, so a tampered archive fails the job
+  and ``Job.node_files`` lists what the node's ``~/sky_workdir`` holds;
 * each node of a multi-node job draws its own checkpoint key unless the task's secret
   ``CLOUDFIT_CHECKPOINT_KEY`` has a value: the ranks then refuse ("ranks hold different checkpoint keys");
 * ``sky.jobs.queue`` raises ``ClusterNotUpError`` while no managed job was ever launched (no jobs controller);
@@ -109,15 +111,17 @@ class Task:
                 raise ValueError(f"Invalid accelerators {r.get('accelerators')!r} for {r['instance_type']}")
             if r.get("region") not in row[2]:
                 raise ValueError(f"Invalid region {r.get('region')!r} for {r['instance_type']}")
-        if "cloudfit.runtime.torchrun" not in config.get("run", "") or int(config.get("num_nodes", 1)) < 1:
-            raise ValueError("a cloudfit task runs torchrun on at least one node")
+        run = config.get("run", "")
+        if not ("cloudfit.runtime.torchrun" in run or "cloudfit.runtime.logprogress" in run) \
+                or int(config.get("num_nodes", 1)) < 1:  # torchrun, or a stack that starts its own ranks (followed)
+            raise ValueError("a cloudfit task runs torchrun (or a followed stack) on at least one node")
         secrets = {k: str(v) for k, v in (config.get("secrets") or {}).items() if v is not None}
         secrets.update(dict(secrets_overrides or ()))
         return cls(json.loads(json.dumps(config)), secrets)
 
     @property
     def steps(self) -> int:
-        m = re.search(r"--steps'? '?(\d+)", self.config["run"])
+        m = re.search(r"--(?:training\.)?(?:train-iters|steps)'?[ =]'?(\d+)", self.config["run"])
         return int(m.group(1)) if m else 100
 
     @property
@@ -143,6 +147,7 @@ class Job:
     failure_reason: str = "user code failed"
     checkpoint_every: int = 50
     stopped: bool = False
+    node_files: tuple = ()  # what the node's workdir held after setup (relative paths)
 
     def step_at(self, now: float, job_s: float) -> int:
         total = self.task.steps
@@ -258,10 +263,37 @@ class FakeSky:
                     return f"ERROR: No matching distribution found for {word}"
         return ""
 
+    @staticmethod
+    def _node_setup(task: Task) -> tuple[str, tuple]:
+        """Run the setup's checks and unpacking (every line but ``pip install``) with bash on a "node": a temp
+        HOME, each file mount's remote path its uploaded file. (failure's last line or "", the node's workdir)."""
+        import os
+        import subprocess
+        import tempfile
+
+        setup = task.config.get("setup", "")
+        if "tar " not in setup:
+            return "", ()
+        mounts = task.config.get("file_mounts") or {}
+        lines = [ln for ln in setup.splitlines() if "pip install" not in ln]
+        script = "\n".join(lines)
+        for remote, src in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
+            if isinstance(src, str) and "://" not in src:
+                script = script.replace(remote, shlex.quote(src))
+        with tempfile.TemporaryDirectory(prefix="fake-sky-node-") as home:
+            p = subprocess.run(["bash", "-c", script], cwd=home, env={**os.environ, "HOME": home},
+                               capture_output=True, text=True, timeout=60)
+            wd = Path(home) / "sky_workdir"
+            files = tuple(sorted(f.relative_to(wd).as_posix() for f in wd.rglob("*") if f.is_file())) if wd.is_dir() else ()
+        if p.returncode != 0:
+            return ((p.stderr or p.stdout).strip().splitlines() or ["setup failed"])[-1], files
+        return "", files
+
     def _new_job(self, name: str, task: Task, managed: bool) -> Job:
         self._job_n += 1
         job = Job(self._job_n, name, task, managed, time.monotonic(), preempt_at=list(self.preempt_at), fail_at=self.fail_at)
-        why = self._setup_failure(task)
+        why, job.node_files = self._node_setup(task)
+        why = why or self._setup_failure(task)
         if why:
             job.fail_at, job.fail_status, job.failure_reason = 0.0, "FAILED_SETUP", why
         elif int(task.config.get("num_nodes", 1)) > 1 and not task.secrets.get(KEY_SECRET):

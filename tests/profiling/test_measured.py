@@ -128,3 +128,56 @@ def test_the_plans_own_llm_profile_is_where_launches_go(plan, home, tmp_path):
     path, _ = M.record_launch(None, f, f["tokens_per_second"], cluster="r")
     assert path == mine and len(pio.load_profile(mine, llm_ok=True).measurements) == 1
     assert M.default_profile_path(plan, tmp_path / "explicit.json") == tmp_path / "explicit.json"
+
+
+def test_a_plan_records_its_profile_in_its_layout_validated_on_load(plan, home, tmp_path):
+    """`recommend --profile P` writes `layout.profile`; a launch's row goes there. Old plans (none) still load;
+    anything but a path is refused in one line."""
+    from cloudfit.errors import PlanError
+    from cloudfit.plan.io import load_plan, plan_to_dict
+
+    mine = tmp_path / "mine.json"
+    pio.save_profile(pio.new_llm_profile(zoo.get("llama3-8b"), "zoo"), mine)
+    d = plan_to_dict(plan)
+    assert "profile" not in d["layout"]
+    (tmp_path / "old.json").write_text(json.dumps(d))
+    assert M.default_profile_path(load_plan(tmp_path / "old.json")) == home / "profiles" / "llama3-8b.json"
+    d["layout"]["profile"] = str(mine)
+    (tmp_path / "new.json").write_text(json.dumps(d))
+    assert M.planned_speed(load_plan(tmp_path / "new.json"))["profile"] == str(mine)
+    for bad in (5, "", ["a"]):
+        d["layout"]["profile"] = bad
+        (tmp_path / "bad.json").write_text(json.dumps(d))
+        with pytest.raises(PlanError, match="layout.profile"):
+            load_plan(tmp_path / "bad.json")
+
+
+def test_a_local_rehearsal_is_not_recorded_and_a_run_before_warm_up_says_so(plan, home):
+    """A rehearsal runs a shrunk model on CPU: its speed is not the plan model's on the plan's GPUs."""
+    from types import SimpleNamespace
+
+    from cloudfit.launcher import Launch, record_measured
+
+    class Store:
+        info: dict = {"progress": {"step": 2, "tokens_per_second": 9000.0}}
+
+        def find_cluster(self, name):
+            return SimpleNamespace(info=self.info)
+
+        def update_cluster(self, name, info=None, **kw):
+            self.info.update(info or {})
+
+    f = M.planned_speed(plan)
+    spec = SimpleNamespace(name="r", record={"planned_speed": f, "rehearsal": {"planned": "x"}}, configs=(None,))
+    ex = SimpleNamespace(store=Store())
+    result = SimpleNamespace(config=None)
+    assert "shrunk model on CPU" in record_measured(Launch(spec, ex), result)
+    spec.record.pop("rehearsal")
+    assert "no speed after warm-up (step 2" in record_measured(Launch(spec, ex), result)
+    assert not (home / "profiles" / "llama3-8b.json").exists()
+    Store.info["progress"] = {"step": 9, "tokens_per_second": f["tokens_per_second"] * 100}  # beyond the GPUs' peak
+    line = record_measured(Launch(spec, ex), result)
+    assert line.startswith("not recorded in a profile:") and "peak" in line and "\n" not in line
+    Store.info["progress"] = {"step": 9, "tokens_per_second": f["tokens_per_second"] * 0.8}
+    line = record_measured(Launch(spec, ex), result)
+    assert "recorded in" in line and len(pio.load_profile(home / "profiles" / "llama3-8b.json", llm_ok=True).measurements) == 1
