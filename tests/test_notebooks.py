@@ -74,7 +74,14 @@ def test_notebook_runs(path, tmp_path, monkeypatch, _isolated_home):
     before = _repo_files()
 
     client = NotebookClient(nb, km=_this_python_kernel(), timeout=180, resources={"metadata": {"path": str(work)}})
-    client.execute()
+    import signal
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        client.execute()
+    finally:  # the kernel manager's event loop resets SIGTERM to the default: give the suite its handler back
+        for s, h in handlers.items():
+            signal.signal(s, h)
 
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]

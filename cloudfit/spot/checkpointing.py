@@ -91,7 +91,7 @@ def preemption_notice(cloud: str, *, spot: bool, write_s: float, interval_h: flo
         note = f"{what} fits {name}'s {notice:g} s preemption notice; the price still counts {lost}: a notice is best effort."
     else:
         note = f"{what} cannot finish in {name}'s {notice:g} s preemption notice: the price counts {lost}."
-    return {"cloud": cloud, "notice_s": notice, "save_s": round(save_s, 3), "step_s": round(float(step_s), 3),
+    return {"notice_s": notice, "save_s": round(save_s, 3), "step_s": round(float(step_s), 3),
             "write_s": round(float(write_s), 3), "fits": fits, "interval_h": float(interval_h),
             "lost_per_preemption_h": lost_h, "expected_preemptions": float(preemptions),
             "expected_lost_h": lost_h * float(preemptions), "lost_work_priced": True, "note": note}
