@@ -16,7 +16,6 @@ thing that differs from the plan.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -106,16 +105,11 @@ class LlmJob:
         return self.layout_on(gpus, config.offering.accelerators_per_node)
 
     def layout_on(self, gpus: int, per_node: int) -> dict[str, Any]:
+        """The layout on ``gpus`` GPUs, ``per_node`` per node: the plan's, else ``cloudfit.stacks.base.relayout``'s."""
+        from cloudfit.stacks.base import relayout
+
         d = dict(self.degrees)
-        if gpus == self.gpus:
-            return d
-        tp = d["tp"] if d["tp"] <= per_node and gpus % d["tp"] == 0 else 1
-        pp = d["pp"] if gpus % (tp * d["pp"]) == 0 else 1  # stages kept where the GPUs divide
-        cp = d["cp"] if gpus % (tp * pp * d["cp"]) == 0 else 1
-        dp = max(1, gpus // (tp * pp * cp))
-        mb = d["micro_batch"]
-        ga = max(1, math.ceil(self.global_batch / (mb * dp)), pp)  # 1F1B needs ≥ pp micro-batches
-        return {**d, "dp_replicate": 1, "dp_shard": dp, "tp": tp, "pp": pp, "cp": cp, "grad_accum": ga}
+        return d if gpus == self.gpus else relayout(d, self.global_batch, gpus, per_node)
 
     def args_for(self, degrees: Mapping[str, Any], *, shrink: bool = False, seq_len: int | None = None,
                  precision: str | None = None) -> list[str]:
@@ -179,19 +173,10 @@ def _options(args: list[str]) -> dict[str, str]:
 
 
 def _model_args(args: list[str]) -> list[str]:
-    """The model part of the planner's arguments (``--shape X`` or the dimensions)."""
-    keep = {"--shape", "--layers", "--dim", "--heads", "--kv-heads", "--ffn-dim", "--vocab"}
-    out: list[str] = []
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a in keep and i + 1 < len(args):
-            out += [a, args[i + 1]]
-            i += 2
-            continue
-        if a == "--tie-embeddings":
-            out.append(a)
-        i += 1
+    """The model part of the planner's arguments (``--shape X`` or the dimensions): ``cloudfit.stacks.base``'s."""
+    from cloudfit.stacks.base import _model_args as model_args
+
+    out = list(model_args(args))
     if not out:
         raise UsageError("the plan's trainer arguments name no model (--shape or dimensions)")
     return out
