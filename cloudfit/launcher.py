@@ -153,6 +153,9 @@ def record_measured(ready: "Launch", result) -> str | None:
     if spec.record.get("rehearsal"):
         return ("not recorded in a profile: the local rehearsal ran a shrunk model on CPU, whose speed is not "
                 f"{facts.get('model')}'s on {facts.get('cluster_label')}")
+    if getattr(ready.executor, "backend", None) == "local" and not _local_gpus_are(facts.get("accelerator")):
+        return (f"not recorded in a profile: the local backend ran on this machine, which has no "
+                f"{facts.get('accelerator')}; its speed is not {facts.get('cluster_label')}'s")
     store = getattr(ready.executor, "store", None)
     rec = store.find_cluster(spec.name) if store is not None else None
     p = dict((rec.info.get("progress") if rec is not None else None) or {})
@@ -171,6 +174,23 @@ def record_measured(ready: "Launch", result) -> str | None:
         store.update_cluster(spec.name, info={"profile_row": {"path": str(path), "tokens_per_second": tps}})
     return (f"measured {tps:,.0f} tokens/s on {m.nodes}×{m.gpus_per_node}×{m.accelerator} ({m.layout}, "
             f"{facts.get('stack')}) recorded in {path}: `cloudfit recommend --profile {path} …` anchors on it")
+
+
+def _local_gpus_are(accelerator) -> bool:
+    """Whether this machine's CUDA GPUs are the plan's accelerator (a local run measures the plan's cluster only
+    then; on a CPU, or on other GPUs, its speed would plant a wrong anchor)."""
+    import importlib.util
+
+    if not accelerator or importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    from cloudfit.profiling.device import canonical_device_name
+
+    names = {canonical_device_name(torch.cuda.get_device_name(i)) for i in range(torch.cuda.device_count())}
+    return names == {accelerator}
 
 
 #: The stack a GPU launch of a large-model plan runs when nobody named one: torchtitan (PyTorch's own

@@ -407,8 +407,9 @@ def test_deadline_option_overrides_the_plans_and_is_shown(cli, fake, llm_plan_pa
 
 def test_a_launch_appends_its_measured_speed_to_the_plans_profile_and_status_compares(cli, tmp_path):
     """A plan made with `--profile P` records P; a launch of it (here a command on the local backend whose log
-    reports half the planned speed) appends one measured row (cluster, layout, stack) to P; `predict --profile P`
-    anchors on it; `status` prints measured vs planned, outside the band, with what the plan would be now."""
+    reports half the planned speed) is compared with the plan by `status` (outside the band). This machine has no
+    L4, so the local run is NOT appended to P: its speed is not the plan cluster's (a row from a cloud backend is,
+    tests/profiling/test_measured.py::test_a_launch_becomes_a_measurement_that_the_next_plan_anchors_on)."""
     import json
     import os
 
@@ -436,21 +437,8 @@ def test_a_launch_appends_its_measured_speed_to_the_plans_profile_and_status_com
                      "--check-interval", "0.2", "--", "python", str(tmp_path / "proj" / "train.py"), env=env,
                      timeout=120, cwd=str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
-    lay = plan["layout"]
-    where = f"{lay['nodes']}×{lay['gpus_per_node']}×L4"
-    assert f"recorded in {prof.resolve()}" in r.stderr and f"tokens/s on {where}" in r.stderr, r.stderr
-    [m] = pio.load_profile(prof, llm_ok=True).measurements
-    assert m.source == "measured" and m.host == "meas" and m.tokens_per_second == pytest.approx(planned / 2, rel=1e-4)
-    assert (m.accelerator, m.nodes, m.gpus_per_node) == ("L4", lay["nodes"], lay["gpus_per_node"])
-    assert m.layout.startswith(f"fsdp={lay['degrees']['dp_shard']}") or "fsdp=" in m.layout
-    assert "on custom" in m.note and m.memory_gib == 12.5
-    p = run_cloudfit("predict", "--profile", str(prof), "--accelerator", "L4", "--count", "1", "--seq-len", "2048",
-                     "--json", env=env)
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout)
-    a = out["anchor"]  # anchored on the launch's row: the stack ran at half the plan's speed, so ~half the constants'
-    assert a["anchored_on"] == [f"your {lay['gpus']}×L4 fsdp={lay['degrees']['dp_shard']} run"], a
-    assert 0.3 < a["stack_speed"] < 0.7, a
+    assert "not recorded in a profile: the local backend ran on this machine, which has no L4" in r.stderr, r.stderr
+    assert pio.load_profile(prof, llm_ok=True).measurements == ()  # nothing planted in the user's profile
     s = cli("status", "meas")
     assert s.exit_code == 0 and "tokens/s measured vs" in s.output and "below its band" in s.output, s.output
     j = json.loads(cli("status", "meas", "--json").output)

@@ -169,10 +169,12 @@ def test_a_local_rehearsal_is_not_recorded_and_a_run_before_warm_up_says_so(plan
 
     f = M.planned_speed(plan)
     spec = SimpleNamespace(name="r", record={"planned_speed": f, "rehearsal": {"planned": "x"}}, configs=(None,))
-    ex = SimpleNamespace(store=Store())
+    ex = SimpleNamespace(store=Store(), backend="gcp")
     result = SimpleNamespace(config=None)
     assert "shrunk model on CPU" in record_measured(Launch(spec, ex), result)
     spec.record.pop("rehearsal")
+    local = SimpleNamespace(store=Store(), backend="local")  # this machine has none of the plan's GPUs
+    assert "the local backend ran on this machine, which has no" in record_measured(Launch(spec, local), result)
     assert "no speed after warm-up (step 2" in record_measured(Launch(spec, ex), result)
     assert not (home / "profiles" / "llama3-8b.json").exists()
     Store.info["progress"] = {"step": 9, "tokens_per_second": f["tokens_per_second"] * 100}  # beyond the GPUs' peak
