@@ -287,12 +287,7 @@ def _render_preview(pv, plan, from_model: bool, stderr: bool = False) -> None:
                   f"{d.get('on_host_maintenance')}, startup script {d.get('startup_script_bytes')} bytes")
     if pv.install and pv.backend in ("gcp", "sky"):
         con.print(f"  install: {pv.install}", soft_wrap=True, markup=False)
-    if pv.job:
-        _render_job(con, pv.job)
-    elif pv.backend != "gcp":
-        for line in d.get("ships", []) if pv.backend == "sky" else ():
-            con.print(f"  {line}")
-        con.print(f"  command: {' '.join(d.get('command', []))}")
+    _render_job(con, pv.job)  # Launch.preview always fills it (cloudfit.launcher.job_view), every backend
     con.print(f"Budget {money(pv.budget_usd)}; cost cap {money(pv.cost_cap_usd)} (every node to its max_run_duration "
               f"plus {pv.teardown_s:g} s teardown); guard checks every {pv.interval_s:g} s"
               + (f"; {pv.fallbacks} fallback config(s) on stockout/quota" if pv.fallbacks else ""))
