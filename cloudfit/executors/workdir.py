@@ -79,10 +79,16 @@ class Packed:
 
     def chunks(self, chunk: int = 250_000) -> dict[str, str]:
         """Metadata key → base64 text, in order (``cloudfit-workdir-0`` …): how the gcp backend ships it."""
-        import base64
+        return b64_chunks(self.tar_gz, METADATA_PREFIX, chunk)
 
-        text = base64.b64encode(self.tar_gz).decode()
-        return {f"{METADATA_PREFIX}{i}": text[j:j + chunk] for i, j in enumerate(range(0, len(text), chunk))}
+
+def b64_chunks(data: bytes, prefix: str, chunk: int) -> dict[str, str]:
+    """``data`` as base64 in values of at most ``chunk`` characters, keyed ``<prefix>0``, ``<prefix>1`` … in order
+    (instance metadata takes 256 KB per value: the wheel and the workdir archive both travel this way)."""
+    import base64
+
+    text = base64.b64encode(data).decode()
+    return {f"{prefix}{i}": text[j:j + chunk] for i, j in enumerate(range(0, len(text), chunk))}
 
 
 def _kb(n: int) -> str:

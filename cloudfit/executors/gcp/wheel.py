@@ -195,11 +195,12 @@ def install_source(model: str = "") -> Install:
         spec = shlex.join(words)
         return Install(ENV_PIP_SPEC, spec, f"the VMs install {spec} (from ${ENV_PIP_SPEC})")
     name, data = runtime_wheel()
-    text = base64.b64encode(data).decode()
-    if len(text) > MAX_METADATA_BYTES:
+    from cloudfit.executors.workdir import b64_chunks
+
+    chunks = b64_chunks(data, "cloudfit-wheel-", CHUNK)
+    if sum(map(len, chunks.values())) > MAX_METADATA_BYTES:
         raise UsageError(f"this cloudfit's wheel is {len(data) // 1024} KB, too large for instance metadata; "
                          f"set {ENV_PIP_SPEC} to a pip spec the VMs can install (an index URL, a gs:// wheel, …)")
-    chunks = {f"cloudfit-wheel-{i}": text[j:j + CHUNK] for i, j in enumerate(range(0, len(text), CHUNK))}
     sha = hashlib.sha256(data).hexdigest()
     spec = f"/var/lib/cloudfit/{name}" + ("[hf]" if hf else "")
     return Install("wheel in instance metadata", spec,
