@@ -36,7 +36,7 @@ import numpy as np
 
 from cloudfit import __version__
 from cloudfit.catalog import Catalog
-from cloudfit.errors import InfeasibleError
+from cloudfit.errors import InfeasibleError, UsageError
 from cloudfit.llm import hardware as lhw
 from cloudfit.llm import memory as lmem
 from cloudfit.llm import space as lsp
@@ -85,6 +85,13 @@ class LLMJob:
 
     def __post_init__(self) -> None:
         self.shape.check_lora_rank(self.lora_rank)
+        if self.stack is not None:  # a plan is a promise: no layout search for a job the stack cannot run at all
+            from cloudfit import stacks
+
+            why = stacks.get(self.stack).refuse_workload(self.shape.to_dict(), finetune=self.finetune,
+                                                         precision=self.precision, model=self.shape.name)
+            if why:
+                raise UsageError(f"--stack {self.stack}: {why}")
 
     @property
     def framework(self) -> str | None:

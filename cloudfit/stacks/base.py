@@ -324,6 +324,12 @@ class Stack:
                         if self.schedules else f"{self.name} has no pipeline parallelism (pp={pp})")
         return None
 
+    def refuse_workload(self, shape: Mapping[str, Any], *, finetune: str = "full", precision: str = "bf16",
+                        model: str = "") -> str | None:
+        """One line why this stack cannot train this model this way whatever the layout (the model, fine-tuning
+        mode, precision), or None: ``recommend --stack`` asks it before searching any layout, ``refuse`` at launch."""
+        return None
+
     def refuse(self, job: StackJob) -> str | None:
         """One line why this stack cannot run ``job``, or None."""
         return self.layout_ok(LayoutView(job), job.shape)

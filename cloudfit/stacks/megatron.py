@@ -144,12 +144,18 @@ class MegatronStack(Stack):
                         + " stages (even with the embedding and loss counted as layers)")
         return None
 
+    def refuse_workload(self, shape, *, finetune="full", precision="bf16", model="") -> str | None:
+        if finetune == "lora":
+            return "megatron: pretrain_gpt.py has no LoRA; plan a full fine-tune, or run LoRA with --stack accelerate"
+        return None
+
     def refuse(self, job: StackJob) -> str | None:
         why = super().refuse(job)
         if why:
             return why
-        if job.finetune == "lora":
-            return "megatron: pretrain_gpt.py has no LoRA; plan a full fine-tune, or run LoRA with --stack accelerate"
+        why = self.refuse_workload(job.shape, finetune=job.finetune, precision=job.precision, model=job.model)
+        if why:
+            return why
         if job.cp > 1 and job.seq_len % (2 * job.cp):
             return (f"megatron: context parallelism needs the sequence length to be a multiple of 2·cp "
                     f"({job.seq_len} with cp={job.cp})")

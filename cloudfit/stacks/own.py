@@ -54,11 +54,17 @@ class Own(Stack):
             return f"{TRAINER} shards with FSDP (ZeRO-3), not ZeRO-{int(getattr(layout, 'zero'))}"
         return None
 
-    def refuse(self, job: StackJob) -> str | None:
-        if job.precision == "fp8":
+    def refuse_workload(self, shape, *, finetune="full", precision="bf16", model="") -> str | None:
+        if precision == "fp8":
             return f"{TRAINER} trains in bf16 or fp32, not fp8: plan with --precision bf16 or use --stack torchtitan"
-        if job.finetune == "lora":
+        if finetune == "lora":
             return f"{TRAINER} has no LoRA: use --stack custom with your fine-tuning script"
+        return None
+
+    def refuse(self, job: StackJob) -> str | None:
+        why = self.refuse_workload(job.shape, finetune=job.finetune, precision=job.precision, model=job.model)
+        if why:
+            return why
         if job.pp > 1 and job.pp_schedule not in (None, "1f1b"):
             return f"{TRAINER} runs only the 1f1b pipeline schedule, not {job.pp_schedule}"
         return super().refuse(job)

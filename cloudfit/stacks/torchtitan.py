@@ -156,16 +156,22 @@ class Torchtitan(Stack):
                     f"tp={tp} must divide {kv}")
         return None
 
-    def refuse(self, job: StackJob) -> str | None:
-        if flavor_of(job.shape) is None:
-            dims = ", ".join(f"{k}={job.shape.get(k)}" for k in ("hidden", "layers", "heads", "kv_heads", "ffn_hidden",
-                                                                 "vocab") if k in job.shape)
-            return (f"torchtitan's llama3 flavours are 1B, 3B, 8B, 70B and 405B; {job.model or 'the model'} "
+    def refuse_workload(self, shape, *, finetune="full", precision="bf16", model="") -> str | None:
+        if flavor_of(shape) is None:
+            dims = ", ".join(f"{k}={shape.get(k)}" for k in ("hidden", "layers", "heads", "kv_heads", "ffn_hidden",
+                                                             "vocab") if k in shape)
+            return (f"torchtitan's llama3 flavours are 1B, 3B, 8B, 70B and 405B; {model or 'the model'} "
                     f"({dims}) is none of them: register a flavour in torchtitan and run it with "
                     "`cloudfit launch plan.json --stack custom -- torchrun …`")
-        if job.finetune == "lora":
+        if finetune == "lora":
             return ("torchtitan's LoRA is a model converter without a pretraining recipe here: run it with "
                     "`--stack custom` or plan full fine-tuning")
+        return None
+
+    def refuse(self, job: StackJob) -> str | None:
+        why = self.refuse_workload(job.shape, finetune=job.finetune, precision=job.precision, model=job.model)
+        if why:
+            return why
         why = self.layout_ok(LayoutView(job), job.shape)
         if why:
             return why

@@ -148,3 +148,23 @@ def test_token_workload_rejects_custom_in_the_library():
 
     with pytest.raises(UsageError):
         token_workload(tokens=1e9, model="llama3-8b", stack="custom", deadline="1d")
+
+
+def test_a_stack_that_cannot_train_the_job_at_all_is_refused_before_any_plan(cli, tmp_path):
+    """A plan is a promise: LoRA on torchtitan / Megatron / cloudfit's trainer, or a model that is no torchtitan
+    flavour, is refused by recommend (one line, exit 2, no plan written), not planned and refused at launch."""
+    out = tmp_path / "plan.json"
+    for stack in ("torchtitan", "megatron", "cloudfit"):
+        r = cli("recommend", "--model", "llama3-8b", "--finetune", "lora", "--tokens", "5e8", "--seq-len", "4096",
+                "--budget", "200", "--stack", stack, "--out", str(out))
+        assert r.exit_code == 2 and "LoRA" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+        assert not out.exists()
+    r = cli("recommend", "--model", "llama3-8b", "--finetune", "lora", "--tokens", "5e8", "--seq-len", "4096",
+            "--budget", "200", "--stack", "accelerate", "--out", str(out))  # your script's peft: it runs LoRA
+    assert r.exit_code == 0 and out.exists(), r.output
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[2] / "examples" / "my_model" / "config.json"
+    r = cli("recommend", "--config", str(config), "--tokens", "2e9", "--deadline", "3d",
+            "--stack", "torchtitan")
+    assert r.exit_code == 2 and "flavours" in r.output, r.output
