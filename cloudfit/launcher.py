@@ -200,6 +200,26 @@ def _local_gpus_are(accelerator) -> bool:
 DEFAULT_GPU_STACK = "torchtitan"
 
 
+def default_stack_refusal(plan) -> str | None:
+    """Why ``DEFAULT_GPU_STACK`` cannot run a large-model plan that names no stack (LoRA, a model that is none of
+    its flavours), as one line that says what runs it instead; None when it can (or the plan names a stack)."""
+    lay = plan.layout or {}
+    if not lay or lay.get("stack"):
+        return None
+    from cloudfit import stacks
+
+    why = stacks.get(DEFAULT_GPU_STACK).refuse_workload(lay.get("shape") or {}, finetune=str(lay.get("finetune") or "full"),
+                                                       precision=str(lay.get("precision") or "bf16"),
+                                                       model=str(lay.get("model") or ""))
+    if not why:
+        return None
+    what = "fine-tunes with LoRA" if lay.get("finetune") == "lora" else "trains a model"
+    return (f"this plan names no stack and {what}, which {DEFAULT_GPU_STACK} (the GPU default) cannot run "
+            f"({why.split(':')[0]}): launch your own script with the plan's layout — `cloudfit launch plan.json -- "
+            "python finetune.py` (CLOUDFIT_* environment and cloudfit_layout.json) or `--stack accelerate -- "
+            "finetune.py`")
+
+
 def choose_stack(plan, backend: str, stack: str | None, command: tuple[str, ...]) -> tuple[str, str, list[str]]:
     """``(the stack that runs, the stack whose parser reads its log, notes)`` for ``plan`` on ``backend``."""
     from cloudfit import stacks
@@ -235,6 +255,9 @@ def choose_stack(plan, backend: str, stack: str | None, command: tuple[str, ...]
     if named is None:
         if backend == "local":
             return "cloudfit", "cloudfit", notes
+        refused = default_stack_refusal(plan)
+        if refused:
+            raise UsageError(refused)
         named = DEFAULT_GPU_STACK
         notes.append(f"no stack named: {named} runs this plan (the default on GPUs; cloudfit's own trainer ran at ~9% "
                      "MFU on an H100 — `--stack cloudfit` runs it anyway)")

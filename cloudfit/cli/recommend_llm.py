@@ -88,6 +88,12 @@ def stack_of(plan) -> str:
     return (plan.layout or {}).get("stack") or "cloudfit"
 
 
+def stack_label(plan) -> str:
+    """The title's words for the stack: the named one, or that none was named."""
+    named = (plan.layout or {}).get("stack")
+    return f"stack {named}" if named else "no --stack"
+
+
 def _llm_profile(profile, model, config):
     """The LLM profile ``--profile`` names (None without one); it replaces --model/--config."""
     if profile is None:
@@ -158,7 +164,7 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
     w, L = plan.workload, plan.layout
     con = con or console()
     ft = f"LoRA r={L['lora_rank']}" if L["finetune"] == "lora" else "full training"
-    title = (f"{w.model} ({ft}, {L['precision']}, stack {stack_of(plan)}): {L['tokens']:.3g} tokens at "
+    title = (f"{w.model} ({ft}, {L['precision']}, {stack_label(plan)}): {L['tokens']:.3g} tokens at "
              f"{seq_len:,}/sequence, {limits_and_goal(w)}")
     width = con.width
     from cloudfit.cli.unknown_view import gpu_marks, unknown_lines
@@ -215,6 +221,11 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
               f"write, {every}; a restart costs {ck['restart_s'] / 60:,.1f} min.")
     if L["launch"]["note"]:
         con.print(f"[yellow]Note: {L['launch']['note']}.[/yellow]")
+    from cloudfit.launcher import default_stack_refusal
+
+    refused = default_stack_refusal(plan)
+    if refused:
+        con.print(f"[yellow]Launch: {refused[0].upper()}{refused[1:]}.[/yellow]")
     if plan.sensitivity:
         con.print(f"Sensitivity: {plan.sensitivity}")
     p = plan.provenance

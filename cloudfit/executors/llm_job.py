@@ -42,6 +42,7 @@ class LlmJob:
     notes: tuple[str, ...] = field(default_factory=tuple)  # what differs from the plan already (pp/cp → runnable)
     shape_spec: Mapping[str, Any] = field(default_factory=dict)  # the plan's model shape (for the memory check)
     capacity_gib: float | None = None  # memory per GPU of the plan's accelerator
+    finetune: str = "full"  # full | lora (the trainer trains every weight: a LoRA plan is rehearsed as full)
 
     @classmethod
     def from_plan(cls, plan) -> "LlmJob":
@@ -76,7 +77,8 @@ class LlmJob:
         cap = lay.get("memory_capacity_gib")
         return cls(tuple(model_args), str(lay.get("model") or ""), seq_len, steps, degrees, gpus, gb,
                    float(interval_h) * 3600.0 if interval_h else None, str(lay.get("text", "")), notes,
-                   dict(lay.get("shape") or {}), float(cap) if isinstance(cap, (int, float)) else None)
+                   dict(lay.get("shape") or {}), float(cap) if isinstance(cap, (int, float)) else None,
+                   "lora" if lay.get("finetune") == "lora" else "full")
 
     def fits(self, config) -> tuple[bool, str]:
         """Does the layout for ``config`` fit the GPU's memory (the planner's memory model)? Unknown → True."""
@@ -146,6 +148,9 @@ class LlmJob:
         shape = self.model_args[1] if self.model_args[:1] == ("--shape",) else "llama3-8b"
         notes.append(f"model {self.shape or shape} shrunk to {shape}'s layer types at tiny width (2 layers, vocab 256), "
                      f"sequences {self.seq_len:,} → 64 tokens, fp32 on CPU gloo")
+        if self.finetune == "lora":
+            notes.append("LoRA rehearsed as full training (cloudfit's trainer has no adapters): the rehearsal checks "
+                         "the layout and the launch path, not the fine-tune")
         return degrees, self.args_for(degrees, shrink=True, seq_len=64, precision="fp32"), notes
 
 

@@ -103,6 +103,27 @@ def test_an_llm_plan_with_no_stack_named_runs_torchtitan_on_a_cloud_and_says_why
     assert "cloudfit.train_llm" in loc.output and "torchtitan needs the plan's GPUs" in loc.output
 
 
+def test_a_lora_plan_with_no_stack_is_not_handed_to_torchtitan_it_asks_for_the_users_script(cli, fake, plan_path,
+                                                                                             tmp_path):
+    """torchtitan (the GPU default) has no LoRA recipe: a LoRA plan that names no stack gets one line saying how to
+    run it (your script after --), exit 2 — not torchtitan's refusal of a plan cloudfit itself recommended."""
+    d = json.loads(plan_path.read_text())
+    del d["layout"]["stack"]
+    d["layout"]["finetune"], d["layout"]["lora_rank"] = "lora", 16
+    lora = tmp_path / "lora.json"
+    lora.write_text(json.dumps(d))
+    r = cli("launch", str(lora), "--dry-run", *_gcp(fake, "--checkpoint-dir", CKPT))
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "names no stack and fine-tunes with LoRA" in r.output and "-- python finetune.py" in r.output
+    proj = _project(tmp_path)
+    g = cli("launch", str(lora), "--dry-run", *_gcp(fake, "--checkpoint-dir", CKPT), "--", "python",
+            str(proj / "train.py"))
+    assert g.exit_code == 0, g.output  # the way out it names works
+    loc = cli("launch", str(lora), "--dry-run")  # locally cloudfit's trainer rehearses it as full training, and says so
+    assert loc.exit_code == 0, loc.output
+    assert "LoRA rehearsed as full training" in " ".join(loc.output.split())
+
+
 def test_the_plain_dry_run_shows_the_users_command_on_every_backend(cli, fake, plan_path, tmp_path, monkeypatch):
     proj = _project(tmp_path)
     monkeypatch.chdir(proj.parent)

@@ -143,6 +143,19 @@ def test_cli_example_lora_budget(cli):
     assert all("layout" in c and 0 < c["mfu"] < 1 for c in d["candidates"])
 
 
+def test_a_lora_table_with_no_stack_says_how_it_launches(cli):
+    """No --stack: the title says so (not "stack cloudfit"), and a LoRA plan says torchtitan — the GPU default —
+    cannot run it and how it launches instead; a full-training plan has no such line."""
+    r = cli("recommend", "--model", "llama3-70b", "--finetune", "lora", "--tokens", "2e8", "--budget", "500",
+            "--regions", "us-*")
+    assert r.exit_code == 0, r.stderr
+    out = " ".join(r.stdout.split())
+    assert "no --stack" in out and "stack cloudfit" not in out
+    assert "Launch: This plan names no stack and fine-tunes with LoRA" in out and "-- python finetune.py" in out
+    full = cli("recommend", "--model", "llama3-8b", "--tokens", "1e9", "--deadline", "2d", "--regions", "us-central1")
+    assert full.exit_code == 0 and "Launch:" not in full.stdout
+
+
 def test_cli_table_has_layout_and_mfu(cli):
     r = cli("recommend", "--model", "llama3-8b", "--tokens", "1e11", "--seq-len", "8192", "--deadline", "7d",
             "--regions", "us-central1")
