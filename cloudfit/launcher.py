@@ -115,7 +115,7 @@ def prepare_launch(plan, executor, *, budget_usd: float | None = None, name: str
         deadline = deadline_spec(plan, configs, job.steps, hazard_per_hour=job.hazard_per_hour,
                                  checkpoint_interval_s=job.checkpoint_interval_s)
     if packed is not None or (job.stack is not None and executor.backend != "local"):
-        job = dataclasses.replace(job, workdir=_with_stack_files(packed, job, configs[0], node_checkpoint_dir(
+        job = dataclasses.replace(job, workdir=_with_stack_files(packed, job, configs, node_checkpoint_dir(
             checkpoint_dir)))
     spec = RunSpec(name=check_name(name) if name else default_name(model), configs=configs, job=job,
                    budget_usd=budget, timeout_s=timeout_s, record=record, deadline=deadline)
@@ -298,13 +298,22 @@ def node_checkpoint_dir(checkpoint_dir: str | None) -> str | None:
     return checkpoint_dir
 
 
-def _with_stack_files(packed, job, config, checkpoint_dir):
-    """The archive that ships: the user's folder and the stack's config files (``StackCommand.files``, as the
-    nodes' startup builds the command: the checkpoint folder where they mount it) at its root (a file of the
-    folder with the same name is replaced by the stack's)."""
+def _with_stack_files(packed, job, configs, checkpoint_dir):
+    """The archive that ships: the user's folder and the stack's config files of every config the run may start
+    (``StackCommand.files``, as the nodes' startup builds the command: the checkpoint folder where they mount it;
+    a deadline switch's or fallback's own layout under its own name) at its root (a file of the folder with the
+    same name is replaced by the stack's)."""
+    from cloudfit.errors import UsageError
     from cloudfit.executors import workdir as wd
 
-    files = dict(job.stack.command(config, checkpoint_dir).files) if job.stack is not None else {}
+    files: dict = {}
+    if job.stack is not None:
+        for i, config in enumerate(configs):
+            try:
+                files.update(job.stack.command(config, checkpoint_dir).files)
+            except UsageError:
+                if i == 0:  # the first config's refusal is the launch's (one line); an alternative the stack
+                    raise   # cannot run is refused again when (if ever) the run switches to it
     if not files:
         return packed
     return wd.pack(packed.folder if packed is not None else None, extra=files)

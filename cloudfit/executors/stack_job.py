@@ -44,7 +44,32 @@ class StackRun:
         return j.replace(**kw)
 
     def command(self, config=None, checkpoint_dir: str | None = None):
-        """The stack's ``StackCommand`` for the job on ``config`` (a refusal: ``UsageError``, one line)."""
+        """The stack's ``StackCommand`` for the job on ``config`` (a refusal: ``UsageError``, one line).
+
+        A config other than the plan's own cluster (a deadline switch, a stock-out fallback) whose config files
+        differ from the plan's (``cloudfit_layout.json``'s degrees, Accelerate's YAML) gets them under names of
+        its own (``cloudfit_layout.n2x8.json``), its argv and environment pointing at them: every config's files
+        ship together in one workdir archive, and a node of each config reads its own layout."""
+        cmd = self._command(config, checkpoint_dir)
+        if config is None or not cmd.files:
+            return cmd
+        own = self._command(None, checkpoint_dir).files
+        changed = {k for k, v in cmd.files.items() if own.get(k) != v}
+        if not changed:
+            return cmd
+        tag = f"n{int(config.nodes)}x{int(config.offering.accelerators_per_node)}"
+
+        def renamed(name: str) -> str:
+            stem, dot, ext = name.rpartition(".")
+            return f"{stem}.{tag}.{ext}" if dot else f"{name}.{tag}"
+
+        names = {k: renamed(k) for k in changed}
+        return dataclasses.replace(
+            cmd, files={names.get(k, k): v for k, v in cmd.files.items()},
+            argv=tuple(names.get(a, a) for a in cmd.argv),
+            env={k: names.get(v, v) if isinstance(v, str) else v for k, v in cmd.env.items()})
+
+    def _command(self, config, checkpoint_dir):
         job = self.job(config, checkpoint_dir)
         if self.name == "custom":
             return custom_command(job, self.user_command)

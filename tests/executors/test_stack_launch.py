@@ -342,3 +342,33 @@ def test_a_local_rehearsal_of_a_torchtitan_plan_leaves_torchtitans_files_in_the_
     folder = run_dir("reh")
     assert "def cloudfit_job" in (folder / "cloudfit_titan.py").read_text()
     assert json.loads((folder / "progress.json").read_text())["step"] == 2  # the rehearsal itself ran
+
+
+def test_a_switch_to_another_cluster_size_reads_its_own_layout_file_not_the_first_configs(plan_path):
+    """Every config the run may start ships its own config files: a node of a 2-node alternative reads
+    cloudfit_layout.n2x1.json (its degrees), the plan's own nodes cloudfit_layout.json — one archive for both."""
+    import dataclasses
+    import io
+    import tarfile
+
+    from cloudfit.executors.stack_job import StackRun
+    from cloudfit.launcher import _with_stack_files
+
+    plan = load_plan(plan_path)
+    own = plan.chosen.config
+    bigger = dataclasses.replace(own, nodes=own.nodes * 2)
+    run = StackRun("custom", "custom", plan, ("python", "train.py"))
+    a, b = run.command(own), run.command(bigger)
+    assert a.files.keys() == {"cloudfit_layout.json"} and a.env["CLOUDFIT_LAYOUT_FILE"] == "cloudfit_layout.json"
+    tag = f"n{bigger.nodes}x{bigger.offering.accelerators_per_node}"
+    name = f"cloudfit_layout.{tag}.json"
+    assert b.files.keys() == {name} and b.env["CLOUDFIT_LAYOUT_FILE"] == name
+    assert json.loads(b.files[name])["dp_shard"] * json.loads(b.files[name]).get("dp_replicate", 1) == \
+        2 * json.loads(a.files["cloudfit_layout.json"])["dp_shard"] * \
+        json.loads(a.files["cloudfit_layout.json"]).get("dp_replicate", 1)
+    job = dataclasses.make_dataclass("J", [("stack", object)])(run)
+    packed = _with_stack_files(None, job, [own, bigger], None)
+    with tarfile.open(fileobj=io.BytesIO(packed.tar_gz)) as t:
+        shipped = {m.name.lstrip("./"): json.loads(t.extractfile(m).read()) for m in t.getmembers() if m.isfile()}
+    assert shipped.keys() == {"cloudfit_layout.json", name}
+    assert shipped[name] == json.loads(b.files[name])  # the alternative's degrees, not the first config's
