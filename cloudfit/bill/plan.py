@@ -190,17 +190,18 @@ def explain(billed: Billed, problem) -> list[str]:
         head = (f"Moving {gb} from {src} to {_where(o)} costs ${move_c:,.2f}" if here else
                 f"Staying near the data: moving {gb} from {src} to {_where(oj)} would cost ${move_j:,.2f}")
         out.append(f"{head}; {tail}")
-    elif here:  # the data move to the chosen plan: say what moving costs and what the plan still saves
-        out.append(f"Moving {gb} from {src} to {_where(o)} costs ${move_c:,.2f}; the {_where(o)} plan "
-                   f"still saves ${ej.cost_usd - chosen.cost_usd:,.2f} against the best plan near the data "
-                   f"({ej.config.nodes}× {oj.machine_type} in {oj.zone}: ${ej.cost_usd:,.2f} expected).")
+    elif here:  # the data move to the chosen plan: what moving costs, what the plan saves in compute and in all
+        saving = sj["compute_usd"] - s["compute_usd"]
+        out.append(f"Moving {gb} from {src} to {_where(o)} costs ${move_c:,.2f}; the {_where(o)} plan saves "
+                   f"${saving:,.2f} of compute, so still ${ej.cost_usd - chosen.cost_usd:,.2f} in all, against the best "
+                   f"plan near the data ({ej.config.nodes}× {oj.machine_type} in {oj.zone}: ${ej.cost_usd:,.2f} expected).")
     else:
         saving = s["compute_usd"] - sj["compute_usd"]
-        what = (f"would save ${saving:,.2f} of compute" if saving > 0 else
-                f"would cost ${-saving:,.2f} more in compute too")
+        what = (f"would save ${saving:,.2f} of compute but cost" if saving > 0 else
+                f"would cost ${-saving:,.2f} more in compute too, and")
         out.append(f"Staying near the data is cheaper: moving {gb} from {src} to {_where(oj)} costs ${move_j:,.2f}; "
-                   f"the {_where(oj)} plan ({ej.config.nodes}× {oj.machine_type}) {what}, ${ej.cost_usd:,.2f} in all "
-                   f"against ${chosen.cost_usd:,.2f}.")
+                   f"the {_where(oj)} plan ({ej.config.nodes}× {oj.machine_type}) {what} ${ej.cost_usd:,.2f} in all "
+                   f"(with the ${move_j:,.2f} transfer) against ${chosen.cost_usd:,.2f}.")
     return out
 
 

@@ -44,18 +44,35 @@ def _quotas(quota: str, workload, catalog_path):
         return None, f"Quota: not checked ({e})."
 
 
-def add_column(billed, cols: list, rows: list, shown: list) -> None:
-    """A ``data $`` column (transfer + storage) before ``exp. $`` when the plan has a bill."""
+def add_column(billed, cols: list, rows: list, shown: list, keep: float | None = None) -> None:
+    """A ``data $`` column (transfer + storage) before ``exp. $`` when the plan has a bill; ``keep``: its rank when
+    a narrow terminal drops columns (``cloudfit.cli.table.Column``; ``data_line`` then says what it held)."""
     if billed is None or billed.bill is None:
         return
     from cloudfit.cli.render import money
     from cloudfit.cli.table import Column
 
     at = next((i for i, c in enumerate(cols) if c.header == "exp. $"), len(cols))
-    cols.insert(at, Column("data $", "right"))
+    cols.insert(at, Column("data $", "right", keep=keep))  # type: ignore[arg-type]
     for row, e in zip(rows, shown):
         s = billed.split(e)
         row.insert(at, money(s["transfer_usd"] + s["storage_usd"]))
+
+
+def data_line(cols: list, rows: list, dropped: list, width: int, *, distinct: bool = False) -> str | None:
+    """When a narrow table dropped the ``data $`` column: one line with its cells, by the rows shown (``distinct``:
+    the rows ``fit_distinct`` kept, renumbered as it numbers them)."""
+    if "data $" not in dropped:
+        return None
+    from cloudfit.cli.table import distinct_rows
+
+    i = next(k for k, c in enumerate(cols) if c.header == "data $")
+    order = distinct_rows(cols, rows, dropped) if distinct else range(len(rows))
+    cells = [rows[j][i] for j in order]
+    what = f"data $ (transfer + storage; left out at {width} columns)"
+    if len(set(cells)) == 1:
+        return f"[dim]{what}: {cells[0]} on every row.[/dim]"
+    return f"[dim]{what}: " + ", ".join(f"#{n} {c}" for n, c in enumerate(cells, 1)) + ".[/dim]"
 
 
 def add_json(billed, payload: dict, shown: list) -> None:
@@ -66,14 +83,3 @@ def add_json(billed, payload: dict, shown: list) -> None:
         row["cost_split"] = billed.split(e)
     payload["plan"]["cost_split"] = billed.split(billed.plan.chosen)
     payload["bill"] = billed.lines
-
-
-def print_lines(billed) -> None:
-    """The bill's sentences, after a table that did not print them (large-model plans)."""
-    if billed is None:
-        return
-    from cloudfit.cli.render import console
-
-    con = console()
-    for line in billed.lines:
-        con.print(line)

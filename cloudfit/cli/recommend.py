@@ -187,11 +187,14 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
     from cloudfit.cli.clouds_view import add_cloud_column, why_cloud
 
     add_cloud_column(plan, cols, rows, shown)
-    from cloudfit.cli.bill_view import add_column
+    from cloudfit.cli.bill_view import add_column, data_line
 
-    add_column(billed, cols, rows, shown)
+    add_column(billed, cols, rows, shown, keep=3.5)  # after machine type, before "#"
     t, dropped = fit(title, cols, rows, width, wide=wide)  # wider than the terminal only with --wide: printed whole
     print_table(con, t)
+    line = data_line(cols, rows, dropped, width)
+    if line:
+        con.print(line)
     if plan.explanation:
         con.print(f"Why #1: {plan.explanation}")
     from cloudfit.cli.unknown_view import unknown_lines

@@ -107,19 +107,26 @@ def fit_distinct(title: str | None, cols: Sequence[Column], rows: Sequence[Seque
     t, dropped = fit(title, cols, rows, width, wide=wide)
     if not dropped:
         return t, dropped, 0
-    shown = [i for i, c in enumerate(cols) if c.header not in dropped and c.header not in ignore]
-    seen, keep = set(), []
-    for r in rows:
-        key = tuple(r[i] for i in shown)
-        if key not in seen:
-            seen.add(key)
-            keep.append(r)
+    keep = [rows[j] for j in distinct_rows(cols, rows, dropped, ignore)]
     if len(keep) == len(rows):
         return t, dropped, 0
     numbered = [i for i, c in enumerate(cols) if c.header == "#"]
     keep = [[str(n) if i in numbered else x for i, x in enumerate(r)] for n, r in enumerate(keep, 1)]
     t, dropped = fit(title, cols, keep, width, wide=wide)
     return t, dropped, len(rows) - len(keep)
+
+
+def distinct_rows(cols: Sequence[Column], rows: Sequence[Sequence[str]], dropped: Sequence[str],
+                  ignore: Sequence[str] = ("#",)) -> list[int]:
+    """Indices of the rows ``fit_distinct`` shows once ``dropped`` are gone: the first of each look-alike group."""
+    shown = [i for i, c in enumerate(cols) if c.header not in dropped and c.header not in ignore]
+    seen, keep = set(), []
+    for j, r in enumerate(rows):
+        key = tuple(r[i] for i in shown)
+        if key not in seen:
+            seen.add(key)
+            keep.append(j)
+    return keep
 
 
 def _spec(title, cols, rows, idx, compact) -> TableSpec:
