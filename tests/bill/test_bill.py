@@ -260,6 +260,23 @@ def test_the_large_model_table_carries_the_data_column_and_fits(cli, monkeypatch
     assert text.index("Bill of #1") < text.index("Searched ")
 
 
+def test_the_readme_example_that_stays_on_gcp_fits_80_columns(cli, monkeypatch):
+    """The README's 300 GB example: GCP next to the data, a long zone name (northamerica-northeast2-c) among the
+    rows; at 80 columns the zone goes (the widest), and the data $ column and "#" that fit again come back."""
+    monkeypatch.setenv("COLUMNS", "80")
+    r = cli(*BASE, "--clouds", "all", "--data", "gs://my-bucket/imagenet", "--data-size", "300GB",
+            "--return-to", "gs://my-bucket/models")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if "exp. $" in line)
+    assert max(len(line.rstrip()) for line in lines[head:head + 7]) <= 80
+    assert lines[head].lstrip().startswith("#") and "data $" in lines[head]
+    assert lines[head + 2].split()[1] == "gcp"
+    text = " ".join(r.stdout.split())
+    assert "Staying near the data is cheaper: moving 300 GB from GCP us-central1 to AWS" in text
+    assert "(with the $36.00 transfer)" in text
+
+
 def test_local_data_size_is_read_from_disk(cli, tmp_path):
     (tmp_path / "a.bin").write_bytes(b"\0" * 3_000_000)
     r = cli(*BASE, "--data", str(tmp_path), "--json")
