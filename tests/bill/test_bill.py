@@ -74,6 +74,28 @@ def test_egress_rules_same_region_free_inter_region_cheap_cross_cloud_tiered():
     assert egress.transfer_hours(150, "free") == 0.0
 
 
+def test_aws_rates_by_source_continent_are_the_skyplane_grids_medians():
+    """AWS bills transfer by source region: each per-continent row of egress.csv is the (upper) median first-tier rate of
+    that continent's source regions in Skyplane's 2022 price grid (data/raw/network), the row's stated source."""
+    import statistics
+    from collections import defaultdict
+
+    from tests.conftest import REPO
+
+    grid = defaultdict(list)
+    with open(REPO / "data/raw/network/skyplane_2022/egress_cost_grid.csv", newline="") as f:
+        for r in csv.DictReader(f):
+            (sc, sr), (dc, dr) = r["src"].split(":"), r["dest"].split(":")
+            if sc == "aws" and sr != dr:
+                grid[(dc == "aws", egress.continent(sc, sr))].append(float(r["cost"]))
+    table = egress.egress_table()
+    for cont in ("eu", "asia", "oceania", "sa", "emea"):
+        assert table[("aws", "inter_region", cont)][0].usd_per_gb == statistics.median_high(grid[(True, cont)]), cont
+        if cont != "eu":
+            assert table[("aws", "internet", cont)][0].usd_per_gb == statistics.median_high(grid[(False, cont)]), cont
+    assert statistics.median_high(grid[(True, "na")]) == table[("aws", "inter_region", "na")][0].usd_per_gb == 0.02
+
+
 def test_sizes_and_locations_parse_or_fail_in_one_line():
     assert parse_size_gb("150GB") == 150 and parse_size_gb("1.5 TB") == 1500
     assert parse_size_gb("4TiB") == pytest.approx(4 * 1024 ** 4 / 1e9)
@@ -275,6 +297,27 @@ def test_the_readme_example_that_stays_on_gcp_fits_80_columns(cli, monkeypatch):
     text = " ".join(r.stdout.split())
     assert "Staying near the data is cheaper: moving 300 GB from GCP us-central1 to AWS" in text
     assert "(with the $36.00 transfer)" in text
+
+
+def test_the_readme_bill_section_shows_the_real_output_and_the_crossovers(cli, monkeypatch):
+    """The README's "The whole bill" block is what its 300 GB command prints at 80 columns, line for line (the
+    table's rule and the lines it elides aside), and the crossover sizes it states are the ones the plans give."""
+    from tests.conftest import REPO
+
+    text = (REPO / "README.md").read_text()
+    section = text.split("**The whole bill.**", 1)[1].split("**What is unknown.**", 1)[0]
+    block = section.split("```\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setenv("COLUMNS", "80")
+    r = cli(*BASE, "--clouds", "all", "--data", "gs://my-bucket/imagenet", "--data-size", "300GB",
+            "--return-to", "gs://my-bucket/models")
+    out = [line.rstrip() for line in r.stdout.splitlines()]
+    for line in block.splitlines():
+        if line.strip() and line.strip() != "…":
+            assert line.rstrip() in out, line
+    for gb, cloud, moves in ((193, "aws", True), (195, "gcp", True), (245, "gcp", True), (247, "gcp", False)):
+        p = _plan(f"{gb}GB")
+        assert p.plan.chosen.config.offering.cloud == cloud and (p.split(p.plan.chosen)["transfer_usd"] > 0) == moves
+    assert "leaves GCP up to 194 GB" in section and "from 246 GB on it stays next to the data" in section
 
 
 def test_local_data_size_is_read_from_disk(cli, tmp_path):
