@@ -66,16 +66,32 @@ def recommend(workload, bill: Bill | None, quotas: Quotas | None, *, catalog=Non
         plan = planner.recommend(workload, catalog=catalog, searcher=searcher, searcher_options=searcher_options,
                                  space=adjust(space), risk=risk)
         prov = dict(plan.provenance, profile_file=profile_file)
-    if bill is not None:
-        prov["bill"] = bill.provenance()
     if quotas is not None:
         prov["quota"] = quotas.source
-    plan = replace(plan, provenance=prov)
     space = next((s for s in reversed(spaces) if _index_of(s, plan.chosen) is not None), spaces[-1])
+    if bill is not None:
+        prov["bill"] = {**bill.provenance(), **_data_step(bill, space, plan.chosen)}
+    plan = replace(plan, provenance=prov)
     billed = Billed(plan, space, bill, quotas, lines)
     if bill is not None:
         billed.lines[:0] = explain(billed, problem)
     return billed
+
+
+def _data_step(bill: Bill, space, chosen) -> dict:
+    """What the plan assumed about moving the data (``plan.json`` provenance, shown by ``launch --dry-run``):
+    the chosen offering's copy — from where to where, GB, USD, hours — and its cost split."""
+    s = bill.split(space, chosen)
+    out: dict = {"cost_split": s}
+    if bill.data is not None:
+        o = chosen.config.offering
+        col = bill.per_offering(space)
+        i = _offering_of(space, chosen)
+        out["data_step"] = {"from": bill.data.url, "from_cloud": bill.data.cloud, "from_region": bill.data.region,
+                            "to_cloud": o.cloud, "to_region": o.region, "gb": bill.data_gb,
+                            "usd": float(col["transfer_usd"][i]), "hours": float(col["transfer_hours"][i]),
+                            "moves": bool(col["moved"][i])}
+    return out
 
 
 def _adjuster(bill, quotas, problem, searcher, searcher_options, lines: list, spaces: list):

@@ -83,3 +83,20 @@ def add_json(billed, payload: dict, shown: list) -> None:
         row["cost_split"] = billed.split(e)
     payload["plan"]["cost_split"] = billed.split(billed.plan.chosen)
     payload["bill"] = billed.lines
+
+
+def data_step_line(plan) -> str | None:
+    """``launch --dry-run``: the data step the plan assumed (``recommend --data``), or None. cloudfit copies nothing."""
+    step = ((plan.provenance or {}).get("bill") or {}).get("data_step")
+    if not step:
+        return None
+    from cloudfit.cli.render import money
+
+    src = "your machine" if step["from_cloud"] == "local" else f"{step['from_cloud']} {step['from_region']}"
+    dst = f"{step['to_cloud']} {step['to_region']}"
+    if not step["moves"]:
+        return (f"Data: the plan's first choice runs next to its data ({step['from']}, {step['gb']:,.0f} GB in "
+                f"{src}): nothing to copy before training.")
+    return (f"Data: the plan's first choice assumed copying {step['from']} ({step['gb']:,.0f} GB) from {src} to "
+            f"{dst} before training: {money(step['usd'])}, {step['hours'] * 60:,.0f} min (in its cost and hours). "
+            "cloudfit does not copy it: stage it in the destination's bucket first, or have your script read it from the source.")

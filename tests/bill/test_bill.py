@@ -320,6 +320,33 @@ def test_the_readme_bill_section_shows_the_real_output_and_the_crossovers(cli, m
     assert "leaves GCP up to 194 GB" in section and "from 246 GB on it stays next to the data" in section
 
 
+def test_launch_dry_run_shows_the_data_step_the_plan_assumed(cli, tmp_path):
+    """recommend --data -o plan.json records the first choice's copy (from, to, GB, $, hours) in provenance.bill;
+    launch --dry-run prints it (and --json carries it) and copies nothing; a plan next to its data says so."""
+    plan = tmp_path / "plan.json"
+    r = cli(*BASE, "--data", "gs://my-bucket/imagenet", "--data-size", "150GB", "--data-region", "europe-west4",
+            "-o", str(plan))
+    assert r.exit_code == 0, r.stderr
+    step = json.loads(plan.read_text())["provenance"]["bill"]["data_step"]
+    assert step["from_region"] == "europe-west4" and step["gb"] == 150 and step["moves"]
+    kind = egress.rate_kind("gcp", "europe-west4", step["to_cloud"], step["to_region"])
+    assert step["usd"] == pytest.approx(egress.egress_usd(150, "gcp", "europe-west4", step["to_cloud"], step["to_region"]))
+    assert step["hours"] == pytest.approx(egress.transfer_hours(150, kind))
+    r = cli("launch", str(plan), "--dry-run", "--backend", "gcp")
+    assert r.exit_code == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert (f"Data: the plan's first choice assumed copying gs://my-bucket/imagenet (150 GB) from gcp europe-west4 to "
+            f"{step['to_cloud']} {step['to_region']} before training: ${step['usd']:,.2f}, "
+            f"{step['hours'] * 60:,.0f} min") in text and "cloudfit does not copy it" in text
+    d = json.loads(cli("launch", str(plan), "--dry-run", "--backend", "gcp", "--json").stdout)
+    assert d["data_step"] == step
+    # the same data in the plan's own region: nothing to copy
+    cli(*BASE, "--data", f"gs://my-bucket/imagenet", "--data-size", "150GB", "--data-region", step["to_region"],
+        "-o", str(plan))
+    r = cli("launch", str(plan), "--dry-run", "--backend", "gcp")
+    assert "first choice runs next to its data" in " ".join(r.stdout.split())
+
+
 def test_local_data_size_is_read_from_disk(cli, tmp_path):
     (tmp_path / "a.bin").write_bytes(b"\0" * 3_000_000)
     r = cli(*BASE, "--data", str(tmp_path), "--json")
