@@ -380,6 +380,12 @@ def test_a_quota_table_that_forbids_the_first_choice_moves_the_plan(cli, tmp_pat
     q = tmp_path / "quota.csv"
     first, d, c = _quota_moves(cli, BASE, q)
     assert c["cost_usd"] >= first["cost_usd"] - 1e-9
+    # the best one allowed: no candidate of the unconstrained ranking outside the forbidden (region, GPU, mode)
+    # is cheaper than the new #1
+    ranked = json.loads(cli(*BASE, "--json", "--top", "30").stdout)["candidates"]
+    allowed = [x for x in ranked if (x["region"], x["accelerator"], x["spot"])
+               != (first["region"], first["accelerator"], first["spot"])]
+    assert allowed and c["cost_usd"] <= min(x["cost_usd"] for x in allowed) + 1e-9
     assert any(f"in {first['region']} needs" in line and "your quota there is 0" in line for line in d["bill"])
     j = tmp_path / "quota.json"
     j.write_text(json.dumps([{"cloud": "gcp", "region": first["region"], "gpu": first["accelerator"],
