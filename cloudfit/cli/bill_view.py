@@ -45,18 +45,22 @@ def _quotas(quota: str, workload, catalog_path):
 
 
 def add_column(billed, cols: list, rows: list, shown: list, keep: float | None = None) -> None:
-    """A ``data $`` column (transfer + storage) before ``exp. $`` when the plan has a bill; ``keep``: its rank when
-    a narrow terminal drops columns (``cloudfit.cli.table.Column``; ``data_line`` then says what it held)."""
+    """A ``data $`` column (transfer + storage) before ``exp. $`` when the plan has a bill and some row shown pays
+    for it; ``keep``: its rank when a narrow terminal drops columns (``cloudfit.cli.table.Column``; ``data_line``
+    then says what it held)."""
     if billed is None or billed.bill is None:
         return
     from cloudfit.cli.render import money
     from cloudfit.cli.table import Column
 
+    extra = [billed.split(e) for e in shown]
+    extra = [s["transfer_usd"] + s["storage_usd"] for s in extra]
+    if not any(x > 0 for x in extra):  # nothing but compute on every row: the column would only say $0.00
+        return
     at = next((i for i, c in enumerate(cols) if c.header == "exp. $"), len(cols))
     cols.insert(at, Column("data $", "right", keep=keep))  # type: ignore[arg-type]
-    for row, e in zip(rows, shown):
-        s = billed.split(e)
-        row.insert(at, money(s["transfer_usd"] + s["storage_usd"]))
+    for row, x in zip(rows, extra):
+        row.insert(at, money(x))
 
 
 def data_line(cols: list, rows: list, dropped: list, width: int, *, distinct: bool = False) -> str | None:

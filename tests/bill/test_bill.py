@@ -347,6 +347,22 @@ def test_launch_dry_run_shows_the_data_step_the_plan_assumed(cli, tmp_path):
     assert "first choice runs next to its data" in " ".join(r.stdout.split())
 
 
+def test_the_data_column_shows_only_when_some_row_pays_for_data():
+    from types import SimpleNamespace
+
+    from cloudfit.cli.bill_view import add_column
+    from cloudfit.cli.table import Column
+
+    def run(extra):
+        billed = SimpleNamespace(bill=object(), split=lambda e: {"compute_usd": 1.0, "transfer_usd": e, "storage_usd": 0.0})
+        cols, rows = [Column("zone"), Column("exp. $", "right")], [["a", "$1.00"], ["b", "$1.00"]]
+        add_column(billed, cols, rows, extra)
+        return [c.header for c in cols], rows
+
+    assert run([0.0, 0.0]) == (["zone", "exp. $"], [["a", "$1.00"], ["b", "$1.00"]])
+    assert run([0.0, 2.5]) == (["zone", "data $", "exp. $"], [["a", "$0.00", "$1.00"], ["b", "$2.50", "$1.00"]])
+
+
 def test_local_data_size_is_read_from_disk(cli, tmp_path):
     (tmp_path / "a.bin").write_bytes(b"\0" * 3_000_000)
     r = cli(*BASE, "--data", str(tmp_path), "--json")
