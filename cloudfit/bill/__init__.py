@@ -21,15 +21,19 @@ import numpy as np
 from cloudfit.errors import UsageError
 
 HOURS_PER_MONTH = 730.0
-_UNITS = {"": 1e-9, "b": 1e-9, "kb": 1e-6, "mb": 1e-3, "gb": 1.0, "tb": 1e3, "pb": 1e6,
+_UNITS = {"b": 1e-9, "kb": 1e-6, "mb": 1e-3, "gb": 1.0, "tb": 1e3, "pb": 1e6,
           "kib": 1024 / 1e9, "mib": 1024 ** 2 / 1e9, "gib": 1024 ** 3 / 1e9, "tib": 1024 ** 4 / 1e9}
 
 
 def parse_size_gb(text: str, flag: str = "--data-size") -> float:
-    """``"150GB"``, ``"1.5 TB"``, ``"4TiB"``, ``"2e11"`` (bytes) → gigabytes (10⁹ bytes)."""
+    """``"150GB"``, ``"1.5 TB"``, ``"4TiB"``, ``"2e11B"`` → gigabytes (10⁹ bytes). A unit is required (a bare
+    number could be bytes or gigabytes: 150 would be read 10⁹ times too small or too large)."""
     m = re.fullmatch(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    if m and not m.group(2):
+        raise UsageError(f"{flag} needs a unit: {text}GB, {text}TB or {text}B (bytes)?")
     if not m or m.group(2).lower() not in _UNITS:
-        raise UsageError(f"{flag} must be a size such as 150GB, 1.5TB or 4TiB, got {text!r}")
+        raise UsageError(f"{flag} must be a size such as 150GB, 1.5TB or 4TiB (units B, KB, MB, GB, TB, PB, "
+                         f"KiB … TiB), got {text!r}")
     gb = float(m.group(1)) * _UNITS[m.group(2).lower()]
     if not gb >= 0 or gb == float("inf"):
         raise UsageError(f"{flag} must not be negative, got {text!r}")

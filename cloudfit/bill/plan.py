@@ -66,16 +66,32 @@ def recommend(workload, bill: Bill | None, quotas: Quotas | None, *, catalog=Non
         plan = planner.recommend(workload, catalog=catalog, searcher=searcher, searcher_options=searcher_options,
                                  space=adjust(space), risk=risk)
         prov = dict(plan.provenance, profile_file=profile_file)
-    if bill is not None:
-        prov["bill"] = bill.provenance()
     if quotas is not None:
         prov["quota"] = quotas.source
-    plan = replace(plan, provenance=prov)
     space = next((s for s in reversed(spaces) if _index_of(s, plan.chosen) is not None), spaces[-1])
+    if bill is not None:
+        prov["bill"] = {**bill.provenance(), **_data_step(bill, space, plan.chosen)}
+    plan = replace(plan, provenance=prov)
     billed = Billed(plan, space, bill, quotas, lines)
     if bill is not None:
         billed.lines[:0] = explain(billed, problem)
     return billed
+
+
+def _data_step(bill: Bill, space, chosen) -> dict:
+    """What the plan assumed about moving the data (``plan.json`` provenance, shown by ``launch --dry-run``):
+    the chosen offering's copy — from where to where, GB, USD, hours — and its cost split."""
+    s = bill.split(space, chosen)
+    out: dict = {"cost_split": s}
+    if bill.data is not None:
+        o = chosen.config.offering
+        col = bill.per_offering(space)
+        i = _offering_of(space, chosen)
+        out["data_step"] = {"from": bill.data.url, "from_cloud": bill.data.cloud, "from_region": bill.data.region,
+                            "to_cloud": o.cloud, "to_region": o.region, "gb": bill.data_gb,
+                            "usd": float(col["transfer_usd"][i]), "hours": float(col["transfer_hours"][i]),
+                            "moves": bool(col["moved"][i])}
+    return out
 
 
 def _adjuster(bill, quotas, problem, searcher, searcher_options, lines: list, spaces: list):
@@ -190,17 +206,18 @@ def explain(billed: Billed, problem) -> list[str]:
         head = (f"Moving {gb} from {src} to {_where(o)} costs ${move_c:,.2f}" if here else
                 f"Staying near the data: moving {gb} from {src} to {_where(oj)} would cost ${move_j:,.2f}")
         out.append(f"{head}; {tail}")
-    elif here:  # the data move to the chosen plan: say what moving costs and what the plan still saves
-        out.append(f"Moving {gb} from {src} to {_where(o)} costs ${move_c:,.2f}; the {_where(o)} plan "
-                   f"still saves ${ej.cost_usd - chosen.cost_usd:,.2f} against the best plan near the data "
-                   f"({ej.config.nodes}× {oj.machine_type} in {oj.zone}: ${ej.cost_usd:,.2f} expected).")
+    elif here:  # the data move to the chosen plan: what moving costs, what the plan saves in compute and in all
+        saving = sj["compute_usd"] - s["compute_usd"]
+        out.append(f"Moving {gb} from {src} to {_where(o)} costs ${move_c:,.2f}; the {_where(o)} plan saves "
+                   f"${saving:,.2f} of compute, so still ${ej.cost_usd - chosen.cost_usd:,.2f} in all, against the best "
+                   f"plan near the data ({ej.config.nodes}× {oj.machine_type} in {oj.zone}: ${ej.cost_usd:,.2f} expected).")
     else:
         saving = s["compute_usd"] - sj["compute_usd"]
-        what = (f"would save ${saving:,.2f} of compute" if saving > 0 else
-                f"would cost ${-saving:,.2f} more in compute too")
+        what = (f"would save ${saving:,.2f} of compute but cost" if saving > 0 else
+                f"would cost ${-saving:,.2f} more in compute too, and")
         out.append(f"Staying near the data is cheaper: moving {gb} from {src} to {_where(oj)} costs ${move_j:,.2f}; "
-                   f"the {_where(oj)} plan ({ej.config.nodes}× {oj.machine_type}) {what}, ${ej.cost_usd:,.2f} in all "
-                   f"against ${chosen.cost_usd:,.2f}.")
+                   f"the {_where(oj)} plan ({ej.config.nodes}× {oj.machine_type}) {what} ${ej.cost_usd:,.2f} in all "
+                   f"(with the ${move_j:,.2f} transfer) against ${chosen.cost_usd:,.2f}.")
     return out
 
 

@@ -3,10 +3,12 @@
 
 ``egress_usd(gb, src_cloud, src_region, dst_cloud, dst_region)``: what moving ``gb`` gigabytes costs
 once. Rules: the same region is free; another region of the same cloud pays that cloud's
-``inter_region`` rate (``inter_continent`` when the regions lie on different continents and the cloud
-lists one); another cloud pays the source cloud's ``internet`` rate, tiered (each GB at the rate of
-the tier it falls in, as the clouds bill). Data uploaded from the user's own machine (``local``) is
-ingress: free on every cloud here.
+``inter_region`` rate (``inter_continent`` when the regions lie on different continents,
+``inter_continent_oceania`` when one of them is in Oceania, each falling back on the one before when the
+cloud lists none); another cloud pays the source cloud's ``internet`` rate, tiered (each GB at the rate
+of the tier it falls in, as the clouds bill). A row may hold for one source continent only (``from``:
+AWS bills inter-region transfer by source region); a row with an empty ``from`` holds for the rest. Data
+uploaded from the user's own machine (``local``) is ingress: free on every cloud here.
 
 ``TRANSFER_GBPS``: the rate a copy reaches, for the time before training can start (see the README).
 """
@@ -21,15 +23,15 @@ from cloudfit.errors import UsageError
 
 #: Sustained copy rate into a training VM, in gigabytes per second: 0.2 GB/s (~1.6 Gbit/s). Source:
 #: doit-mattporter's gsutil measurements (gist.github.com/doit-mattporter/977f6cfb575fa8b36b06128e37c955fc,
-#: 2020): one 30 GB object copied with `gsutil cp` at 216 MB/s (n2-standard-4) and 233 MB/s (n2-standard-80);
-#: parallel composite 307–589 MB/s. The plain single-stream figure is used: conservative for a cross-cloud copy.
+#: written up at www.doit.com/optimize-data-transfer-between-compute-engine-and-cloud-storage/, 2020): one
+#: 30 GB object copied with `gsutil cp` at 216 MB/s (n2-standard-4) and 233 MB/s (n2-standard-80); parallel
+#: composite 307–589 MB/s. www.beginswithdata.com/2024/02/01/google-cloud-storage-max-throughput/ (2024):
+#: "200 MiB/s for a single stream" (0.21 GB/s), over 8 GiB/s with parallel streams. Both read 2026-11-27. The
+#: plain single-stream figure is used: conservative for a cross-cloud copy (a parallel copy is faster).
 TRANSFER_GBPS = 0.2
 
 #: Where a bucket is assumed to be when ``--data-region`` is not given: each cloud's primary region.
 PRIMARY_REGION = {"gcp": "us-central1", "aws": "us-east-1", "lambda": "us-east-1", "runpod": "US", "nebius": "eu-north1"}
-
-#: Storage price used for a cloud the table lacks (and egress rate likewise): the dearest listed.
-_FALLBACK_KIND = "internet"
 
 
 @dataclass(frozen=True)
@@ -45,13 +47,21 @@ def _rows(name: str) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+KINDS = ("internet", "inter_region", "inter_continent", "inter_continent_oceania")
+
+
 @functools.lru_cache(maxsize=1)
-def egress_table() -> dict[tuple[str, str], tuple[Tier, ...]]:
-    """(cloud, kind) → tiers, ascending; kind is internet, inter_region or inter_continent."""
-    out: dict[tuple[str, str], list[Tier]] = {}
+def egress_table() -> dict[tuple[str, str, str], tuple[Tier, ...]]:
+    """(cloud, kind, source continent or "" for any) → tiers, ascending; kind is one of ``KINDS``."""
+    out: dict[tuple[str, str, str], list[Tier]] = {}
     for r in _rows("egress.csv"):
+        if r["kind"] not in KINDS:
+            raise ValueError(f"egress.csv: unknown kind {r['kind']!r}")
         up = float(r["up_to_gb"]) if r["up_to_gb"].strip() else float("inf")
-        out.setdefault((r["cloud"], r["kind"]), []).append(Tier(up, float(r["usd_per_gb"])))
+        price = float(r["usd_per_gb"])
+        if not price >= 0:
+            raise ValueError(f"egress.csv: negative price {price}")
+        out.setdefault((r["cloud"], r["kind"], (r.get("from") or "").strip()), []).append(Tier(up, price))
     return {k: tuple(sorted(v, key=lambda t: t.up_to_gb)) for k, v in out.items()}
 
 
@@ -80,6 +90,8 @@ def tiered(gb: float, tiers: tuple[Tier, ...]) -> float:
 def continent(cloud: str, region: str) -> str:
     """A coarse continent of a region name (GCP and AWS spellings), for inter-region vs inter-continent."""
     r = region.lower()
+    if r in ("ap-southeast-2", "ap-southeast-4"):  # AWS Sydney and Melbourne
+        return "oceania"
     for prefixes, name in ((("us", "northamerica", "ca-", "na-"), "na"), (("southamerica", "sa-"), "sa"),
                            (("europe", "eu", "uk"), "eu"), (("asia", "ap-", "jp", "kr", "in-"), "asia"),
                            (("australia",), "oceania"), (("me-", "africa", "af-", "il-"), "emea")):
@@ -90,16 +102,34 @@ def continent(cloud: str, region: str) -> str:
 
 def rate_kind(src_cloud: str, src_region: str, dst_cloud: str, dst_region: str) -> str:
     """"free" (nothing moves), "ingress" (uploaded from the user's machine: free, but it takes time),
-    "inter_region", "inter_continent" or "internet": which price moving the data pays."""
+    "inter_region", "inter_continent", "inter_continent_oceania" or "internet": which price moving the data pays."""
     if src_cloud == "local":
         return "ingress"
     if src_cloud != dst_cloud:
         return "internet"
     if src_region == dst_region:
         return "free"
-    if continent(src_cloud, src_region) != continent(dst_cloud, dst_region):
-        return "inter_continent"
+    a, b = continent(src_cloud, src_region), continent(dst_cloud, dst_region)
+    if a != b:
+        return "inter_continent_oceania" if "oceania" in (a, b) else "inter_continent"
     return "inter_region"
+
+
+def tiers_for(src_cloud: str, src_region: str, kind: str) -> tuple[Tier, ...]:
+    """The tiers ``kind`` of transfer out of (src cloud, region) pays: the row for the source's continent, else
+    the cloud's row for any source; a kind the cloud lacks falls back on the one before it in ``KINDS``
+    (Oceania → inter-continent → inter-region); a cloud without rows pays the dearest first-tier rate listed."""
+    table = egress_table()
+    src = continent(src_cloud, src_region)
+    k = kind
+    while True:
+        for key in ((src_cloud, k, src), (src_cloud, k, "")):
+            if key in table:
+                return table[key]
+        if k in ("internet", "inter_region"):
+            break
+        k = KINDS[KINDS.index(k) - 1]
+    return (Tier(float("inf"), max(t[0].usd_per_gb for t in table.values())),)
 
 
 def egress_usd(gb: float, src_cloud: str, src_region: str, dst_cloud: str, dst_region: str) -> float:
@@ -107,11 +137,7 @@ def egress_usd(gb: float, src_cloud: str, src_region: str, dst_cloud: str, dst_r
     kind = rate_kind(src_cloud, src_region, dst_cloud, dst_region)
     if kind in ("free", "ingress") or gb <= 0:
         return 0.0
-    table = egress_table()
-    tiers = table.get((src_cloud, kind)) or table.get((src_cloud, "inter_region" if kind != "internet" else kind))
-    if tiers is None:  # a cloud without rows: the dearest first-tier rate listed
-        tiers = (Tier(float("inf"), max(t[0].usd_per_gb for t in table.values())),)
-    return tiered(gb, tiers)
+    return tiered(gb, tiers_for(src_cloud, src_region, kind))
 
 
 def transfer_hours(gb: float, kind: str) -> float:

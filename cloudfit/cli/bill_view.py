@@ -44,18 +44,39 @@ def _quotas(quota: str, workload, catalog_path):
         return None, f"Quota: not checked ({e})."
 
 
-def add_column(billed, cols: list, rows: list, shown: list) -> None:
-    """A ``data $`` column (transfer + storage) before ``exp. $`` when the plan has a bill."""
+def add_column(billed, cols: list, rows: list, shown: list, keep: float | None = None) -> None:
+    """A ``data $`` column (transfer + storage) before ``exp. $`` when the plan has a bill and some row shown pays
+    for it; ``keep``: its rank when a narrow terminal drops columns (``cloudfit.cli.table.Column``; ``data_line``
+    then says what it held)."""
     if billed is None or billed.bill is None:
         return
     from cloudfit.cli.render import money
     from cloudfit.cli.table import Column
 
+    extra = [billed.split(e) for e in shown]
+    extra = [s["transfer_usd"] + s["storage_usd"] for s in extra]
+    if not any(x > 0 for x in extra):  # nothing but compute on every row: the column would only say $0.00
+        return
     at = next((i for i, c in enumerate(cols) if c.header == "exp. $"), len(cols))
-    cols.insert(at, Column("data $", "right"))
-    for row, e in zip(rows, shown):
-        s = billed.split(e)
-        row.insert(at, money(s["transfer_usd"] + s["storage_usd"]))
+    cols.insert(at, Column("data $", "right", keep=keep))  # type: ignore[arg-type]
+    for row, x in zip(rows, extra):
+        row.insert(at, money(x))
+
+
+def data_line(cols: list, rows: list, dropped: list, width: int, *, distinct: bool = False) -> str | None:
+    """When a narrow table dropped the ``data $`` column: one line with its cells, by the rows shown (``distinct``:
+    the rows ``fit_distinct`` kept, renumbered as it numbers them)."""
+    if "data $" not in dropped:
+        return None
+    from cloudfit.cli.table import distinct_rows
+
+    i = next(k for k, c in enumerate(cols) if c.header == "data $")
+    order = distinct_rows(cols, rows, dropped) if distinct else range(len(rows))
+    cells = [rows[j][i] for j in order]
+    what = f"data $ (transfer + storage; left out at {width} columns)"
+    if len(set(cells)) == 1:
+        return f"[dim]{what}: {cells[0]} on every row.[/dim]"
+    return f"[dim]{what}: " + ", ".join(f"#{n} {c}" for n, c in enumerate(cells, 1)) + ".[/dim]"
 
 
 def add_json(billed, payload: dict, shown: list) -> None:
@@ -68,12 +89,18 @@ def add_json(billed, payload: dict, shown: list) -> None:
     payload["bill"] = billed.lines
 
 
-def print_lines(billed) -> None:
-    """The bill's sentences, after a table that did not print them (large-model plans)."""
-    if billed is None:
-        return
-    from cloudfit.cli.render import console
+def data_step_line(plan) -> str | None:
+    """``launch --dry-run``: the data step the plan assumed (``recommend --data``), or None. cloudfit copies nothing."""
+    step = ((plan.provenance or {}).get("bill") or {}).get("data_step")
+    if not step:
+        return None
+    from cloudfit.cli.render import money
 
-    con = console()
-    for line in billed.lines:
-        con.print(line)
+    src = "your machine" if step["from_cloud"] == "local" else f"{step['from_cloud']} {step['from_region']}"
+    dst = f"{step['to_cloud']} {step['to_region']}"
+    if not step["moves"]:
+        return (f"Data: the plan's first choice runs next to its data ({step['from']}, {step['gb']:,.0f} GB in "
+                f"{src}): nothing to copy before training.")
+    return (f"Data: the plan's first choice assumed copying {step['from']} ({step['gb']:,.0f} GB) from {src} to "
+            f"{dst} before training: {money(step['usd'])}, {step['hours'] * 60:,.0f} min (in its cost and hours). "
+            "cloudfit does not copy it: stage it in the destination's bucket first, or have your script read it from the source.")

@@ -146,7 +146,9 @@ def launch(
     preview = ready.preview(*(f"--trust-plan-prices: {n}" for n in price_notes[:5]))
     if dry_run:
         if as_json:
-            print_json({"dry_run": True, "preview": preview, "budget_usd": budget_usd})
+            step = ((plan.provenance or {}).get("bill") or {}).get("data_step")  # recommend --data's assumption
+            print_json({"dry_run": True, "preview": preview, "budget_usd": budget_usd,
+                        **({"data_step": step} if step else {})})
         else:
             _render_preview(preview, plan, from_model)
         return
@@ -293,6 +295,11 @@ def _render_preview(pv, plan, from_model: bool, stderr: bool = False) -> None:
               + (f"; {pv.fallbacks} fallback config(s) on stockout/quota" if pv.fallbacks else ""))
     for note in pv.notes:
         con.print(f"Note: {note}")
+    from cloudfit.cli.bill_view import data_step_line
+
+    line = data_step_line(plan)
+    if line:
+        con.print(line)
 
 
 def _render_job(con, job: dict) -> None:

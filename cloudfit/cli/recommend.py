@@ -174,8 +174,8 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
             rows.append([str(r), o.zone, o.machine_type, f"{o.accelerators_per_node}×{o.accelerator}{mark(o)}", str(c.nodes),
                          "yes" if c.spot else "no", f"{e.samples_per_second:,.0f} ({e.low:,.0f}–{e.high:,.0f})",
                          format_hours(e.hours), money(e.cost_usd), money(e.cost_p90_usd), f"{e.p_on_time:.0%}"])
-    else:  # narrower: GPUs × nodes in one column; drop samples/s, P90 $, machine type, # as the width needs
-        cols = [Column("#", "right", keep=4), Column("zone"), Column("machine type", keep=3), Column("GPUs × nodes"),
+    else:  # narrower: GPUs × nodes in one column; drop samples/s, P90 $, machine type, #, zone as the width needs
+        cols = [Column("#", "right", keep=4), Column("zone", keep=5), Column("machine type", keep=3), Column("GPUs × nodes"),
                 Column("spot"), Column("samples/s", "right", keep=1), Column("time", "right"),
                 Column("exp. $", "right"), Column("P90 $", "right", keep=2), Column("on time", "right")]
         rows = []
@@ -187,11 +187,14 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
     from cloudfit.cli.clouds_view import add_cloud_column, why_cloud
 
     add_cloud_column(plan, cols, rows, shown)
-    from cloudfit.cli.bill_view import add_column
+    from cloudfit.cli.bill_view import add_column, data_line
 
-    add_column(billed, cols, rows, shown)
-    t, dropped = fit(title, cols, rows, width, wide=wide)  # wider than the terminal only with --wide: printed whole
+    add_column(billed, cols, rows, shown, keep=3.5)  # after machine type, before "#"
+    t, dropped = fit(title, cols, rows, width, wide=wide, take_back=True)  # wider only with --wide: printed whole
     print_table(con, t)
+    line = data_line(cols, rows, dropped, width)
+    if line:
+        con.print(line)
     if plan.explanation:
         con.print(f"Why #1: {plan.explanation}")
     from cloudfit.cli.unknown_view import unknown_lines

@@ -79,8 +79,7 @@ def show(plan, top: int, seq_len: int, out, plot, sky, *, as_json: bool = False,
         bill_view.add_json(billed, payload, [e for _, e in shown])
         print_json(payload)
         return
-    _render(plan, shown, seq_len, out, plot, sky, wide=wide, catalog_path=catalog_path)
-    bill_view.print_lines(billed)
+    _render(plan, shown, seq_len, out, plot, sky, wide=wide, catalog_path=catalog_path, billed=billed)
 
 
 def stack_of(plan) -> str:
@@ -155,7 +154,8 @@ def _short(text: str, compact: bool = False) -> str:
 
 
 def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None, sky: Path | None, *,
-            wide: bool = False, con=None, catalog_path=None) -> None:
+            wide: bool = False, con=None, catalog_path=None, billed=None) -> None:
+    from cloudfit.cli.bill_view import add_column, data_line
     from cloudfit.cli.render import console, limits_and_goal, money
     from cloudfit.cli.table import WIDE_COLUMNS, Column, fit_distinct, print_table
     from cloudfit.llm.memory import FULL_FRACTION
@@ -195,8 +195,12 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
     from cloudfit.cli.clouds_view import add_cloud_column, why_cloud
 
     add_cloud_column(plan, cols, rows, shown)
+    add_column(billed, cols, rows, [e for _, e in shown], keep=5.5)  # after zone, before "#"
     t, dropped, hidden = fit_distinct(title, cols, rows, width, wide=wide)
     print_table(con, t)
+    line = data_line(cols, rows, dropped, width, distinct=True)
+    if line:
+        con.print(line)
     con.print(f"Layout #1: {L['text']} — {L['tokens_per_second']:,.0f} tokens/s, {L['mfu']:.0%} MFU, "
               f"{L['memory_gib_per_device']:,.1f} of {L['memory_capacity_gib']:g} GiB per GPU, global batch "
               f"{L['global_batch']:,} × {seq_len:,} tokens, {L['steps']:,} steps.")
@@ -210,7 +214,7 @@ def _render(plan, shown: list, seq_len: int, out: Path | None, plot: Path | None
                   f"allocator's fragmentation; --layout with {' or '.join(ways)} buys headroom for speed.")
     if plan.explanation:
         con.print(f"Why #1: {plan.explanation}")
-    for line in unknown_lines(plan, [e for _, e in shown]):
+    for line in [*(billed.lines if billed is not None else ()), *unknown_lines(plan, [e for _, e in shown])]:
         con.print(line)
     cloud_line = why_cloud(plan, catalog_path)
     if cloud_line:

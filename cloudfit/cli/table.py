@@ -80,8 +80,10 @@ def _cell_widths(cols: Sequence[Column], rows: Sequence[Sequence[str]], idx: lis
     return [max([cell_len(cols[i].header)] + [cell_len(r[i]) for r in rows]) for i in idx]
 
 
-def fit(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]], width: int, *, wide: bool = False):
-    """The table of ``rows`` (a ``TableSpec``) no wider than ``width`` (dropping columns by ``keep``), or
+def fit(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]], width: int, *, wide: bool = False,
+        take_back: bool = False):
+    """The table of ``rows`` (a ``TableSpec``) no wider than ``width`` (dropping columns by ``keep``, lowest
+    first; ``take_back``: then taking back, most useful first, those that fit again once a wider one went), or
     every column when ``wide`` or ``width >= WIDE_COLUMNS``. Returns (table, names of the dropped columns)."""
     idx = list(range(len(cols)))
     if wide or width >= WIDE_COLUMNS:
@@ -90,13 +92,18 @@ def fit(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]]
         if _width(cols, rows, idx, compact) <= width:
             return _spec(title, cols, rows, idx, compact), []
     droppable = sorted((c.keep, i) for i, c in enumerate(cols) if c.keep is not None)
-    dropped = []
+    gone = []
     for _, i in droppable:
         idx.remove(i)
-        dropped.append(cols[i].header)
+        gone.append(i)
         if _width(cols, rows, idx, True) <= width:
             break
-    return _spec(title, cols, rows, idx, True), dropped
+    for i in reversed(gone[:-1] if take_back else []):  # the wide column dropped last may leave room for one before
+        trial = sorted(idx + [i])
+        if _width(cols, rows, trial, True) <= width:
+            idx = trial
+            gone.remove(i)
+    return _spec(title, cols, rows, idx, True), [cols[i].header for i in gone]
 
 
 def fit_distinct(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[str]], width: int, *,
@@ -107,19 +114,26 @@ def fit_distinct(title: str | None, cols: Sequence[Column], rows: Sequence[Seque
     t, dropped = fit(title, cols, rows, width, wide=wide)
     if not dropped:
         return t, dropped, 0
-    shown = [i for i, c in enumerate(cols) if c.header not in dropped and c.header not in ignore]
-    seen, keep = set(), []
-    for r in rows:
-        key = tuple(r[i] for i in shown)
-        if key not in seen:
-            seen.add(key)
-            keep.append(r)
+    keep = [rows[j] for j in distinct_rows(cols, rows, dropped, ignore)]
     if len(keep) == len(rows):
         return t, dropped, 0
     numbered = [i for i, c in enumerate(cols) if c.header == "#"]
     keep = [[str(n) if i in numbered else x for i, x in enumerate(r)] for n, r in enumerate(keep, 1)]
     t, dropped = fit(title, cols, keep, width, wide=wide)
     return t, dropped, len(rows) - len(keep)
+
+
+def distinct_rows(cols: Sequence[Column], rows: Sequence[Sequence[str]], dropped: Sequence[str],
+                  ignore: Sequence[str] = ("#",)) -> list[int]:
+    """Indices of the rows ``fit_distinct`` shows once ``dropped`` are gone: the first of each look-alike group."""
+    shown = [i for i, c in enumerate(cols) if c.header not in dropped and c.header not in ignore]
+    seen, keep = set(), []
+    for j, r in enumerate(rows):
+        key = tuple(r[i] for i in shown)
+        if key not in seen:
+            seen.add(key)
+            keep.append(j)
+    return keep
 
 
 def _spec(title, cols, rows, idx, compact) -> TableSpec:
