@@ -123,6 +123,9 @@ class Fold:
     stat_ref: np.ndarray = None  # shipped stats-only prediction of the one-device variant on the reference GPU
     constants: dict = None
     share_ref: np.ndarray = None  # tensor-op share of the prior on the reference GPU
+    anch_ref: np.ndarray = None  # shipped anchored prediction of the one-device variant on the reference GPU
+    mem_t: np.ndarray = None  # the prior's memory-bound time of the one-device variant on the target / reference
+    mem_ref: np.ndarray = None
 
 
 def fold(prep, target: float, *, lam=None, cal=True, progress=None) -> tuple[Fold, "fit_mod.Calibration | None"]:
@@ -155,7 +158,9 @@ def fold(prep, target: float, *, lam=None, cal=True, progress=None) -> tuple[Fol
     anch1 = np.where(W.sum(1) > 0, np.exp(np.log(fm.prior_v[idx]) + lam1 * fm.f_v[idx] + base), np.nan)
     stat1 = fm.prior_v[idx] * np.exp(fm.f_v[idx])
     Xr = features.feature_matrix(wref, sref, pref, fp.framework_tf[held])
-    stat_ref = pref.samples_per_second * np.exp(forest.predict(Xr))
+    f_ref = forest.predict(Xr)
+    stat_ref = pref.samples_per_second * np.exp(f_ref)
+    anch_ref = np.where(W.sum(1) > 0, pref.samples_per_second * np.exp(lam1 * f_ref + base), np.nan)
     s_ref = pref.tensor_s / pref.compute_s
 
     lo, hi = {}, {}
@@ -172,111 +177,49 @@ def fold(prep, target: float, *, lam=None, cal=True, progress=None) -> tuple[Fol
             pred = anch if kind == "anchored" else stat
             lo[kind] = pred * np.exp(np.minimum(ql, ul) * sc)
             hi[kind] = pred * np.exp(np.maximum(qh, uh) * sc)
-    return Fold(target, train, held, anch, stat, lo, hi, J, share, ref, anch1, stat1, stat_ref, fp.constants, s_ref), c
+    return Fold(target, train, held, anch, stat, lo, hi, J, share, ref, anch1, stat1, stat_ref, fp.constants, s_ref, anch_ref,
+                own.memory_s[n + held], pref.memory_s), c
 
 
 # --------------------------------------------------------------------------------------------
 # The transition prior: realised fraction of each spec ratio, learned on pairs of older rows
 
-#: columns of the transition regression: log tensor-peak ratio and log effective-bandwidth ratio, each split by
-#: the prior's tensor-op share s of the step, and the log batch ratio (per-sample speed grows with the batch)
-TRANSITION_TERMS = ("s·log peak", "(1−s)·log peak", "s·log bw", "(1−s)·log bw", "log batch")
+TRANSITION_TERMS = features.TRANSITION_TERMS  # the shipped design (cloudfit/perf/features.py)
 
 
 def spec_logs(accs, precs) -> tuple[np.ndarray, np.ndarray]:
-    """log tensor peak at the precision, log memory bandwidth per fp32-equivalent byte (16-bit activations
-    move half the bytes: the effective bandwidth doubles)."""
-    hw = features.hardware_arrays(list(accs), list(precs))
-    act = np.array([prior.activation_scale(p) for p in precs])
-    return np.log(hw.peak_tflops), np.log(hw.mem_bw_gbps / act)
-
-
-def tensor_share(prep, constants) -> np.ndarray:
-    p = prior.prior(prep.work, prep.setup, constants)
-    return p.tensor_s / p.compute_s
-
-
-def transition_design(dlp, dlb, dlbat, s) -> np.ndarray:
-    s = np.asarray(s, dtype=float)
-    return np.column_stack([s * dlp, (1 - s) * dlp, s * dlb, (1 - s) * dlb, dlbat])
-
-
-def transition_pairs(prep, rows: np.ndarray) -> list[tuple[int, int]]:
-    """Single-device pairs among ``rows``: same source and workload, another (accelerator, precision); for
-    each row i and each other (accelerator, precision) of its group, the row there at the nearest batch."""
-    t = prep.table
-    one = [i for i in rows if t["count"][i] == 1 and t["nodes"][i] == 1]
-    groups: dict = {}
-    for i in one:
-        groups.setdefault((t["source"][i], t["workload"][i]), []).append(i)
-    out = []
-    for grp in groups.values():
-        hwp = {}
-        for k in grp:
-            hwp.setdefault((t["accelerator"][k], t["precision"][k]), []).append(k)
-        for i in grp:
-            for key, ks in sorted(hwp.items()):
-                if key == (t["accelerator"][i], t["precision"][i]):
-                    continue
-                j = min(ks, key=lambda k: (abs(np.log(t["batch_per_device"][k] / t["batch_per_device"][i])), k))
-                if i < j or (i, j) not in out:
-                    out.append((i, j))
-    return sorted(set((min(a, b), max(a, b)) for a, b in out))
+    """log tensor peak at the precision, log memory bandwidth per fp32-equivalent byte."""
+    L = features.transition_logs(list(accs), list(precs))
+    return L[:, 0], L[:, 1]
 
 
 def fit_transitions(prep, rows: np.ndarray, constants) -> dict:
-    """Least squares (each source/workload group weighing about the same) of log(measured_j / measured_i) on
-    :data:`TRANSITION_TERMS` over :func:`transition_pairs` of ``rows``. Returns the coefficients (the realised
-    fraction of each log spec ratio, by op class) and their provenance."""
-    pairs = transition_pairs(prep, rows)
-    if len(pairs) < 5:
-        return {"c": [0.0] * len(TRANSITION_TERMS), "pairs": len(pairs)}
-    t = prep.table
-    i, j = np.array(pairs).T
-    lp, lb = spec_logs(t["accelerator"], t["precision"])
-    sh = tensor_share(prep, constants)
-    X = transition_design(lp[j] - lp[i], lb[j] - lb[i], np.log(t["batch_per_device"][j] / t["batch_per_device"][i]),
-                          0.5 * (sh[i] + sh[j]))
-    y = np.log(prep.measured[j] / prep.measured[i])
-    keys = [f"{t['source'][a]}|{t['workload'][a]}" for a in i]
-    cnt = {k: keys.count(k) for k in set(keys)}
-    w = np.sqrt(np.array([1.0 / np.sqrt(cnt[k]) for k in keys]))
-    from scipy.optimize import nnls
-
-    c = nnls(X * w[:, None], y * w)[0]  # ≥ 0: more peak, bandwidth or batch never makes a step slower
-    hw = sorted({f"{t['accelerator'][a]}:{t['precision'][a]}" for a in np.concatenate([i, j])})
-    return {"c": [float(round(x, 4)) for x in c], "pairs": int(len(pairs)), "groups": len(cnt),
-            "hardware": hw, "rms_log": float(np.sqrt(np.mean((y - X @ c) ** 2)))}
+    """The shipped fit (``fit.fit_transitions``: NNLS over single-device pairs of ``rows``) with a count of its
+    pairs and the (accelerator, precision) points they span."""
+    tr = fit_mod.fit_transitions(prep, rows, constants)
+    hw = sorted({":".join(pt.split(":")[:2]) for p in tr["pairs"] for pt in p[2:]})
+    return dict(tr, pairs=len(tr["pairs"]), pair_rows=tr["pairs"], hardware=hw, groups=tr.get("groups", 0))
 
 
 def transition_predict(prep, f: Fold, tr: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(prediction, |predicted log jump|) per kind for the fold's held rows: the one-device speed carried from
-    the anchors' measurements (anchored) or from the shipped stats-only prediction on the reference GPU
-    (stats-only) by the transition prior, times the shipped model's own multi-device / one-device ratio."""
+    """(prediction, |realised log jump|) per kind for the fold's held rows, as ``model._transition`` ships it:
+    the shipped one-device prediction on the reference GPU (anchored or stats-only) × exp(c · x), x the log
+    spec ratios split by the tensor-op share (mean of target's and reference's), the jump clipped between 0 and the shipped model's
+    own jump to the target; times the shipped model's multi-device / one-device ratio. (The catalog-wide
+    dominance clamp of the product is not applied here: the held-out GPUs are the whole question.)"""
     t = prep.table
     c = np.array(tr["c"])
     held = f.held
-    lp, lb = spec_logs(t["accelerator"], t["precision"])
-    sh = tensor_share(prep, f.constants)
-    lbat_all = np.log(t["batch_per_device"])
-    # anchored: Σ_a W[k, a]·(log m_a + x(a → k)·c)
-    W = restricted(prep, f.train).anchor_weights[held]
-    dlp = lp[held][:, None] - lp[None, :]
-    dlb = lb[held][:, None] - lb[None, :]
-    dbat = lbat_all[held][:, None] - lbat_all[None, :]
-    s = 0.5 * (f.share[:, None] + sh[None, :])
-    jump = (s * dlp * c[0] + (1 - s) * dlp * c[1] + s * dlb * c[2] + (1 - s) * dlb * c[3] + dbat * c[4])
-    has = W.sum(1) > 0
-    a1 = np.where(has, np.exp((W * (np.log(prep.measured)[None, :] + jump)).sum(1)), np.nan)
-    ja = np.abs((W * jump).sum(1))
-    anch = f.anch * a1 / f.anch1
-    # stats-only: the reference GPU's shipped prediction (same workload, batch, precision, one device)
-    rp, rb = spec_logs(list(f.ref), list(t["precision"][held]))
-    s_ref = f.share_ref
-    xs = transition_design(lp[held] - rp, lb[held] - rb, np.zeros(len(held)), 0.5 * (f.share + s_ref)) @ c
-    s1 = f.stat_ref * np.exp(xs)
-    stat = f.stat * s1 / f.stat1
-    return {"anchored": (anch, ja), "stats-only": (stat, np.abs(xs))}
+    L = features.transition_logs(list(t["accelerator"][held]), list(t["precision"][held]))
+    R = features.transition_logs(list(f.ref), list(t["precision"][held]))
+    x = features.transition_design(L - R, np.log(f.mem_ref / f.mem_t), np.zeros(len(held)),
+                                   0.5 * (f.share + f.share_ref)) @ c
+    out = {}
+    for kind, ref1, own1, full in (("stats-only", f.stat_ref, f.stat1, f.stat), ("anchored", f.anch_ref, f.anch1, f.anch)):
+        own = np.log(own1 / ref1)
+        j = np.clip(x, np.minimum(0.0, own), np.maximum(0.0, own))
+        out[kind] = (full * ref1 * np.exp(j) / own1, np.abs(j))
+    return out
 
 
 def distance_band(prep, inner: list[tuple[Fold, dict]], kind: str) -> list[float]:

@@ -227,3 +227,30 @@ def intra_gbps(accelerators: Sequence[str], counts) -> np.ndarray:
 __all__ = ["signature", "seen", "SIGNATURE_TOL",
            "FEATURES", "FEATURE_NAMES", "MONOTONE", "CONSTANTS", "feature_matrix", "setup", "work_from_stats",
            "hardware_arrays", "intra_gbps"]
+
+
+# --------------------------------------------------------------------------------------------
+# The transition prior's design (issue 33): fitted in ``fit.fit_transitions``, applied in ``model.predict_many``
+
+#: log spec ratios between two (accelerator, precision) points, split by the tensor-op (matmul/conv/attention)
+#: share s of the step: tensor peak at the precision, memory bandwidth per fp32-equivalent byte (16-bit
+#: activations move half the bytes), the prior's speed on the step's memory-bound work (bandwidth, FP32/vector
+#: rate and the kernel tables' efficiencies: an L4 runs it ~1.2× a T4 despite 6% less bandwidth), and the log
+#: batch ratio. A coefficient is the realised fraction of that log ratio.
+TRANSITION_TERMS = ("s·log peak", "(1−s)·log peak", "s·log bw", "(1−s)·log prior memory-bound speed", "log batch")
+
+
+def transition_logs(accelerators: Sequence[str], precisions: Sequence[str]) -> np.ndarray:
+    """(n, 2): log tensor peak at the precision, log effective bandwidth."""
+    hw = hardware_arrays(list(accelerators), list(precisions))
+    act = np.array([activation_scale(p) for p in precisions])
+    return np.column_stack([np.log(hw.peak_tflops), np.log(hw.mem_bw_gbps / act)])
+
+
+def transition_design(d_logs: np.ndarray, d_log_memory_speed, d_log_batch, share) -> np.ndarray:
+    """Rows of :data:`TRANSITION_TERMS` from differences of :func:`transition_logs`, of the log of the prior's
+    per-sample speed on memory-bound work, and of log batch."""
+    d = np.atleast_2d(np.asarray(d_logs, dtype=float))
+    s = np.asarray(share, dtype=float)
+    return np.column_stack([s * d[:, 0], (1 - s) * d[:, 0], s * d[:, 1], (1 - s) * np.asarray(d_log_memory_speed, dtype=float),
+                            np.asarray(d_log_batch, dtype=float)])

@@ -626,6 +626,64 @@ def conformal_quantile(v: np.ndarray, level: float) -> float:
 # The shipped model file
 
 
+# --------------------------------------------------------------------------------------------
+# The transition prior (issue 33): how much of each spec ratio a move to other hardware realised
+
+
+def transition_pairs(prep: Prepared, rows: np.ndarray) -> list[tuple[int, int]]:
+    """Single-device pairs among ``rows``: same source and workload, another (accelerator, precision) point;
+    for each row and each other point of its group, the row there at the nearest batch (a precision pair on
+    one GPU counts: V100 fp32 → fp16 is where tensor cores show)."""
+    t = prep.table
+    groups: dict = {}
+    for i in rows:
+        if t["count"][i] == 1 and t["nodes"][i] == 1:
+            groups.setdefault((t["source"][i], t["workload"][i]), []).append(int(i))
+    out = set()
+    for grp in groups.values():
+        hwp: dict = {}
+        for k in grp:
+            hwp.setdefault((t["accelerator"][k], t["precision"][k]), []).append(k)
+        for i in grp:
+            for key, ks in sorted(hwp.items()):
+                if key == (t["accelerator"][i], t["precision"][i]):
+                    continue
+                j = min(ks, key=lambda k: (abs(np.log(t["batch_per_device"][k] / t["batch_per_device"][i])), k))
+                out.add((min(i, j), max(i, j)))
+    return sorted(out)
+
+
+def fit_transitions(prep: Prepared, rows: np.ndarray, constants: dict[str, float] | None = None) -> dict[str, Any]:
+    """Non-negative least squares of log(measured_j / measured_i) over :func:`transition_pairs` of ``rows`` on
+    ``features.TRANSITION_TERMS`` (s = the calibrated prior's tensor-op share, mean of the two rows), each
+    (source, workload) group weighing about the same. Non-negative: more peak, bandwidth, memory-bound speed or batch
+    never predicts a slower step. Returns the coefficients and their provenance (every pair)."""
+    from scipy.optimize import nnls
+
+    pairs = transition_pairs(prep, rows)
+    terms = list(features.TRANSITION_TERMS)
+    if len(pairs) < 5:
+        return {"terms": terms, "c": [0.0] * len(terms), "pairs": []}
+    t = prep.table
+    i, j = np.array(pairs).T
+    logs = features.transition_logs(t["accelerator"], t["precision"])
+    p = prior.prior(prep.work, prep.setup, constants or prep.constants)
+    sh = p.tensor_s / p.compute_s
+    mem = np.log(t["batch_per_device"] / p.memory_s)  # log per-sample speed on the memory-bound work
+    X = features.transition_design(logs[j] - logs[i], mem[j] - mem[i],
+                                   np.log(t["batch_per_device"][j] / t["batch_per_device"][i]), 0.5 * (sh[i] + sh[j]))
+    y = np.log(prep.measured[j] / prep.measured[i])
+    keys = [f"{t['source'][a]}|{t['workload'][a]}" for a in i]
+    cnt = {k: keys.count(k) for k in set(keys)}
+    w = np.sqrt(np.array([1.0 / np.sqrt(cnt[k]) for k in keys]))
+    c = nnls(X * w[:, None], y * w)[0]
+    c = [float(round(x, 4)) for x in c]
+    point = lambda a: f"{t['accelerator'][a]}:{t['precision'][a]}:bs{int(t['batch_per_device'][a])}"  # noqa: E731
+    return {"terms": terms, "c": c, "groups": len(cnt),
+            "rms_log": float(round(np.sqrt(np.mean((y - X @ np.array(c)) ** 2)), 4)),
+            "pairs": [[str(t["source"][a]), str(t["workload"][a]), point(a), point(b)] for a, b in zip(i, j)]}
+
+
 def default_model_path() -> Path:
     return Path(__file__).resolve().parent / "model.json"
 
@@ -667,6 +725,11 @@ def fit_model(*, measurements: Path | None = None, stats: Path | None = None,
                  "signature_tolerance": features.SIGNATURE_TOL},
         "training": {"rows": int(len(rows)), "measurements_sha256": digest(mpath), "stats_sha256": digest(spath),
                      "accelerators": sorted(set(prep.table["accelerator"][rows].tolist()))},
+        "transition_prior": dict(fit_transitions(prep, rows), method=(
+            "NNLS of log measured speed ratio over single-device pairs of the same source and workload on two "
+            "(accelerator, precision) points (nearest batch), on log spec ratios split by the prior's tensor-op "
+            "share; applied to an accelerator with no measured row from the measured one nearest in spec, "
+            "clamped to spec dominance over the catalog (cloudfit.perf.model._transition)")),
         "forest": booster,
     }
 
