@@ -13,13 +13,13 @@ band, anchored bands × (1 + slope × jump)):
 
 "after" (``--after``), everything learned from the older rows only:
 
-- **the transition prior**: on pairs of the same (source, workload) measured on two (accelerator, precision)
-  points of the fit (one GPU, nearest batch; precision pairs on one GPU count: V100 fp32 → fp16 is where
-  tensor cores show), non-negative least squares of log(measured ratio) on the log tensor-peak ratio and log
-  effective-bandwidth ratio (16-bit activations halve the bytes), each split by the prior's tensor-op share s,
-  and the log batch ratio. A held-out row is then predicted as its one-device speed carried by the transition
-  prior — from its anchors' measurements (anchored), or from the shipped stats-only prediction on the measured
-  GPU nearest in spec (stats-only) — times the shipped model's own multi-device / one-device ratio.
+- **the transition prior**, as shipped (``fit.fit_transitions`` on the older rows, ``model._transition``'s
+  arithmetic): on single-device pairs of the same (source, workload) on two (accelerator, precision) points
+  (nearest batch; precision pairs on one GPU count), non-negative least squares of log(measured ratio) on
+  ``features.TRANSITION_TERMS`` (log tensor-peak and bandwidth ratios and the prior's memory-bound speed
+  ratio, split by the tensor-op share s; log batch ratio). A held-out row's one-device speed is the shipped
+  prediction (stats-only or anchored) on the measured GPU nearest in spec × exp(c·x), the log jump clipped
+  between 0 and the shipped model's own jump; times the shipped model's multi-device / one-device ratio.
 - **the band by distance**: an inner leave-one-generation-out (each older generation predicted from the ones
   before it, the same way) gives residuals; the band is ±q·(1 + |predicted log jump|), q the conformal 80%
   quantile of |residual| / (1 + |jump|).

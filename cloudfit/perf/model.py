@@ -394,10 +394,7 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     known = {a: m.measured(a) for a in set(r["acc"])}  # per accelerator, not per row
     unmeasured = np.array([not known[a] for a in r["acc"]])
     if unmeasured.any() and m.transition:
-        factor, refs = _transition(m, work, anchors, r, sps, unmeasured)
-        sps = sps * factor  # the same factor for every device and node count: scaling stays the model's
-    else:
-        refs = {}
+        sps = sps * _transition(m, work, anchors, r, sps, unmeasured)  # same factor at every device count
     sps = _cap_scaling(sps, r, base)
     # issue 33: never faster than the wire lets the all-reduce finish (cloudfit/perf/network.py)
     sps = np.minimum(sps, network.wire_bound_sps(work.gradient_bytes, r["count"], r["nodes"], r["batch"], r["net"],
@@ -416,9 +413,7 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
         u_single, u_multi = m.unmeasured_quantiles[f"single-{kind}"], m.unmeasured_quantiles[f"multi-{kind}"]
         lo_q = np.where(unmeasured, np.minimum(lo_q, np.where(multi, u_multi[0], u_single[0]) * band_scale), lo_q)
         hi_q = np.where(unmeasured, np.maximum(hi_q, np.where(multi, u_multi[1], u_single[1]) * band_scale), hi_q)
-        basis = [b + f"; {a}: no measured rows, spec-based"
-                 + (f" (carried from {refs[(a, pr)]} by the transition prior)" if (a, pr) in refs else "") if u else b
-                 for b, a, pr, u in zip(basis, r["acc"], ["bf16" if x == "fp8" else x for x in r["prec"]], unmeasured)]
+        basis = [b + f"; {a}: no measured rows, spec-based" if u else b for b, a, u in zip(basis, r["acc"], unmeasured)]
     step = devices * r["batch"] / sps
     scale = step / p.step_time_s  # split the final step time in the prior's proportions
     compute, comm = p.compute_s * scale, p.communication_s * scale
@@ -464,9 +459,9 @@ def _catalog_specs(precision: str, count: int) -> tuple[tuple[str, ...], np.ndar
 
 
 def _transition(m: FittedModel, work: prior.Work, anchors: _Anchors | None, r: dict[str, Any], sps: np.ndarray,
-                unmeasured: np.ndarray) -> tuple[np.ndarray, dict[tuple[str, str], str]]:
+                unmeasured: np.ndarray) -> np.ndarray:
     """Per query row, the factor that moves an unmeasured accelerator's prediction onto the transition prior
-    (issue 33), and per (accelerator, precision) the measured accelerator it was carried from.
+    (issue 33); 1 for measured accelerators.
 
     One device, at the row's precision and batch, for every catalog accelerator: an unmeasured one is the
     shipped prediction on the measured accelerator nearest in spec (|Δ log peak| + |Δ log bandwidth|, ties by
@@ -481,11 +476,10 @@ def _transition(m: FittedModel, work: prior.Work, anchors: _Anchors | None, r: d
     prediction; the clamp is monotone, so dominance holds across references)."""
     c = np.asarray(m.transition, dtype=float)
     factor = np.ones(len(r["acc"]))
-    refs: dict[tuple[str, str], str] = {}
     prec16 = ["bf16" if p_ == "fp8" else p_ for p_ in r["prec"]]  # FP8 rows: the factor of their 16-bit run
     todo = [i for i in np.flatnonzero(unmeasured) if prec16[i] in TRANSITION_PRECISIONS]
     if not todo:
-        return factor, refs
+        return factor
     accs = tuple(sorted(hardware.ACCELERATORS))
     n = len(accs)
     idx = {a: j for j, a in enumerate(accs)}
@@ -506,8 +500,7 @@ def _transition(m: FittedModel, work: prior.Work, anchors: _Anchors | None, r: d
             x = features.transition_design(logs[g] - logs[k], [np.log(mem1[u, k] / mem1[u, g])], [0.0],
                                            [0.5 * (share1[u, k] + share1[u, g])])[0]
             own = np.log(sps1[u, g] / sps1[u, k])
-            t[g] = sps1[u, k] * np.exp(np.clip(x @ c, min(0.0, own), max(0.0, own))) / sps1[u, g]
-            refs[(accs[g], prec)] = accs[k]
+            t[g] = np.exp(np.clip(x @ c, min(0.0, own), max(0.0, own)) - own)  # exactly 1 where clipped at own
         raw = sps1[u] * t
         fin = raw.copy()
         for g in np.flatnonzero(~meas):
@@ -541,7 +534,7 @@ def _transition(m: FittedModel, work: prior.Work, anchors: _Anchors | None, r: d
             above = dom[js, js[a]] & ~isu
             fin = min(raw[below].max(), raw[above].min() if above.any() else np.inf)
             factor[i] = fin / sps[i]
-    return factor, refs
+    return factor
 
 
 #: Every field of a query but its node count (what the one-node and one-device variants depend on).
