@@ -15,7 +15,10 @@ a learned correction (xgboost fitted by ``cloudfit model fit``, evaluated here a
 anchored on the profile's own GPU measurements when it has any; the 10–90% band is conformal on
 grouped cross-validation residuals, per regime and per workload novelty, and at least as wide as leave-one-
 accelerator-out residuals for accelerators with no measured row (whose basis says "no measured rows,
-spec-based"). ``cloudfit model eval`` reports the accuracy, including the kernel level.
+spec-based"). Such an accelerator's prediction is carried from the measured accelerator nearest in spec by the
+transition prior (``model._transition``: how much of each spec ratio moves between measured GPUs realised, fitted
+with its pairs by ``cloudfit model fit``), kept within the shipped extrapolation and in spec order over the
+catalog. ``cloudfit model eval`` reports the accuracy, including the kernel level.
 """
 
 from __future__ import annotations
