@@ -106,6 +106,11 @@ class FittedModel:
     unmeasured_quantiles: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: coefficients of ``features.TRANSITION_TERMS`` (``fit.fit_transitions``); empty: no transition prior
     transition: tuple[float, ...] = ()
+    #: "single-stats-only" … → per distance 1, 2, … (``features.distance``) the (low, high) log quantiles of
+    #: leave-one-generation-out residuals of the carried path (``fit.generation_band``); empty: none
+    generation_quantiles: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    #: per training accelerator, the precision classes its rows hold (``features.precision_class``)
+    measured_precisions: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def measured(self, accelerator: str) -> bool:
         """Whether the training data holds rows on this accelerator or on the same chip (same specs)."""
@@ -154,7 +159,19 @@ def load_model(path: str | None = None) -> FittedModel:
                        float(doc["band"]["signature_tolerance"]), float(doc["band"]["anchor_jump_slope"]),
                        Tables.from_dict(doc["kernel_tables"]), tuple(doc["training"]["accelerators"]),
                        {k: (float(v[0]), float(v[1])) for k, v in doc["band"]["unmeasured_log_quantiles"].items()},
-                       _transition_coefficients(doc.get("transition_prior")))
+                       _transition_coefficients(doc.get("transition_prior")), *_generation_band(doc.get("generation_band")))
+
+
+def _generation_band(gb: dict | None) -> tuple[dict[str, tuple[tuple[float, float], ...]], dict[str, tuple[str, ...]]]:
+    if not gb:
+        return {}, {}
+    q = {}
+    for regime, by_d in gb["log_quantiles"].items():
+        ds = sorted(int(d) for d in by_d)
+        if ds != list(range(1, len(ds) + 1)):
+            raise ModelError("performance model's generation band skips a distance; rebuild it with `cloudfit model fit`")
+        q[regime] = tuple((float(by_d[str(d)][0]), float(by_d[str(d)][1])) for d in ds)
+    return q, {a: tuple(v) for a, v in gb["measured_precisions"].items()}
 
 
 def _transition_coefficients(tp: dict | None) -> tuple[float, ...]:
@@ -414,6 +431,13 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
         lo_q = np.where(unmeasured, np.minimum(lo_q, np.where(multi, u_multi[0], u_single[0]) * band_scale), lo_q)
         hi_q = np.where(unmeasured, np.maximum(hi_q, np.where(multi, u_multi[1], u_single[1]) * band_scale), hi_q)
         basis = [b + f"; {a}: no measured rows, spec-based" if u else b for b, a, u in zip(basis, r["acc"], unmeasured)]
+    # issue 33, bands by distance: one carried a generation or more (or to a precision never measured on its
+    # reference) takes the band leave-one-generation-out calibrated at that distance instead
+    if unmeasured.any() and m.generation_quantiles:
+        dist = np.array([extrapolation_distance(m, a, pr) if u else 0 for a, pr, u in zip(r["acc"], r["prec"], unmeasured)])
+        far = dist > 0
+        if far.any():
+            lo_q[far], hi_q[far] = generation_quantiles(m, kind, multi[far], dist[far])
     step = devices * r["batch"] / sps
     scale = step / p.step_time_s  # split the final step time in the prior's proportions
     compute, comm = p.compute_s * scale, p.communication_s * scale
@@ -426,6 +450,33 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     cols = [np.where(fits, c, 0.0)[inverse] for c in cols]
     return PredictionTable(*cols, fits=fits[inverse], basis=tuple(basis[i] for i in inverse),
                            reason=tuple(reasons[i] for i in inverse))
+
+
+def extrapolation_distance(m: FittedModel, accelerator: str, precision: str) -> int:
+    """``features.distance`` of an accelerator with no measured row from the measured one nearest in spec at the
+    precision (its reference; where ``_transition`` carries the prediction from); 0 for a measured one."""
+    if m.measured(accelerator):
+        return 0
+    return _distance(m.measured_accelerators, tuple(sorted(m.measured_precisions.items())), accelerator, precision)
+
+
+@functools.lru_cache(maxsize=256)
+def _distance(measured: tuple[str, ...], classes: tuple, accelerator: str, precision: str) -> int:
+    ref = features.nearest_measured(measured, accelerator, "bf16" if precision == "fp8" else precision)
+    return features.distance(accelerator, ref, precision, dict(classes))
+
+
+def generation_quantiles(m: FittedModel, kind: str, multi: np.ndarray, distance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) log band per row at ``distance`` ≥ 1 (``fit.generation_band``); beyond the last calibrated
+    distance D, D's band × distance / D (never narrower than D's)."""
+    lo, hi = np.zeros(len(distance)), np.zeros(len(distance))
+    for i, (mu, d) in enumerate(zip(multi, distance)):
+        q = m.generation_quantiles[f"{'multi' if mu else 'single'}-{kind}"]
+        top = len(q)
+        a, b = q[min(int(d), top) - 1]
+        s = max(1.0, d / top)
+        lo[i], hi[i] = min(a, a * s), max(b, b * s)
+    return lo, hi
 
 
 def _shipped_sps(m: FittedModel, anchors: _Anchors | None, r: dict[str, Any], p: prior.PriorResult,
