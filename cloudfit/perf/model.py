@@ -432,12 +432,18 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
         hi_q = np.where(unmeasured, np.maximum(hi_q, np.where(multi, u_multi[1], u_single[1]) * band_scale), hi_q)
         basis = [b + f"; {a}: no measured rows, spec-based" if u else b for b, a, u in zip(basis, r["acc"], unmeasured)]
     # issue 33, bands by distance: one carried a generation or more (or to a precision never measured on its
-    # reference) takes the band leave-one-generation-out calibrated at that distance instead
+    # reference) takes the band leave-one-generation-out calibrated at that distance instead — for a workload unlike
+    # every training workload, never narrower than that workload's band on a measured accelerator (the held-out
+    # generations' workloads were all measured on older ones: their residuals do not show a new workload's miss)
     if unmeasured.any() and m.generation_quantiles:
         dist = np.array([extrapolation_distance(m, a, pr) if u else 0 for a, pr, u in zip(r["acc"], r["prec"], unmeasured)])
         far = dist > 0
         if far.any():
-            lo_q[far], hi_q[far] = generation_quantiles(m, kind, multi[far], dist[far])
+            g_lo, g_hi = generation_quantiles(m, kind, multi[far], dist[far])
+            if novelty == "new":
+                g_lo = np.minimum(g_lo, np.where(multi, q_multi[0], q_single[0])[far] * band_scale[far])
+                g_hi = np.maximum(g_hi, np.where(multi, q_multi[1], q_single[1])[far] * band_scale[far])
+            lo_q[far], hi_q[far] = g_lo, g_hi
     step = devices * r["batch"] / sps
     scale = step / p.step_time_s  # split the final step time in the prior's proportions
     compute, comm = p.compute_s * scale, p.communication_s * scale

@@ -149,3 +149,19 @@ def test_the_generation_band_has_its_provenance():
         assert gb["log_quantiles"][regime]["1"] and gb["from"][regime]["1"].endswith("residuals")
     trained = set(doc["training"]["accelerators"])
     assert set(gb["measured_precisions"]) == trained
+
+
+def test_a_new_workload_keeps_its_wide_band_on_an_unmeasured_gpu(profiles):
+    # the generation band's residuals are of workloads measured on older GPUs; one unlike every training workload
+    # is never more certain on an unmeasured GPU than on a measured one
+    m = perf_model.load_model()
+    news = [n for n, p in profiles.items() if m.novel(features.work_from_stats(p.stats))]
+    assert news
+    for name in news:
+        t = predict_many(profiles[name], [HardwareQuery(a, 1, 1, 0.0, "fp16") for a in ("B200", "H100")])
+        if not t.fits.all():
+            continue
+        lo, hi = np.log(t.low / t.samples_per_second), np.log(t.high / t.samples_per_second)
+        st = profiles[name].stats
+        cap = np.log(float(prior.launch_bound_sps(st.kernels_per_step or np.nan, st.batch_size, 1)) / t.samples_per_second[0])
+        assert lo[0] <= lo[1] + 1e-9 and hi[0] >= min(hi[1], cap) - 1e-9, (name, lo, hi, cap)  # high: below the launch cap
