@@ -34,6 +34,7 @@ memory bandwidth, by the prior's dominant op class.
 
     PYTHONPATH=$PWD python bench/generation.py --after [--json out.json]   # ~3 min on 2 loaded cores
     PYTHONPATH=$PWD python bench/generation.py --llm [--json out.json]     # the LLM model, ~3 min
+    PYTHONPATH=$PWD python bench/generation.py --moved                     # what the shipped prior moves, seconds
 """
 
 from __future__ import annotations
@@ -236,12 +237,50 @@ def llm_logo(progress=None) -> dict:
     return out
 
 
+def moved(accs=("T4", "L4", "A10G", "L40S", "H200", "B200"), precision="fp16") -> str:
+    """What the shipped transition prior and band by distance change on the catalog's unmeasured GPUs: for every
+    shipped profile at one GPU, samples/s with model.json over the same without ``transition_prior`` and
+    ``generation_band`` (main's behaviour), and the band (low–high as a fraction of the prediction), before → after."""
+    import tempfile
+
+    from cloudfit.perf import HardwareQuery, predict_many
+    from cloudfit.perf import model as perf_model
+    from cloudfit.profiling import io as pio
+
+    doc = json.loads(perf_model.model_path().read_text())
+    doc.pop("transition_prior", None)
+    doc.pop("generation_band", None)
+    m = perf_model.load_model()
+    with tempfile.TemporaryDirectory() as tmp:
+        old_path = str(Path(tmp) / "model.json")
+        Path(old_path).write_text(json.dumps(doc))
+        out = ["| profile | " + " | ".join(f"{a} (d={perf_model.extrapolation_distance(m, a, precision)})" for a in accs) + " |",
+               "|---|" + "---|" * len(accs)]
+        for name, path in sorted(pio.shipped_profiles().items()):
+            prof = pio.load_profile(path)
+            qs = [HardwareQuery(a, 1, 1, 0.0, precision) for a in accs]
+            new, old = predict_many(prof, qs), predict_many(prof, qs, model_file=old_path)
+            cells = []
+            for k in range(len(accs)):
+                if not new.fits[k]:
+                    cells.append("—")
+                    continue
+                sn, so = new.samples_per_second[k], old.samples_per_second[k]
+                cells.append(f"{sn / so:.2f}× {old.low[k] / so:.2f}–{old.high[k] / so:.2f} → {new.low[k] / sn:.2f}–{new.high[k] / sn:.2f}")
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--after", action="store_true", help="also the transition prior and the distance band")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--llm", action="store_true", help="only the LLM model's leave-one-generation-out")
+    ap.add_argument("--moved", action="store_true", help="only what the shipped prior changes on unmeasured GPUs")
     args = ap.parse_args(argv)
+    if args.moved:
+        print(moved())
+        return 0
     t0 = time.time()
     log = lambda s: print(f"[{time.time() - t0:6.0f}s] {s}", file=sys.stderr, flush=True)  # noqa: E731
     if args.llm:
