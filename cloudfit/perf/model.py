@@ -436,7 +436,8 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     # every training workload, never narrower than that workload's band on a measured accelerator (the held-out
     # generations' workloads were all measured on older ones: their residuals do not show a new workload's miss)
     if unmeasured.any() and m.generation_quantiles:
-        dist = np.array([extrapolation_distance(m, a, pr) if u else 0 for a, pr, u in zip(r["acc"], r["prec"], unmeasured)])
+        dists = {k: extrapolation_distance(m, *k) for k in {(a, pr) for a, pr, u in zip(r["acc"], r["prec"], unmeasured) if u}}
+        dist = np.array([dists[a, pr] if u else 0 for a, pr, u in zip(r["acc"], r["prec"], unmeasured)])
         far = dist > 0
         if far.any():
             g_lo, g_hi = generation_quantiles(m, kind, multi[far], dist[far])
@@ -475,13 +476,16 @@ def _distance(measured: tuple[str, ...], classes: tuple, accelerator: str, preci
 def generation_quantiles(m: FittedModel, kind: str, multi: np.ndarray, distance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) log band per row at ``distance`` ≥ 1 (``fit.generation_band``); beyond the last calibrated
     distance D, D's band × distance / D (never narrower than D's)."""
+    multi, distance = np.asarray(multi, dtype=bool), np.asarray(distance, dtype=int)
     lo, hi = np.zeros(len(distance)), np.zeros(len(distance))
-    for i, (mu, d) in enumerate(zip(multi, distance)):
-        q = m.generation_quantiles[f"{'multi' if mu else 'single'}-{kind}"]
+    for mu in (False, True):
+        q = np.array(m.generation_quantiles[f"{'multi' if mu else 'single'}-{kind}"])
+        sel = multi == mu
+        d = distance[sel]
         top = len(q)
-        a, b = q[min(int(d), top) - 1]
-        s = max(1.0, d / top)
-        lo[i], hi[i] = min(a, a * s), max(b, b * s)
+        a, b = q[np.minimum(d, top) - 1].T
+        s = np.maximum(1.0, d / top)
+        lo[sel], hi[sel] = np.minimum(a, a * s), np.maximum(b, b * s)
     return lo, hi
 
 
