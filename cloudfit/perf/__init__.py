@@ -18,7 +18,9 @@ accelerator-out residuals for accelerators with no measured row (whose basis say
 spec-based"). Such an accelerator's prediction is carried from the measured accelerator nearest in spec by the
 transition prior (``model._transition``: how much of each spec ratio moves between measured GPUs realised, fitted
 with its pairs by ``cloudfit model fit``), kept within the shipped extrapolation and in spec order over the
-catalog. ``cloudfit model eval`` reports the accuracy, including the kernel level.
+catalog; its band is the band by distance (``model.generation_quantiles``: leave-one-generation-out residuals of that
+carried path, by generation hops from the reference and a precision never measured on its family, fitted by
+``cloudfit model fit``). ``cloudfit model eval`` reports the accuracy, including the kernel level.
 """
 
 from __future__ import annotations
