@@ -11,18 +11,19 @@ band, anchored bands × (1 + slope × jump)):
 - **stats-only**: no measurement of the workload on any GPU of the fit;
 - **anchored**: the same workload's single-device rows on older generations.
 
-"after" (``--after``), everything learned from the older rows only:
+"after" (``--after``), everything learned from the older rows only, through the code ``cloudfit model fit`` ships
+(``fit.generation_fold``, ``fit.generation_band``):
 
-- **the transition prior**: on pairs of the same (source, workload) measured on two (accelerator, precision)
-  points of the fit (one GPU, nearest batch; precision pairs on one GPU count: V100 fp32 → fp16 is where
-  tensor cores show), non-negative least squares of log(measured ratio) on the log tensor-peak ratio and log
-  effective-bandwidth ratio (16-bit activations halve the bytes), each split by the prior's tensor-op share s,
-  and the log batch ratio. A held-out row is then predicted as its one-device speed carried by the transition
-  prior — from its anchors' measurements (anchored), or from the shipped stats-only prediction on the measured
-  GPU nearest in spec (stats-only) — times the shipped model's own multi-device / one-device ratio.
-- **the band by distance**: an inner leave-one-generation-out (each older generation predicted from the ones
-  before it, the same way) gives residuals; the band is ±q·(1 + |predicted log jump|), q the conformal 80%
-  quantile of |residual| / (1 + |jump|).
+- **the transition prior** (``fit.fit_transitions`` on the older rows, ``model._transition``'s arithmetic): on
+  single-device pairs of the same (source, workload) on two (accelerator, precision) points (nearest batch;
+  precision pairs on one GPU count), non-negative least squares of log(measured ratio) on
+  ``features.TRANSITION_TERMS``. A held-out row's one-device speed is the shipped prediction (stats-only or
+  anchored) on the measured GPU nearest in spec × exp(c·x), the log jump clipped between 0 and the shipped
+  model's own jump; times the shipped model's multi-device / one-device ratio.
+- **the band by distance**: the same carried path's residuals on the *inner* leave-one-generation-out folds (for
+  Hopper: Volta and Ampere from ≤ Pascal, Ampere from ≤ Volta; for Ampere: Volta from ≤ Pascal), their 10/90%
+  quantiles per regime and distance (generation hops from the reference + 1 for a precision class never measured
+  on its family), as ``model.predict_many`` applies the shipped one.
 
 A first try, a correction ∝ the calibrated prior's jump learned on the inner folds, is in commit d538758
 (it made Ampere worse: older transitions realised *more* than the prior's jump, newer ones less).
@@ -33,6 +34,7 @@ memory bandwidth, by the prior's dominant op class.
 
     PYTHONPATH=$PWD python bench/generation.py --after [--json out.json]   # ~3 min on 2 loaded cores
     PYTHONPATH=$PWD python bench/generation.py --llm [--json out.json]     # the LLM model, ~3 min
+    PYTHONPATH=$PWD python bench/generation.py --moved                     # what the shipped prior moves, seconds
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import dataclasses
 import json
 import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -66,233 +69,77 @@ def gen_of(acc: str) -> float:
     return GEN_ORDER[_LLM_BOARDS[acc] if acc in _LLM_BOARDS else hardware.get(acc).arch]
 
 
-def restricted(prep: fit_mod.Prepared, train: np.ndarray) -> fit_mod.Prepared:
-    """``prep`` whose anchors are only rows of ``train``: ``fit.anchor_candidates`` (same source, workload and
-    precision, single device, another accelerator, nearest batch) as if the other rows were not in the table —
-    for the anchored predictions and for the prior's cross-accelerator calibration (``fit.calibrate_prior``
-    pairs rows with these candidates; its other pairs are on one accelerator, unaffected)."""
-    t = prep.table
-    count = t["count"].copy()
-    out = np.ones(len(count), bool)
-    out[train] = False
-    count[out] = 2.0  # not single-device: never a candidate (nothing else of the table is read from count here)
-    cands = fit_mod.anchor_candidates(data_mod.Table(dict(t.columns, count=count), t.stats))
-    W = fit_mod.anchor_weight_matrix(cands, np.log(prep.setup.batch), np.log(prep.setup.count))
-    return dataclasses.replace(prep, anchor_weights=W, anchors=cands)
-
-
-def prior_on(fp: fit_mod.Prepared, acc: np.ndarray, rows: np.ndarray) -> tuple[prior.PriorResult, prior.Setup]:
-    """The calibrated prior of ``rows``' workloads, one device, on ``acc`` (per row) at the row's precision and batch."""
-    n = len(rows)
-    t = fp.table.take(rows)
-    s = features.setup(list(acc), list(t["precision"]), batch=t["batch_per_device"], count=np.ones(n),
-                       nodes=np.ones(n), intra_gbps=np.full(n, np.inf), network_gbps=np.full(n, features.NO_LINK_GBPS),
-                       tables=fit_mod.kernel_tables())
-    w = prior.Work(*(np.asarray(x)[rows] if np.ndim(x) else x for x in dataclasses.astuple(fp.work)))
-    return prior.prior(w, s, fp.constants), s, w
-
-
-def reference(prep: fit_mod.Prepared, train: np.ndarray, held: np.ndarray) -> np.ndarray:
-    """Per held row, the measured accelerator of ``train`` nearest in spec at the row's precision
-    (|log peak ratio| + |log bandwidth ratio|; ties by name)."""
-    t = prep.table
-    accs = sorted(set(t["accelerator"][train]))
-    out = []
-    for i in held:
-        prec = t["precision"][i]
-        lp, lb = spec_logs([t["accelerator"][i]] + accs, [prec] * (len(accs) + 1))
-        d = np.abs(lp[1:] - lp[0]) + np.abs(lb[1:] - lb[0])
-        out.append(sorted(zip(d, accs))[0][1])
-    return np.array(out, dtype=object)
+restricted = fit_mod.restricted
+TRANSITION_TERMS = features.TRANSITION_TERMS  # the shipped design (cloudfit/perf/features.py)
 
 
 @dataclasses.dataclass
 class Fold:
-    target: int
+    target: float
     train: np.ndarray
     held: np.ndarray
-    anch: np.ndarray
-    stat: np.ndarray
-    lo: dict[str, np.ndarray]
+    gf: "fit_mod.GenerationFold"  # the fit on the older rows: shipped and carried predictions of ``held``
+    lo: dict[str, np.ndarray]  # the shipped band (regime/novelty band widened to the unmeasured band)
     hi: dict[str, np.ndarray]
-    J: dict[str, np.ndarray]  # signed log jump of the calibrated prior: stats-only (from the reference), anchored
-    share: np.ndarray  # tensor-op share of the prior's one-device step on the target
-    ref: str
-    anch1: np.ndarray = None  # the shipped anchored / stats-only prediction of each held row's one-device variant
-    stat1: np.ndarray = None
-    stat_ref: np.ndarray = None  # shipped stats-only prediction of the one-device variant on the reference GPU
-    constants: dict = None
-    share_ref: np.ndarray = None  # tensor-op share of the prior on the reference GPU
+
+    @property
+    def ref(self):
+        return self.gf.reference
+
+    @property
+    def stat(self):
+        return self.gf.shipped["stats-only"]
+
+    @property
+    def anch(self):
+        return self.gf.shipped["anchored"]
+
+    @property
+    def constants(self):
+        return self.gf.fp.constants
 
 
 def fold(prep, target: float, *, lam=None, cal=True, progress=None) -> tuple[Fold, "fit_mod.Calibration | None"]:
-    """Fit on rows older than ``target``, predict the rows of ``target`` (newer rows never used)."""
+    """Fit on rows older than ``target``, predict the rows of ``target`` (newer rows never used): the shipped
+    path with its band (λ and bands from ``fit.calibrate`` on the older rows when ``cal``) and the carried path."""
     g = np.array([gen_of(a) for a in prep.table["accelerator"]])
     train, held = np.flatnonzero(g < target), np.flatnonzero(g == target)
-    pr = restricted(prep, train)
-    # fit.fold_model, keeping the forest to evaluate other hardware
-    fp = fit_mod.prepare_for(pr, train)
-    forest = fit_mod.fit_forest(fp.X[train], fp.y[train], fp.weight[train])
-    v = fp.variants
-    fm = fit_mod.FoldModel(fp.prior_sps, forest.predict(fp.X), v.prior_sps, forest.predict(v.X))
-    c = fit_mod.calibrate(fp, train, progress=progress) if cal else None
-    lam = c.anchor_lambda if c is not None else lam
-    anch, stat = fit_mod.shipped_predictions(fp, fm, held, lam)
-    n = len(prep.measured)
-    p1 = np.where(prep.multi[held], fm.prior_v[n + held], fm.prior_sps[held])
-    ref = reference(prep, train, held)
-    pref, sref, wref = prior_on(fp, ref, held)
-    W = fp.anchor_weights[held]
-    J = {"stats-only": np.log(p1) - np.log(pref.samples_per_second),
-         "anchored": (W * (np.log(p1)[:, None] - np.log(fm.prior_sps)[None, :])).sum(1)}
-    own = prior.prior(fp.variants.work, fp.variants.setup, fp.constants)
-    share = own.tensor_s[n + held] / own.compute_s[n + held]
-    # one-device variants, as shipped_predictions builds them (single-device λ)
-    idx = n + held
-    lam1 = lam["single"]
-    logm = np.log(prep.measured)
-    base = W @ (logm - np.log(fm.prior_sps)) - lam1 * (W @ fm.f)
-    anch1 = np.where(W.sum(1) > 0, np.exp(np.log(fm.prior_v[idx]) + lam1 * fm.f_v[idx] + base), np.nan)
-    stat1 = fm.prior_v[idx] * np.exp(fm.f_v[idx])
-    Xr = features.feature_matrix(wref, sref, pref, fp.framework_tf[held])
-    stat_ref = pref.samples_per_second * np.exp(forest.predict(Xr))
-    s_ref = pref.tensor_s / pref.compute_s
-
+    c = None
+    if cal:
+        c = fit_mod.calibrate(fit_mod.prepare_for(restricted(prep, train), train), train, progress=progress)
+        lam = c.anchor_lambda
+    gf = fit_mod.generation_fold(prep, train, held, lam)
+    fp, fm = gf.fp, gf.fm
     lo, hi = {}, {}
     if c is not None:
         new = fit_mod.novel(fp, train, held)
         scale = fit_mod.band_scale(fit_mod.anchor_jump(fp, fm, held), c.jump_slope)
         for kind, sc in (("anchored", scale), ("stats-only", np.ones(len(held)))):
-            ql = np.array([c.log_quantiles[fit_mod.band_key(f"{'multi' if m else 'single'}-{kind}", nv)][0]
-                           for m, nv in zip(prep.multi[held], new)])
-            qh = np.array([c.log_quantiles[fit_mod.band_key(f"{'multi' if m else 'single'}-{kind}", nv)][1]
-                           for m, nv in zip(prep.multi[held], new)])
-            ul = np.array([c.unmeasured_quantiles[f"{'multi' if m else 'single'}-{kind}"][0] for m in prep.multi[held]])
-            uh = np.array([c.unmeasured_quantiles[f"{'multi' if m else 'single'}-{kind}"][1] for m in prep.multi[held]])
-            pred = anch if kind == "anchored" else stat
+            key = [f"{'multi' if m else 'single'}-{kind}" for m in prep.multi[held]]
+            ql = np.array([c.log_quantiles[fit_mod.band_key(k, nv)][0] for k, nv in zip(key, new)])
+            qh = np.array([c.log_quantiles[fit_mod.band_key(k, nv)][1] for k, nv in zip(key, new)])
+            ul = np.array([c.unmeasured_quantiles[k][0] for k in key])
+            uh = np.array([c.unmeasured_quantiles[k][1] for k in key])
+            pred = gf.shipped[kind]
             lo[kind] = pred * np.exp(np.minimum(ql, ul) * sc)
             hi[kind] = pred * np.exp(np.maximum(qh, uh) * sc)
-    return Fold(target, train, held, anch, stat, lo, hi, J, share, ref, anch1, stat1, stat_ref, fp.constants, s_ref), c
+    return Fold(target, train, held, gf, lo, hi), c
 
 
-# --------------------------------------------------------------------------------------------
-# The transition prior: realised fraction of each spec ratio, learned on pairs of older rows
-
-#: columns of the transition regression: log tensor-peak ratio and log effective-bandwidth ratio, each split by
-#: the prior's tensor-op share s of the step, and the log batch ratio (per-sample speed grows with the batch)
-TRANSITION_TERMS = ("s·log peak", "(1−s)·log peak", "s·log bw", "(1−s)·log bw", "log batch")
-
-
-def spec_logs(accs, precs) -> tuple[np.ndarray, np.ndarray]:
-    """log tensor peak at the precision, log memory bandwidth per fp32-equivalent byte (16-bit activations
-    move half the bytes: the effective bandwidth doubles)."""
-    hw = features.hardware_arrays(list(accs), list(precs))
-    act = np.array([prior.activation_scale(p) for p in precs])
-    return np.log(hw.peak_tflops), np.log(hw.mem_bw_gbps / act)
+def fit_transitions(prep, rows: np.ndarray, constants=None) -> dict:
+    """The shipped fit (``fit.fit_transitions``: NNLS over single-device pairs of ``rows``) with a count of its
+    pairs and the (accelerator, precision) points they span."""
+    tr = fit_mod.fit_transitions(prep, rows, constants)
+    hw = sorted({":".join(pt.split(":")[:2]) for p in tr["pairs"] for pt in p[2:]})
+    return dict(tr, pairs=len(tr["pairs"]), pair_rows=tr["pairs"], hardware=hw, groups=tr.get("groups", 0))
 
 
-def tensor_share(prep, constants) -> np.ndarray:
-    p = prior.prior(prep.work, prep.setup, constants)
-    return p.tensor_s / p.compute_s
+def distance_band(band: dict, kind: str, multi: np.ndarray, distance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) log band per row from a ``fit.generation_band`` document, as ``model.predict_many`` reads it."""
+    from cloudfit.perf import model as perf_model
 
-
-def transition_design(dlp, dlb, dlbat, s) -> np.ndarray:
-    s = np.asarray(s, dtype=float)
-    return np.column_stack([s * dlp, (1 - s) * dlp, s * dlb, (1 - s) * dlb, dlbat])
-
-
-def transition_pairs(prep, rows: np.ndarray) -> list[tuple[int, int]]:
-    """Single-device pairs among ``rows``: same source and workload, another (accelerator, precision); for
-    each row i and each other (accelerator, precision) of its group, the row there at the nearest batch."""
-    t = prep.table
-    one = [i for i in rows if t["count"][i] == 1 and t["nodes"][i] == 1]
-    groups: dict = {}
-    for i in one:
-        groups.setdefault((t["source"][i], t["workload"][i]), []).append(i)
-    out = []
-    for grp in groups.values():
-        hwp = {}
-        for k in grp:
-            hwp.setdefault((t["accelerator"][k], t["precision"][k]), []).append(k)
-        for i in grp:
-            for key, ks in sorted(hwp.items()):
-                if key == (t["accelerator"][i], t["precision"][i]):
-                    continue
-                j = min(ks, key=lambda k: (abs(np.log(t["batch_per_device"][k] / t["batch_per_device"][i])), k))
-                if i < j or (i, j) not in out:
-                    out.append((i, j))
-    return sorted(set((min(a, b), max(a, b)) for a, b in out))
-
-
-def fit_transitions(prep, rows: np.ndarray, constants) -> dict:
-    """Least squares (each source/workload group weighing about the same) of log(measured_j / measured_i) on
-    :data:`TRANSITION_TERMS` over :func:`transition_pairs` of ``rows``. Returns the coefficients (the realised
-    fraction of each log spec ratio, by op class) and their provenance."""
-    pairs = transition_pairs(prep, rows)
-    if len(pairs) < 5:
-        return {"c": [0.0] * len(TRANSITION_TERMS), "pairs": len(pairs)}
-    t = prep.table
-    i, j = np.array(pairs).T
-    lp, lb = spec_logs(t["accelerator"], t["precision"])
-    sh = tensor_share(prep, constants)
-    X = transition_design(lp[j] - lp[i], lb[j] - lb[i], np.log(t["batch_per_device"][j] / t["batch_per_device"][i]),
-                          0.5 * (sh[i] + sh[j]))
-    y = np.log(prep.measured[j] / prep.measured[i])
-    keys = [f"{t['source'][a]}|{t['workload'][a]}" for a in i]
-    cnt = {k: keys.count(k) for k in set(keys)}
-    w = np.sqrt(np.array([1.0 / np.sqrt(cnt[k]) for k in keys]))
-    from scipy.optimize import nnls
-
-    c = nnls(X * w[:, None], y * w)[0]  # ≥ 0: more peak, bandwidth or batch never makes a step slower
-    hw = sorted({f"{t['accelerator'][a]}:{t['precision'][a]}" for a in np.concatenate([i, j])})
-    return {"c": [float(round(x, 4)) for x in c], "pairs": int(len(pairs)), "groups": len(cnt),
-            "hardware": hw, "rms_log": float(np.sqrt(np.mean((y - X @ c) ** 2)))}
-
-
-def transition_predict(prep, f: Fold, tr: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(prediction, |predicted log jump|) per kind for the fold's held rows: the one-device speed carried from
-    the anchors' measurements (anchored) or from the shipped stats-only prediction on the reference GPU
-    (stats-only) by the transition prior, times the shipped model's own multi-device / one-device ratio."""
-    t = prep.table
-    c = np.array(tr["c"])
-    held = f.held
-    lp, lb = spec_logs(t["accelerator"], t["precision"])
-    sh = tensor_share(prep, f.constants)
-    lbat_all = np.log(t["batch_per_device"])
-    # anchored: Σ_a W[k, a]·(log m_a + x(a → k)·c)
-    W = restricted(prep, f.train).anchor_weights[held]
-    dlp = lp[held][:, None] - lp[None, :]
-    dlb = lb[held][:, None] - lb[None, :]
-    dbat = lbat_all[held][:, None] - lbat_all[None, :]
-    s = 0.5 * (f.share[:, None] + sh[None, :])
-    jump = (s * dlp * c[0] + (1 - s) * dlp * c[1] + s * dlb * c[2] + (1 - s) * dlb * c[3] + dbat * c[4])
-    has = W.sum(1) > 0
-    a1 = np.where(has, np.exp((W * (np.log(prep.measured)[None, :] + jump)).sum(1)), np.nan)
-    ja = np.abs((W * jump).sum(1))
-    anch = f.anch * a1 / f.anch1
-    # stats-only: the reference GPU's shipped prediction (same workload, batch, precision, one device)
-    rp, rb = spec_logs(list(f.ref), list(t["precision"][held]))
-    s_ref = f.share_ref
-    xs = transition_design(lp[held] - rp, lb[held] - rb, np.zeros(len(held)), 0.5 * (f.share + s_ref)) @ c
-    s1 = f.stat_ref * np.exp(xs)
-    stat = f.stat * s1 / f.stat1
-    return {"anchored": (anch, ja), "stats-only": (stat, np.abs(xs))}
-
-
-def distance_band(prep, inner: list[tuple[Fold, dict]], kind: str) -> list[float]:
-    """Symmetric split-conformal band: the 80% quantile q of the inner folds' |log residual| / (1 + |predicted
-    jump|), as [−q, q] per unit of distance (the sign of a generation's miss does not carry to the next one:
-    Ampere was predicted too fast from Volta, Hopper's multi-GPU rows too slow from Ampere)."""
-    v = []
-    for f, pred in inner:
-        p, d = pred[kind]
-        ok = np.isfinite(p) & (p > 0)
-        v.append(np.log(prep.measured[f.held][ok] / p[ok]) / (1.0 + d[ok]))
-    v = np.concatenate(v) if v else np.zeros(0)
-    if len(v) < 10:
-        return [float("nan"), float("nan")]
-    q = fit_mod.conformal_quantile(np.abs(v), fit_mod.ALPHA_HIGH - fit_mod.ALPHA_LOW)
-    return [-q, q]
+    q = perf_model._generation_band(dict(band, measured_precisions={}))[0]
+    return perf_model.generation_quantiles(types.SimpleNamespace(generation_quantiles=q), kind, multi, distance)
 
 
 # --------------------------------------------------------------------------------------------
@@ -390,12 +237,50 @@ def llm_logo(progress=None) -> dict:
     return out
 
 
+def moved(accs=("T4", "L4", "A10G", "L40S", "H200", "B200"), precision="fp16") -> str:
+    """What the shipped transition prior and band by distance change on the catalog's unmeasured GPUs: for every
+    shipped profile at one GPU, samples/s with model.json over the same without ``transition_prior`` and
+    ``generation_band`` (main's behaviour), and the band (low–high as a fraction of the prediction), before → after."""
+    import tempfile
+
+    from cloudfit.perf import HardwareQuery, predict_many
+    from cloudfit.perf import model as perf_model
+    from cloudfit.profiling import io as pio
+
+    doc = json.loads(perf_model.model_path().read_text())
+    doc.pop("transition_prior", None)
+    doc.pop("generation_band", None)
+    m = perf_model.load_model()
+    with tempfile.TemporaryDirectory() as tmp:
+        old_path = str(Path(tmp) / "model.json")
+        Path(old_path).write_text(json.dumps(doc))
+        out = ["| profile | " + " | ".join(f"{a} (d={perf_model.extrapolation_distance(m, a, precision)})" for a in accs) + " |",
+               "|---|" + "---|" * len(accs)]
+        for name, path in sorted(pio.shipped_profiles().items()):
+            prof = pio.load_profile(path)
+            qs = [HardwareQuery(a, 1, 1, 0.0, precision) for a in accs]
+            new, old = predict_many(prof, qs), predict_many(prof, qs, model_file=old_path)
+            cells = []
+            for k in range(len(accs)):
+                if not new.fits[k]:
+                    cells.append("—")
+                    continue
+                sn, so = new.samples_per_second[k], old.samples_per_second[k]
+                cells.append(f"{sn / so:.2f}× {old.low[k] / so:.2f}–{old.high[k] / so:.2f} → {new.low[k] / sn:.2f}–{new.high[k] / sn:.2f}")
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--after", action="store_true", help="also the transition prior and the distance band")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--llm", action="store_true", help="only the LLM model's leave-one-generation-out")
+    ap.add_argument("--moved", action="store_true", help="only what the shipped prior changes on unmeasured GPUs")
     args = ap.parse_args(argv)
+    if args.moved:
+        print(moved())
+        return 0
     t0 = time.time()
     log = lambda s: print(f"[{time.time() - t0:6.0f}s] {s}", file=sys.stderr, flush=True)  # noqa: E731
     if args.llm:
@@ -430,43 +315,33 @@ def main(argv=None) -> int:
                               ("multi", prep.multi[f.held])):
                 rec["before"][f"{kind}/{part}"] = summary(pred[sel], f.lo[kind][sel], f.hi[kind][sel], meas[f.held][sel])
         if args.after:
-            inner = []
-            for g in sorted({gen_of(a) for a in prep.table["accelerator"][f.train]})[1:]:
-                fi, _ = fold(prep, g, lam=cal.anchor_lambda, cal=False)
-                tri = fit_transitions(prep, fi.train, fi.constants)
-                log(f"{name}: inner fold {GEN_NAME[g]}: {tri['pairs']} transition pairs")
-                if tri["pairs"] >= 5:
-                    inner.append((fi, transition_predict(prep, fi, tri)))
+            older = np.flatnonzero(np.array([gen_of(a) for a in prep.table["accelerator"]]) < target)
+            inner = fit_mod.generation_folds(prep, older, cal.anchor_lambda, progress=lambda s_: log(f"{name}: inner fit {s_}"))
+            band = fit_mod.generation_band(prep, inner)
             tr = fit_transitions(prep, f.train, f.constants)
             rec["transition_prior"] = dict(tr, terms=list(TRANSITION_TERMS))
-            preds = transition_predict(prep, f, tr)
-            rec["distance_band"] = {}
+            rec["distance_band"] = dict(band)
+            rec["distance_band"]["inner"] = sorted({f"{GEN_NAME[int(gen_of(x))]} from ≤ {GEN_NAME[int(max(gen_of(y) for y in prep.table['accelerator'][fi.train]))]}"
+                                                    for fi in inner for x in prep.table["accelerator"][fi.held]})
+            dist = f.gf.distance
+            rec["distance"] = {str(d): int((dist == d).sum()) for d in sorted(set(dist.tolist()))}
             for kind in ("stats-only", "anchored"):
-                q = distance_band(prep, inner, kind)
-                rec["distance_band"][kind] = {"log_quantiles_per_unit": q,
-                                              "inner_targets": [GEN_NAME[fi.target] for fi, _ in inner],
-                                              "inner": [[float(np.log(prep.measured[i] / pp)), float(dd), bool(prep.multi[i])]
-                                                        for fi, pr_ in inner for i, pp, dd in zip(fi.held, *pr_[kind])
-                                                        if np.isfinite(pp) and pp > 0]}
-                pred, d = preds[kind]
-                lo, hi = pred * np.exp(q[0] * (1 + d)), pred * np.exp(q[1] * (1 + d))
+                pred = f.gf.carried[kind]
+                glo, ghi = distance_band(band, kind, prep.multi[f.held], np.maximum(dist, 1))
+                lo_s, hi_s = pred * f.lo[kind] / f.gf.shipped[kind], pred * f.hi[kind] / f.gf.shipped[kind]
+                far = dist > 0  # distance 0 (none here): the unmeasured band, as predict_many keeps it
+                lo, hi = np.where(far, pred * np.exp(glo), lo_s), np.where(far, pred * np.exp(ghi), hi_s)
                 for part, sel in (("all", np.ones(len(f.held), bool)), ("single", ~prep.multi[f.held]),
                                   ("multi", prep.multi[f.held])):
                     rec["after"][f"{kind}/{part}"] = summary(pred[sel], lo[sel], hi[sel], meas[f.held][sel])
-                # the shipped prediction with a band from the inner folds' residuals of the shipped path (±80% |r|)
-                pb = f.anch if kind == "anchored" else f.stat
-                ib = distance_band(prep, [(fi, {kind: ((fi.anch if kind == "anchored" else fi.stat), 0 * fi.share)})
-                                          for fi, _ in inner], kind)
-                for part, sel in (("all", np.ones(len(f.held), bool)), ("single", ~prep.multi[f.held]),
-                                  ("multi", prep.multi[f.held])):
-                    rec.setdefault("bands_only", {})[f"{kind}/{part}"] = summary(
-                        pb[sel], pb[sel] * np.exp(ib[0]), pb[sel] * np.exp(ib[1]), meas[f.held][sel])
+                    rec.setdefault("after_shipped_band", {})[f"{kind}/{part}"] = summary(
+                        pred[sel], lo_s[sel], hi_s[sel], meas[f.held][sel])
                 for k in range(len(f.held)):
                     if kind == "stats-only":
                         rec["rows"].append({})
                     rec["rows"][k][f"{kind}_after"] = float(pred[k])
                     rec["rows"][k][f"{kind}_after_band"] = [float(lo[k]), float(hi[k])]
-                    rec["rows"][k][f"{kind}_distance"] = float(d[k])
+                    rec["rows"][k]["distance"] = int(dist[k])
         for k, i in enumerate(f.held):
             if not args.after:
                 rec["rows"].append({"row": int(i)})
@@ -476,7 +351,8 @@ def main(argv=None) -> int:
                                    "batch": int(prep.setup.batch[i]), "measured": float(meas[i]),
                                    "stats-only": float(f.stat[k]), "anchored": float(f.anch[k]),
                                    "stats_band": [float(f.lo["stats-only"][k]), float(f.hi["stats-only"][k])],
-                                   "J_stats": float(f.J["stats-only"][k]), "share": float(f.share[k])})
+                                   "anchored_band": [float(f.lo["anchored"][k]), float(f.hi["anchored"][k])],
+                                   "reference": str(f.ref[k]), "share": float(f.gf.share[k])})
         report["targets"][name] = rec
         log(f"{name}: done")
     text = json.dumps(report, indent=1, sort_keys=True)
@@ -487,21 +363,24 @@ def main(argv=None) -> int:
 
 
 def markdown(report: dict) -> str:
-    out = ["| target (fit on older rows) | kind | rows | before MAPE | before median | before coverage | over-predicted"
-           " | after: transition prior + distance band, MAPE | coverage | shipped prediction + distance band, coverage |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = ["| target (fit on older rows) | kind | rows | before MAPE | before median | before coverage | before over-predicted"
+           " | after MAPE | after median | after coverage (distance band) | over-predicted after"
+           " | carried + the shipped unmeasured band, coverage |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, rec in report["targets"].items():
         for key, b in rec["before"].items():
             if not b.get("n"):
                 continue
             a = rec["after"].get(key, {})
             out.append(f"| {name} | {key} | {b['n']} | {b['mape']:.1f}% | {b['median']:.1f}% | {b['coverage']:.0f}% "
-                       f"| {b['over']}/{b['n']} | {a.get('mape', float('nan')):.1f}% | {a.get('coverage', float('nan')):.0f}% "
-                       f"| {rec.get('bands_only', {}).get(key, {}).get('coverage', float('nan')):.0f}% |")
+                       f"| {b['over']}/{b['n']} | {a.get('mape', float('nan')):.1f}% | {a.get('median', float('nan')):.1f}% "
+                       f"| {a.get('coverage', float('nan')):.0f}% | {a.get('over', 0)}/{a.get('n', 0)} "
+                       f"| {rec.get('after_shipped_band', {}).get(key, {}).get('coverage', float('nan')):.0f}% |")
     for name, rec in report["targets"].items():
-        for kind, b in rec.get("distance_band", {}).items():
-            out.append(f"\n{name} {kind}: distance band per unit (1 + |jump|) {b['log_quantiles_per_unit']}, "
-                       f"from inner targets {b['inner_targets']}")
+        b = rec.get("distance_band")
+        if b:
+            out.append(f"\n{name}: held rows by distance {rec['distance']}; band (log 10/90% per regime and distance) "
+                       f"{json.dumps(b['log_quantiles'])}, from {json.dumps(b['from'])}; inner folds {b['inner']}")
     out.append("\n| target | transition pairs (older rows only) | " + " | ".join(TRANSITION_TERMS) + " | rms log |")
     out.append("|---|---:|" + "---:|" * (len(TRANSITION_TERMS) + 1))
     for name, rec in report["targets"].items():

@@ -15,7 +15,12 @@ a learned correction (xgboost fitted by ``cloudfit model fit``, evaluated here a
 anchored on the profile's own GPU measurements when it has any; the 10–90% band is conformal on
 grouped cross-validation residuals, per regime and per workload novelty, and at least as wide as leave-one-
 accelerator-out residuals for accelerators with no measured row (whose basis says "no measured rows,
-spec-based"). ``cloudfit model eval`` reports the accuracy, including the kernel level.
+spec-based"). Such an accelerator's prediction is carried from the measured accelerator nearest in spec by the
+transition prior (``model._transition``: how much of each spec ratio moves between measured GPUs realised, fitted
+with its pairs by ``cloudfit model fit``), kept within the shipped extrapolation and in spec order over the
+catalog; its band is the band by distance (``model.generation_quantiles``: leave-one-generation-out residuals of that
+carried path, by generation hops from the reference and a precision never measured on its family, fitted by
+``cloudfit model fit``). ``cloudfit model eval`` reports the accuracy, including the kernel level.
 """
 
 from __future__ import annotations

@@ -227,3 +227,73 @@ def intra_gbps(accelerators: Sequence[str], counts) -> np.ndarray:
 __all__ = ["signature", "seen", "SIGNATURE_TOL",
            "FEATURES", "FEATURE_NAMES", "MONOTONE", "CONSTANTS", "feature_matrix", "setup", "work_from_stats",
            "hardware_arrays", "intra_gbps"]
+
+
+# --------------------------------------------------------------------------------------------
+# The transition prior's design (issue 33): fitted in ``fit.fit_transitions``, applied in ``model.predict_many``
+
+#: log spec ratios between two (accelerator, precision) points, split by the tensor-op (matmul/conv/attention)
+#: share s of the step: tensor peak at the precision, memory bandwidth per fp32-equivalent byte (16-bit
+#: activations move half the bytes), the prior's speed on the step's memory-bound work (bandwidth, FP32/vector
+#: rate and the kernel tables' efficiencies: an L4 runs it ~1.2× a T4 despite 6% less bandwidth), and the log
+#: batch ratio. A coefficient is the realised fraction of that log ratio.
+TRANSITION_TERMS = ("s·log peak", "(1−s)·log peak", "s·log bw", "(1−s)·log prior memory-bound speed", "log batch")
+
+
+def transition_logs(accelerators: Sequence[str], precisions: Sequence[str]) -> np.ndarray:
+    """(n, 2): log tensor peak at the precision, log effective bandwidth."""
+    hw = hardware_arrays(list(accelerators), list(precisions))
+    act = np.array([activation_scale(p) for p in precisions])
+    return np.column_stack([np.log(hw.peak_tflops), np.log(hw.mem_bw_gbps / act)])
+
+
+def transition_design(d_logs: np.ndarray, d_log_memory_speed, d_log_batch, share) -> np.ndarray:
+    """Rows of :data:`TRANSITION_TERMS` from differences of :func:`transition_logs`, of the log of the prior's
+    per-sample speed on memory-bound work, and of log batch."""
+    d = np.atleast_2d(np.asarray(d_logs, dtype=float))
+    s = np.asarray(share, dtype=float)
+    return np.column_stack([s * d[:, 0], (1 - s) * d[:, 0], s * d[:, 1], (1 - s) * np.asarray(d_log_memory_speed, dtype=float),
+                            np.asarray(d_log_batch, dtype=float)])
+
+
+# --------------------------------------------------------------------------------------------
+# Distance of an extrapolation (issue 33, bands by distance): fitted in ``fit.generation_band``, applied in
+# ``model.predict_many`` to accelerators with no measured row
+
+#: NVIDIA architectures in release order; Turing and Ada sit between the data-centre generations they followed
+GENERATION = {"Kepler": 0.0, "Pascal": 1.0, "Volta": 2.0, "Turing": 2.5, "Ampere": 3.0, "Ada Lovelace": 3.5,
+              "Hopper": 4.0, "Blackwell": 5.0}
+
+
+def generation(accelerator: str) -> float:
+    return GENERATION[hardware.get(accelerator).arch]
+
+
+def precision_class(precision: str) -> str:
+    """The arithmetic a precision runs: 32-bit (fp32, and tf32 — what PyTorch runs fp32 matmuls as on Ampere and
+    newer, and fp32 on older GPUs), 16-bit (fp16, bf16) or fp8."""
+    return {"fp32": "32-bit", "tf32": "32-bit", "fp16": "16-bit", "bf16": "16-bit"}.get(precision, precision)
+
+
+def hops(target: str, reference: str) -> int:
+    """Generation hops between two accelerators (Volta→Ampere 1, Volta→Ada 2, Hopper→Hopper 0)."""
+    return int(np.ceil(abs(generation(target) - generation(reference)) - 1e-9))
+
+
+def distance(target: str, reference: str, precision: str, measured_classes: dict) -> int:
+    """How far a prediction for ``target`` carried from the measured ``reference`` extrapolates: its generation
+    hops, plus one when the precision's arithmetic (:func:`precision_class`) was never measured on the
+    reference's family (``measured_classes``: per measured accelerator, the classes its rows hold; the family:
+    the measured accelerators of the reference's architecture)."""
+    arch = hardware.get(reference).arch
+    family = {c for a, cs in measured_classes.items() if hardware.get(a).arch == arch for c in cs}
+    return hops(target, reference) + int(precision_class(precision) not in family)
+
+
+def nearest_measured(measured: Sequence[str], target: str, precision: str) -> str:
+    """The accelerator of ``measured`` nearest ``target`` in spec at ``precision`` (|Δ log tensor peak| +
+    |Δ log effective bandwidth|, ties by name): where ``model._transition`` carries a prediction from."""
+    accs = sorted(set(measured))
+    L = transition_logs([target] + accs, [precision] * (len(accs) + 1))
+    d = np.abs(L[1:, 0] - L[0, 0]) + np.abs(L[1:, 1] - L[0, 1])
+    return accs[int(np.argmin(d))]

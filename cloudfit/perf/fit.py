@@ -35,7 +35,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -626,6 +626,247 @@ def conformal_quantile(v: np.ndarray, level: float) -> float:
 # The shipped model file
 
 
+# --------------------------------------------------------------------------------------------
+# The transition prior (issue 33): how much of each spec ratio a move to other hardware realised
+
+
+def transition_pairs(prep: Prepared, rows: np.ndarray) -> list[tuple[int, int]]:
+    """Single-device pairs among ``rows``: same source and workload, another (accelerator, precision) point;
+    for each row and each other point of its group, the row there at the nearest batch (a precision pair on
+    one GPU counts: V100 fp32 → fp16 is where tensor cores show)."""
+    t = prep.table
+    groups: dict = {}
+    for i in rows:
+        if t["count"][i] == 1 and t["nodes"][i] == 1:
+            groups.setdefault((t["source"][i], t["workload"][i]), []).append(int(i))
+    out = set()
+    for grp in groups.values():
+        hwp: dict = {}
+        for k in grp:
+            hwp.setdefault((t["accelerator"][k], t["precision"][k]), []).append(k)
+        for i in grp:
+            for key, ks in sorted(hwp.items()):
+                if key == (t["accelerator"][i], t["precision"][i]):
+                    continue
+                j = min(ks, key=lambda k: (abs(np.log(t["batch_per_device"][k] / t["batch_per_device"][i])), k))
+                out.add((min(i, j), max(i, j)))
+    return sorted(out)
+
+
+def fit_transitions(prep: Prepared, rows: np.ndarray, constants: dict[str, float] | None = None) -> dict[str, Any]:
+    """Non-negative least squares of log(measured_j / measured_i) over :func:`transition_pairs` of ``rows`` on
+    ``features.TRANSITION_TERMS`` (s = the calibrated prior's tensor-op share, mean of the two rows), each
+    (source, workload) group weighing about the same. Non-negative: more peak, bandwidth, memory-bound speed or batch
+    never predicts a slower step. Returns the coefficients and their provenance (every pair)."""
+    from scipy.optimize import nnls
+
+    pairs = transition_pairs(prep, rows)
+    terms = list(features.TRANSITION_TERMS)
+    if len(pairs) < 5:
+        return {"terms": terms, "c": [0.0] * len(terms), "pairs": []}
+    t = prep.table
+    i, j = np.array(pairs).T
+    logs = features.transition_logs(t["accelerator"], t["precision"])
+    p = prior.prior(prep.work, prep.setup, constants or prep.constants)
+    sh = p.tensor_s / p.compute_s
+    mem = np.log(t["batch_per_device"] / p.memory_s)  # log per-sample speed on the memory-bound work
+    X = features.transition_design(logs[j] - logs[i], mem[j] - mem[i],
+                                   np.log(t["batch_per_device"][j] / t["batch_per_device"][i]), 0.5 * (sh[i] + sh[j]))
+    y = np.log(prep.measured[j] / prep.measured[i])
+    keys = [f"{t['source'][a]}|{t['workload'][a]}" for a in i]
+    cnt = {k: keys.count(k) for k in set(keys)}
+    w = np.sqrt(np.array([1.0 / np.sqrt(cnt[k]) for k in keys]))
+    c = nnls(X * w[:, None], y * w)[0]
+    c = [float(round(x, 4)) for x in c]
+    point = lambda a: f"{t['accelerator'][a]}:{t['precision'][a]}:bs{int(t['batch_per_device'][a])}"  # noqa: E731
+    return {"terms": terms, "c": c, "groups": len(cnt),
+            "rms_log": float(round(np.sqrt(np.mean((y - X @ np.array(c)) ** 2)), 4)),
+            "pairs": [[str(t["source"][a]), str(t["workload"][a]), point(a), point(b)] for a, b in zip(i, j)]}
+
+
+# --------------------------------------------------------------------------------------------
+# Leave-one-generation-out (issue 33): predictions carried to a generation the fit never saw, and the band by
+# distance that ``model.predict_many`` gives an accelerator with no measured row
+
+
+def restricted(prep: Prepared, train: np.ndarray) -> Prepared:
+    """``prep`` whose anchors are only rows of ``train``: :func:`anchor_candidates` as if the other rows were
+    not in the table — for anchored predictions and for the prior's cross-accelerator calibration
+    (:func:`calibrate_prior` pairs rows with these candidates; its other pairs are on one accelerator)."""
+    t = prep.table
+    count = t["count"].copy()
+    out = np.ones(len(count), bool)
+    out[train] = False
+    count[out] = 2.0  # not single-device: never a candidate (nothing else of the table is read from count here)
+    cands = anchor_candidates(data_mod.Table(dict(t.columns, count=count), t.stats))
+    W = anchor_weight_matrix(cands, np.log(prep.setup.batch), np.log(prep.setup.count))
+    return dataclasses.replace(prep, anchor_weights=W, anchors=cands)
+
+
+def measured_precisions(prep: Prepared, rows: np.ndarray) -> dict[str, list[str]]:
+    """Per accelerator of ``rows``, the precision classes (``features.precision_class``) its rows hold."""
+    out: dict[str, set] = {}
+    for a, p in zip(prep.table["accelerator"][rows], prep.table["precision"][rows]):
+        out.setdefault(str(a), set()).add(features.precision_class(str(p)))
+    return {a: sorted(v) for a, v in sorted(out.items())}
+
+
+@dataclass(frozen=True)
+class GenerationFold:
+    """A fit on ``train`` (older generations) predicting ``held`` (a newer one): the shipped path and the path
+    ``model.predict_many`` ships for an accelerator with no measured row (carried by the transition prior)."""
+
+    train: np.ndarray
+    held: np.ndarray
+    fp: Prepared  # anchors restricted to ``train``, prior calibrated on it
+    fm: FoldModel
+    transition: dict[str, Any]  # fit_transitions on ``train``
+    reference: np.ndarray  # per held row: the measured accelerator of ``train`` it is carried from
+    distance: np.ndarray  # per held row: features.distance from the reference
+    shipped: dict[str, np.ndarray]  # kind → the shipped prediction (no transition prior)
+    carried: dict[str, np.ndarray]  # kind → the prediction carried by the transition prior
+    jump: dict[str, np.ndarray]  # kind → |log jump| the transition kept, reference → target
+    share: np.ndarray  # the prior's tensor-op share of each held row's one-device step
+
+
+def generation_fold(prep: Prepared, train: np.ndarray, held: np.ndarray, lam: dict[str, float]) -> GenerationFold:
+    """Fit on ``train`` only (prior calibration, correction, transition prior; anchors among ``train``) and
+    predict ``held`` as ``predict_many`` does for an accelerator with no measured row: the one-device shipped
+    prediction (stats-only or anchored, λ = ``lam``) on the measured accelerator nearest in spec × exp(c·x), x
+    the log spec ratios of ``features.TRANSITION_TERMS``, the log jump clipped between 0 and the shipped model's
+    own; times the shipped model's multi-device / one-device ratio. (``model._transition``'s clamp to spec
+    order over the catalog is not applied: the held-out accelerators are the question.)"""
+    fp = prepare_for(restricted(prep, train), train)
+    forest = fit_forest(fp.X[train], fp.y[train], fp.weight[train])
+    v = fp.variants
+    fm = FoldModel(fp.prior_sps, forest.predict(fp.X), v.prior_sps, forest.predict(v.X))
+    anch, stat = shipped_predictions(fp, fm, held, lam)
+    t = fp.table
+    n = len(prep.measured)
+    trained = sorted(set(t["accelerator"][train]))
+    classes = measured_precisions(fp, train)
+    ref = np.array([features.nearest_measured(trained, a, p) for a, p in zip(t["accelerator"][held], t["precision"][held])],
+                   dtype=object)
+    dist = np.array([features.distance(a, r, p, classes)
+                     for a, r, p in zip(t["accelerator"][held], ref, t["precision"][held])], dtype=int)
+    # the reference's one-device prediction, at each held row's workload, precision and batch
+    k = len(held)
+    s_ref = features.setup(list(ref), list(t["precision"][held]), batch=t["batch_per_device"][held], count=np.ones(k),
+                           nodes=np.ones(k), intra_gbps=np.full(k, np.inf),
+                           network_gbps=np.full(k, features.NO_LINK_GBPS), tables=kernel_tables())
+    w_ref = prior.Work(*(np.asarray(x)[held] if np.ndim(x) else x for x in dataclasses.astuple(fp.work)))
+    p_ref = prior.prior(w_ref, s_ref, fp.constants)
+    f_ref = forest.predict(features.feature_matrix(w_ref, s_ref, p_ref, fp.framework_tf[held]))
+    own = prior.prior(v.work, v.setup, fp.constants)  # the held rows' one-device variants: rows n + held
+    idx = n + held
+    W = fp.anchor_weights[held]
+    lam1 = lam["single"]
+    base = W @ (np.log(prep.measured) - np.log(fm.prior_sps)) - lam1 * (W @ fm.f)
+    has = W.sum(1) > 0
+    one = {"stats-only": (fm.prior_v[idx] * np.exp(fm.f_v[idx]), p_ref.samples_per_second * np.exp(f_ref)),
+           "anchored": (np.where(has, np.exp(np.log(fm.prior_v[idx]) + lam1 * fm.f_v[idx] + base), np.nan),
+                        np.where(has, p_ref.samples_per_second * np.exp(lam1 * f_ref + base), np.nan))}
+    share_t = own.tensor_s[idx] / own.compute_s[idx]
+    share_r = p_ref.tensor_s / p_ref.compute_s
+    tr = fit_transitions(fp, train)  # fewer than 5 pairs: no transition prior (c = 0), as model.json without one
+    L = features.transition_logs(list(t["accelerator"][held]), list(t["precision"][held]))
+    R = features.transition_logs(list(ref), list(t["precision"][held]))
+    x = features.transition_design(L - R, np.log(p_ref.memory_s / own.memory_s[idx]), np.zeros(k),
+                                   0.5 * (share_t + share_r)) @ np.asarray(tr["c"])
+    shipped = {"stats-only": stat, "anchored": anch}
+    carried, jump = {}, {}
+    for kind, (own1, ref1) in one.items():
+        o = np.log(own1 / ref1)
+        j = np.clip(x, np.minimum(0.0, o), np.maximum(0.0, o)) if tr["pairs"] else o
+        carried[kind] = shipped[kind] * ref1 * np.exp(j) / own1
+        jump[kind] = np.abs(j)
+    return GenerationFold(train, held, fp, fm, tr, ref, dist, shipped, carried, jump, share_t)
+
+
+def generation_folds(prep: Prepared, rows: np.ndarray, lam: dict[str, float], *, before: float | None = None,
+                     progress: Callable[[str], None] | None = None) -> list[GenerationFold]:
+    """Every leave-one-generation-out fold among ``rows`` (generations older than ``before`` only, when given):
+    for each generation cut-off with at least two generations at or below it (a transition to learn from), a fit
+    on those rows predicting each newer generation's rows — Volta and Ampere from ≤ Pascal, Ampere from ≤ Volta,
+    …: one hop and more."""
+    g = np.array([features.generation(a) for a in prep.table["accelerator"][rows]])
+    gens = sorted(set(g) if before is None else {x for x in g if x < before})
+    out = []
+    for cut in gens[1:-1]:
+        train = rows[g <= cut]
+        newer = [x for x in gens if x > cut]
+        held = rows[np.isin(g, newer)]
+        if progress:
+            progress(f"generation ≤ {cut:g}")
+        f = generation_fold(prep, train, held, lam)
+        out.append(f)
+    return out
+
+
+#: A band of fewer residuals than this borrows (see :func:`generation_band`)
+GENERATION_BAND_MIN = 20
+
+
+def generation_band(prep: Prepared, folds: Sequence[GenerationFold]) -> dict[str, Any]:
+    """The band by distance: per regime (single / multi-device × stats-only / anchored) and distance
+    (``features.distance``: generation hops from the reference, + 1 for a precision class never measured on it),
+    the 10% and 90% quantiles of the carried predictions' log residuals ``log(measured / carried)`` over every
+    held row of ``folds``, each (source, workload) group weighing about the same (:func:`_group_quantiles`).
+    A regime with fewer than :data:`GENERATION_BAND_MIN` residuals at a distance takes both regimes' of its kind;
+    fewer still: the nearer distance's band scaled by the ratio of distances. Each band holds the prediction
+    (lo ≤ 0 ≤ hi) and the band of every nearer distance (going further never narrows it).
+    ``model.predict_many`` gives it to accelerators with no measured row at distance ≥ 1, and beyond the last
+    distance scales the last band by the ratio of distances."""
+    t = prep.table
+    res: dict[tuple[str, str, int], list[tuple[float, str]]] = {}
+    for f in folds:
+        for kind in ("stats-only", "anchored"):
+            p = f.carried[kind]
+            ok = np.isfinite(p) & (p > 0) & (f.distance > 0)
+            for i, pp, d in zip(f.held[ok], p[ok], f.distance[ok]):
+                res.setdefault((kind, "multi" if prep.multi[i] else "single", int(d)), []).append(
+                    (float(np.log(prep.measured[i] / pp)), f"{t['source'][i]}|{t['workload'][i]}"))
+    q: dict[str, dict[str, list[float]]] = {}
+    used: dict[str, dict[str, str]] = {}
+    for regime in REGIMES:
+        dev, kind = regime.split("-", 1)
+        top = max((d for (k, _, d) in res if k == kind), default=0)
+        q[regime], used[regime], last = {}, {}, None
+        for d in range(1, top + 1):
+            v = res.get((kind, dev, d), [])
+            how = f"{len(v)} residuals"
+            if len(v) < GENERATION_BAND_MIN:
+                v = res.get((kind, "single", d), []) + res.get((kind, "multi", d), [])
+                how = f"{len(v)} residuals, both regimes"
+            if len(v) >= GENERATION_BAND_MIN:
+                lo, hi = _group_quantiles(v)
+            elif last is not None:
+                lo, hi, how = last[1] * d / last[0], last[2] * d / last[0], f"distance {last[0]} × {d}/{last[0]}"
+            else:
+                continue
+            lo, hi = min(lo, 0.0), max(hi, 0.0)
+            if last is not None:
+                lo, hi = min(lo, last[1]), max(hi, last[2])
+            q[regime][str(d)], used[regime][str(d)] = [float(round(lo, 6)), float(round(hi, 6))], how
+            last = (d, lo, hi)
+    return {"levels": [ALPHA_LOW, ALPHA_HIGH], "log_quantiles": q, "from": used}
+
+
+def _group_quantiles(v: list[tuple[float, str]]) -> tuple[float, float]:
+    """Weighted 10/90% quantiles of (residual, group) pairs: each group's residuals weigh 1/√(its count) (as
+    :func:`row_weights`), so one source's many rows do not set a band alone. Low: the largest residual with
+    less than 10% of the weight below it; high: the smallest with at least 90% of the weight at or below it."""
+    r = np.array([x for x, _ in v])
+    g = [k for _, k in v]
+    cnt = {k: g.count(k) for k in set(g)}
+    w = np.array([1.0 / math.sqrt(cnt[k]) for k in g])
+    o = np.argsort(r, kind="stable")
+    r, c = r[o], np.cumsum(w[o]) / w.sum()
+    lo = r[max(0, int(np.searchsorted(c, ALPHA_LOW, side="left")) - 1)]
+    hi = r[min(len(r) - 1, int(np.searchsorted(c, ALPHA_HIGH - 1e-12, side="left")))]
+    return float(lo), float(hi)
+
+
 def default_model_path() -> Path:
     return Path(__file__).resolve().parent / "model.json"
 
@@ -667,6 +908,19 @@ def fit_model(*, measurements: Path | None = None, stats: Path | None = None,
                  "signature_tolerance": features.SIGNATURE_TOL},
         "training": {"rows": int(len(rows)), "measurements_sha256": digest(mpath), "stats_sha256": digest(spath),
                      "accelerators": sorted(set(prep.table["accelerator"][rows].tolist()))},
+        "transition_prior": dict(fit_transitions(prep, rows), method=(
+            "NNLS of log measured speed ratio over single-device pairs of the same source and workload on two "
+            "(accelerator, precision) points (nearest batch), on log spec ratios split by the prior's tensor-op "
+            "share; applied to an accelerator with no measured row from the measured one nearest in spec, "
+            "clamped to spec dominance over the catalog (cloudfit.perf.model._transition)")),
+        "generation_band": dict(generation_band(prep, generation_folds(prep, rows, cal.anchor_lambda)),
+                                measured_precisions=measured_precisions(prep, rows), method=(
+            "leave-one-generation-out: for each generation cut-off with two generations or more at or below it, "
+            "a fit on those rows (prior calibration, correction, transition prior; anchors among them) predicts every "
+            "newer generation's rows by the carried path (cloudfit.perf.model._transition without the catalog clamp, "
+            "fit.generation_fold); 10/90% quantiles of log(measured / carried) per regime and distance (generation "
+            "hops from the reference, + 1 for a precision class never measured on it), each (source, workload) group "
+            "weighing 1/sqrt(its rows), holding 0 and every nearer distance's band (fit.generation_band)")),
         "forest": booster,
     }
 

@@ -104,6 +104,13 @@ class FittedModel:
     measured_accelerators: tuple[str, ...] = ()  # accelerators with rows in the training data
     #: "single-anchored" … → (low, high) log quantiles of leave-one-accelerator-out residuals only
     unmeasured_quantiles: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: coefficients of ``features.TRANSITION_TERMS`` (``fit.fit_transitions``); empty: no transition prior
+    transition: tuple[float, ...] = ()
+    #: "single-stats-only" … → per distance 1, 2, … (``features.distance``) the (low, high) log quantiles of
+    #: leave-one-generation-out residuals of the carried path (``fit.generation_band``); empty: none
+    generation_quantiles: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    #: per training accelerator, the precision classes its rows hold (``features.precision_class``)
+    measured_precisions: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def measured(self, accelerator: str) -> bool:
         """Whether the training data holds rows on this accelerator or on the same chip (same specs)."""
@@ -151,7 +158,28 @@ def load_model(path: str | None = None) -> FittedModel:
                        "sha256:" + hashlib.sha256(raw).hexdigest()[:16], str(p), sigs,
                        float(doc["band"]["signature_tolerance"]), float(doc["band"]["anchor_jump_slope"]),
                        Tables.from_dict(doc["kernel_tables"]), tuple(doc["training"]["accelerators"]),
-                       {k: (float(v[0]), float(v[1])) for k, v in doc["band"]["unmeasured_log_quantiles"].items()})
+                       {k: (float(v[0]), float(v[1])) for k, v in doc["band"]["unmeasured_log_quantiles"].items()},
+                       _transition_coefficients(doc.get("transition_prior")), *_generation_band(doc.get("generation_band")))
+
+
+def _generation_band(gb: dict | None) -> tuple[dict[str, tuple[tuple[float, float], ...]], dict[str, tuple[str, ...]]]:
+    if not gb:
+        return {}, {}
+    q = {}
+    for regime, by_d in gb["log_quantiles"].items():
+        ds = sorted(int(d) for d in by_d)
+        if ds != list(range(1, len(ds) + 1)):
+            raise ModelError("performance model's generation band skips a distance; rebuild it with `cloudfit model fit`")
+        q[regime] = tuple((float(by_d[str(d)][0]), float(by_d[str(d)][1])) for d in ds)
+    return q, {a: tuple(v) for a, v in gb["measured_precisions"].items()}
+
+
+def _transition_coefficients(tp: dict | None) -> tuple[float, ...]:
+    if not tp:
+        return ()
+    if list(tp.get("terms", ())) != list(features.TRANSITION_TERMS) or len(tp.get("c", ())) != len(features.TRANSITION_TERMS):
+        raise ModelError("performance model's transition prior has other terms; rebuild it with `cloudfit model fit`")
+    return tuple(float(x) for x in tp["c"])
 
 
 def model_version(path: str | None = None) -> str:
@@ -365,11 +393,8 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     devices = r["count"] * r["nodes"]
     multi = devices > 1
     band_scale = np.ones(len(uq))
+    sps, w = _shipped_sps(m, anchors, r, p, f)
     if anchors is not None:
-        # Anchored: prior·exp(λ·f) on both ends, λ per single/multi-device chosen by grouped CV.
-        lam = np.where(multi, m.anchor_lambda["multi"], m.anchor_lambda["single"])
-        shift, w = anchor_shift(anchors, np.log(r["batch"]), r["count"], r["nodes"], lam)
-        sps = p.samples_per_second * np.exp(lam * f + shift)
         kind = "anchored"
         n_a = len(anchors.labels)
         basis = [f"anchored on {anchors.labels[b]}" + (f" (+{n_a - 1} more)" if n_a > 1 else "")
@@ -381,7 +406,12 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
         jump = (w * np.abs(np.log(p.samples_per_second[dev1])[:, None] - anchors.log_prior_per_device[None, :])).sum(1)
         band_scale = 1.0 + m.jump_slope * jump
     else:
-        sps, kind, basis = p.samples_per_second * np.exp(f), "stats-only", ["stats-only"] * len(uq)
+        kind, basis = "stats-only", ["stats-only"] * len(uq)
+    # Accelerators with no measured row (none of the same chip) in the training data.
+    known = {a: m.measured(a) for a in set(r["acc"])}  # per accelerator, not per row
+    unmeasured = np.array([not known[a] for a in r["acc"]])
+    if unmeasured.any() and m.transition:
+        sps = sps * _transition(m, work, anchors, r, sps, unmeasured)  # same factor at every device count
     sps = _cap_scaling(sps, r, base)
     # issue 33: never faster than the wire lets the all-reduce finish (cloudfit/perf/network.py)
     sps = np.minimum(sps, network.wire_bound_sps(work.gradient_bytes, r["count"], r["nodes"], r["batch"], r["net"],
@@ -394,16 +424,27 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     q_single, q_multi = m.log_quantiles[f"single-{kind}|{novelty}"], m.log_quantiles[f"multi-{kind}|{novelty}"]
     lo_q = np.where(multi, q_multi[0], q_single[0]) * band_scale
     hi_q = np.where(multi, q_multi[1], q_single[1]) * band_scale
-    # Accelerators with no measured row (none of the same chip) in the training data: say so, and widen the
-    # band to what leave-one-accelerator-out says such predictions miss by.
-    known = {a: m.measured(a) for a in set(r["acc"])}  # per accelerator, not per row
-    unmeasured = np.array([not known[a] for a in r["acc"]])
+    # Accelerators with no measured row: say so, and widen the band to what leave-one-accelerator-out says
+    # such predictions miss by.
     if unmeasured.any() and m.unmeasured_quantiles:
         u_single, u_multi = m.unmeasured_quantiles[f"single-{kind}"], m.unmeasured_quantiles[f"multi-{kind}"]
         lo_q = np.where(unmeasured, np.minimum(lo_q, np.where(multi, u_multi[0], u_single[0]) * band_scale), lo_q)
         hi_q = np.where(unmeasured, np.maximum(hi_q, np.where(multi, u_multi[1], u_single[1]) * band_scale), hi_q)
-        basis = [b + f"; {a}: no measured rows, spec-based" if u else b
-                 for b, a, u in zip(basis, r["acc"], unmeasured)]
+        basis = [b + f"; {a}: no measured rows, spec-based" if u else b for b, a, u in zip(basis, r["acc"], unmeasured)]
+    # issue 33, bands by distance: one carried a generation or more (or to a precision never measured on its
+    # reference) takes the band leave-one-generation-out calibrated at that distance instead — for a workload unlike
+    # every training workload, never narrower than that workload's band on a measured accelerator (the held-out
+    # generations' workloads were all measured on older ones: their residuals do not show a new workload's miss)
+    if unmeasured.any() and m.generation_quantiles:
+        dists = {k: extrapolation_distance(m, *k) for k in {(a, pr) for a, pr, u in zip(r["acc"], r["prec"], unmeasured) if u}}
+        dist = np.array([dists[a, pr] if u else 0 for a, pr, u in zip(r["acc"], r["prec"], unmeasured)])
+        far = dist > 0
+        if far.any():
+            g_lo, g_hi = generation_quantiles(m, kind, multi[far], dist[far])
+            if novelty == "new":
+                g_lo = np.minimum(g_lo, np.where(multi, q_multi[0], q_single[0])[far] * band_scale[far])
+                g_hi = np.maximum(g_hi, np.where(multi, q_multi[1], q_single[1])[far] * band_scale[far])
+            lo_q[far], hi_q[far] = g_lo, g_hi
     step = devices * r["batch"] / sps
     scale = step / p.step_time_s  # split the final step time in the prior's proportions
     compute, comm = p.compute_s * scale, p.communication_s * scale
@@ -416,6 +457,145 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     cols = [np.where(fits, c, 0.0)[inverse] for c in cols]
     return PredictionTable(*cols, fits=fits[inverse], basis=tuple(basis[i] for i in inverse),
                            reason=tuple(reasons[i] for i in inverse))
+
+
+def extrapolation_distance(m: FittedModel, accelerator: str, precision: str) -> int:
+    """``features.distance`` of an accelerator with no measured row from the measured one nearest in spec at the
+    precision (its reference; where ``_transition`` carries the prediction from); 0 for a measured one."""
+    if m.measured(accelerator):
+        return 0
+    return _distance(m.measured_accelerators, tuple(sorted(m.measured_precisions.items())), accelerator, precision)
+
+
+@functools.lru_cache(maxsize=256)
+def _distance(measured: tuple[str, ...], classes: tuple, accelerator: str, precision: str) -> int:
+    ref = features.nearest_measured(measured, accelerator, "bf16" if precision == "fp8" else precision)
+    return features.distance(accelerator, ref, precision, dict(classes))
+
+
+def generation_quantiles(m: FittedModel, kind: str, multi: np.ndarray, distance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) log band per row at ``distance`` ≥ 1 (``fit.generation_band``); beyond the last calibrated
+    distance D, D's band × distance / D (never narrower than D's)."""
+    multi, distance = np.asarray(multi, dtype=bool), np.asarray(distance, dtype=int)
+    lo, hi = np.zeros(len(distance)), np.zeros(len(distance))
+    for mu in (False, True):
+        q = np.array(m.generation_quantiles[f"{'multi' if mu else 'single'}-{kind}"])
+        sel = multi == mu
+        d = distance[sel]
+        top = len(q)
+        a, b = q[np.minimum(d, top) - 1].T
+        s = np.maximum(1.0, d / top)
+        lo[sel], hi[sel] = np.minimum(a, a * s), np.maximum(b, b * s)
+    return lo, hi
+
+
+def _shipped_sps(m: FittedModel, anchors: _Anchors | None, r: dict[str, Any], p: prior.PriorResult,
+                 f: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(samples/s, anchor weights) before the caps: stats-only prior·exp(f); anchored prior·exp(λ·f) on both
+    ends, λ per single/multi-device chosen by grouped CV."""
+    if anchors is None:
+        return p.samples_per_second * np.exp(f), None
+    multi = r["count"] * r["nodes"] > 1
+    lam = np.where(multi, m.anchor_lambda["multi"], m.anchor_lambda["single"])
+    shift, w = anchor_shift(anchors, np.log(r["batch"]), r["count"], r["nodes"], lam)
+    return p.samples_per_second * np.exp(lam * f + shift), w
+
+
+#: Precisions the transition prior has pairs of (no pair in the training table is FP8: FP8 stays on the prior)
+TRANSITION_PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+
+
+@functools.lru_cache(maxsize=64)
+def _catalog_specs(precision: str, count: int) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
+    """(accelerators, transition logs, weak spec dominance matrix dom[a, b]: a ≥ b on the tensor peak at the
+    precision, the FP32 rate, the memory bandwidth, sustained and nominal, and the link between ``count``
+    devices in one VM)."""
+    accs = tuple(sorted(hardware.ACCELERATORS))
+    logs = features.transition_logs(accs, [precision] * len(accs))
+    spec = np.array([[hardware.get(a).peak_tflops(precision), hardware.get(a).fp32_tflops,
+                      hardware.get(a).memory_bandwidth_gbps, hardware.get(a).sustained_bandwidth_gbps,
+                      hardware.intra_node_gbps(a, count) if count > 1 else 0.0] for a in accs])
+    dom = np.all(spec[:, None, :] >= spec[None, :, :], axis=2)
+    return accs, logs, dom
+
+
+def _transition(m: FittedModel, work: prior.Work, anchors: _Anchors | None, r: dict[str, Any], sps: np.ndarray,
+                unmeasured: np.ndarray) -> np.ndarray:
+    """Per query row, the factor that moves an unmeasured accelerator's prediction onto the transition prior
+    (issue 33); 1 for measured accelerators.
+
+    One device, at the row's precision and batch, for every catalog accelerator: an unmeasured one is the
+    shipped prediction on the measured accelerator nearest in spec (|Δ log peak| + |Δ log bandwidth|, ties by
+    name) × exp(c · x), x the log ratios of ``features.TRANSITION_TERMS`` split by the tensor-op share (mean
+    of the two accelerators', as fitted); the log jump is clipped
+    between 0 and the shipped model's own jump to the target (the transition takes back part of the shipped
+    extrapolation, never reverses or exceeds it: a step bound by kernel latency, which the prior knows, moves
+    less than its specs). That one-device factor carries the model's multi-device prediction of the same
+    accelerator (its scaling stays the model's). Then spec order: an unmeasured accelerator is at least every
+    accelerator it dominates and at most every measured one that dominates it — over the whole catalog at one
+    device, among the accelerators asked at the same shape otherwise (measured ones keep the shipped
+    prediction; the clamp is monotone, so dominance holds across references)."""
+    c = np.asarray(m.transition, dtype=float)
+    factor = np.ones(len(r["acc"]))
+    prec16 = ["bf16" if p_ == "fp8" else p_ for p_ in r["prec"]]  # FP8 rows: the factor of their 16-bit run
+    todo = [i for i in np.flatnonzero(unmeasured) if prec16[i] in TRANSITION_PRECISIONS]
+    if not todo:
+        return factor
+    accs = tuple(sorted(hardware.ACCELERATORS))
+    n = len(accs)
+    idx = {a: j for j, a in enumerate(accs)}
+    meas = np.array([m.measured(a) for a in accs])
+    mi = np.flatnonzero(meas)
+    one = sorted({(prec16[i], float(r["batch"][i])) for i in todo})
+    rr = _rows([HardwareQuery(a, 1, 1, 0.0, p_, int(b_)) for p_, b_ in one for a in accs])
+    _, p1, f1 = _evaluate(m, work, rr)
+    sps1 = _shipped_sps(m, anchors, rr, p1, f1)[0].reshape(len(one), n)
+    share1 = (p1.tensor_s / np.maximum(p1.compute_s, 1e-300)).reshape(len(one), n)
+    mem1 = np.maximum(p1.memory_s, 1e-300).reshape(len(one), n)
+    carry, final1 = {}, {}  # (precision, batch) → per catalog accelerator
+    for u, (prec, batch) in enumerate(one):
+        _, logs, dom = _catalog_specs(prec, 1)
+        t = np.ones(n)
+        for g in np.flatnonzero(~meas):
+            k = mi[np.argmin(np.abs(logs[mi, 0] - logs[g, 0]) + np.abs(logs[mi, 1] - logs[g, 1]))]
+            x = features.transition_design(logs[g] - logs[k], [np.log(mem1[u, k] / mem1[u, g])], [0.0],
+                                           [0.5 * (share1[u, k] + share1[u, g])])[0]
+            own = np.log(sps1[u, g] / sps1[u, k])
+            t[g] = np.exp(np.clip(x @ c, min(0.0, own), max(0.0, own)) - own)  # exactly 1 where clipped at own
+        raw = sps1[u] * t
+        fin = raw.copy()
+        for g in np.flatnonzero(~meas):
+            above = dom[:, g] & meas
+            fin[g] = min(raw[dom[g]].max(), raw[above].min() if above.any() else np.inf)
+        carry[(prec, batch)], final1[(prec, batch)] = t, fin / sps1[u]
+    # several devices: the one-device factor, then spec order among the accelerators asked at the same shape
+    shapes: dict[tuple, list[int]] = {}
+    for i in range(len(r["acc"])):
+        if prec16[i] in TRANSITION_PRECISIONS and (prec16[i], float(r["batch"][i])) in carry:
+            key = (prec16[i], r["prec"][i], float(r["batch"][i]), float(r["count"][i]), float(r["nodes"][i]),
+                   float(r["net"][i]), float(r["ps"][i]), float(r["ps_count"][i]), float(r["ps_net"][i]))
+            shapes.setdefault(key, []).append(i)
+    for key, rows in shapes.items():
+        rows_u = [i for i in rows if unmeasured[i]]
+        if not rows_u:
+            continue
+        if key[3] * key[4] == 1:
+            for i in rows_u:
+                factor[i] = final1[key[0], key[2]][idx[r["acc"][i]]]
+            continue
+        t = carry[key[0], key[2]]
+        dom = _catalog_specs(key[0], int(key[3]))[2]
+        js = np.array([idx[r["acc"][i]] for i in rows])
+        raw = sps[rows] * t[js]
+        isu = np.array([bool(unmeasured[i]) for i in rows])
+        for a, i in enumerate(rows):
+            if not isu[a]:
+                continue
+            below = dom[js[a], js]
+            above = dom[js, js[a]] & ~isu
+            fin = min(raw[below].max(), raw[above].min() if above.any() else np.inf)
+            factor[i] = fin / sps[i]
+    return factor
 
 
 #: Every field of a query but its node count (what the one-node and one-device variants depend on).

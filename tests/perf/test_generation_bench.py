@@ -48,13 +48,26 @@ def test_transition_prior_is_learned_from_older_rows_and_monotone(gen):
 
 def test_transition_prior_beats_the_shipped_path_on_unseen_ampere(gen):
     g, prep, f = gen
-    tp = g.fit_transitions(prep, f.train, f.constants)
-    pred = g.transition_predict(prep, f, tp)
     meas = prep.measured[f.held]
-    for kind, before in (("stats-only", f.stat), ("anchored", f.anch)):
-        after = pred[kind][0]
+    for kind in ("stats-only", "anchored"):
+        before, after = f.gf.shipped[kind], f.gf.carried[kind]
         ok = np.isfinite(after) & np.isfinite(before)
         assert ok.sum() >= 50
         mape_before = np.mean(np.abs(before[ok] / meas[ok] - 1))
         mape_after = np.mean(np.abs(after[ok] / meas[ok] - 1))
         assert mape_after < 0.75 * mape_before, (kind, mape_before, mape_after)
+
+
+def test_the_band_for_ampere_is_calibrated_on_older_generations_only(gen):
+    g, prep, f = gen
+    from cloudfit.perf import fit as fit_mod
+
+    older = np.flatnonzero([g.gen_of(a) < 3 for a in prep.table["accelerator"]])
+    inner = fit_mod.generation_folds(prep, older, {"single": 0.0, "multi": 1.0})
+    assert inner  # Volta from ≤ Pascal
+    for fi in inner:
+        assert all(g.gen_of(a) < 3 for a in prep.table["accelerator"][np.concatenate([fi.train, fi.held])])
+        assert max(g.gen_of(a) for a in prep.table["accelerator"][fi.train]) < min(
+            g.gen_of(a) for a in prep.table["accelerator"][fi.held])
+    band = fit_mod.generation_band(prep, inner)
+    assert band["log_quantiles"]["single-stats-only"]["1"][0] < 0 < band["log_quantiles"]["multi-stats-only"]["1"][1]

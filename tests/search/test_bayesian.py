@@ -43,9 +43,11 @@ def test_neighbours_stay_inside_the_offered_space():
 
 
 def test_every_seed_reaches_the_optimum_where_the_vm_size_decides_it():
-    """resnet50, 3 h deadline in us-central1 (384 points): one spot 1×H100 VM is cheapest and one 2×H100 VM
-    12% dearer; with TPE alone the seed-1 300-trial study stopped at the 2-GPU VM (it priced 143 points: the
-    other trials repeated points it had seen)."""
+    """resnet50, 3 h deadline in us-central1: with TPE alone the seed-1 300-trial study once stopped at a 2×H100 VM
+    while one 1×H100 VM was 12% cheaper (it priced 143 points: the other trials repeated points it had seen).
+    Since the transition prior (issue 33) the optimum is one spot VM of 8 L4, 3 VMs of 4 T4 1.9% dearer and
+    2 VMs of 4 L4 4% dearer: the VM size and a near-tie between two accelerators decide it, and seed 1 stopped
+    at the T4s until the polish started from every accelerator's best point."""
     from cloudfit import catalog
     from cloudfit.profiling.io import load_profile, resolve_profile
     from cloudfit.search import Problem, get_searcher
