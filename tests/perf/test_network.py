@@ -131,3 +131,27 @@ def test_the_shipped_model_never_beats_the_wire_on_any_catalog_shape():
         t = predict_many(prof, qs)
         ok = ~t.fits | (t.step_time_s >= np.array(wire) * (1 - 1e-9))
         assert ok.all(), (name, [q for q, g in zip(qs, ok) if not g][:3])
+
+
+def test_the_multinode_bench_band_covers_80_percent_with_each_workload_held_out():
+    # issue 33 (Done when: multi-node coverage ≥ 80%, MAPE ≤ 15%): the nested-conformal band of bench/multinode.py
+    # never sees the held-out workload's rows — neither for the overlap share nor for the band's width
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import multinode
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    r, _ = multinode.rows()
+    wl = np.array([x["workload"] for x in r])
+    meas = np.array([x["measured"] for x in r])
+    pred, lo, hi, tail = multinode.conformal_bands(r, "after+overlap LOWO")
+    assert np.mean(np.abs(pred - meas) / meas) <= 0.15
+    assert np.mean((meas >= lo) & (meas <= hi)) >= 0.80
+    # the held-out workload's band does not move when its own measurements change
+    w = wl[0]
+    r2 = [dict(x, measured=x["measured"] * (3.0 if x["workload"] == w else 1.0)) for x in r]
+    pred2, lo2, hi2, _ = multinode.conformal_bands(r2, "after+overlap LOWO")
+    out = wl == w
+    assert np.allclose(lo2[out], lo[out]) and np.allclose(hi2[out], hi[out]) and np.allclose(pred2[out], pred[out])
