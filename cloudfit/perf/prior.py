@@ -187,6 +187,9 @@ class Setup:
     #: the 16-bit peak the other tensor classes keep; None: no FP8 row (``act_scale``, ``peak_tflops``).
     fp8_scale: np.ndarray | None = None
     peak16_tflops: np.ndarray | None = None
+    #: NCCL's transport between nodes per row (``cloudfit.perf.network.FABRICS``: a fabric or its share class;
+    #: None or "": by the link's Gbit/s, ``network.transport_of_gbps``).
+    transport: np.ndarray | None = None
 
     def byte_scale(self) -> np.ndarray:
         """(…, classes) share of fp32 bytes each op class moves."""
@@ -325,9 +328,10 @@ def prior(w: Work, s: Setup, c: dict[str, float] = CONSTANTS) -> PriorResult:
     if c.get("network_model", 0.0) > 0.5:  # issue 33: NCCL's effective all-reduce by fabric (perf/network.py)
         from cloudfit.perf import network
 
-        ring = network.allreduce_s(g, n, nodes, _f(s.network_gbps), intra_bps, intra_latency_s=c["latency_intra_s"])
-        share = np.where(nodes > 1, network.overlap_share(network.transport_of_gbps(s.network_gbps),
-                                                          c["backward_share"]), c["backward_share"])
+        transport = network.resolve(s.transport, s.network_gbps)
+        ring = network.allreduce_s(g, n, nodes, _f(s.network_gbps), intra_bps, transport,
+                                   intra_latency_s=c["latency_intra_s"])
+        share = np.where(nodes > 1, network.overlap_share(transport, c["backward_share"]), c["backward_share"])
         exposed_ar = network.exposed_s(ring, compute, g, share, c["tail"])
     # Parameter servers: worker link = the VM network across nodes, the intra-node link inside one.
     worker_bps = np.where(nodes > 1, net_bps, np.minimum(intra_bps, _f(s.ps_network_gbps) * 1e9 / 8))
