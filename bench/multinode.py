@@ -10,7 +10,7 @@ gradient bytes (``data/workload_stats.json``):
 
 * **before** — the shipped prior's term: ring at 85% of the VM's Gbit/s, 50 µs a step, exposed =
   max(ring − ⅔·compute, 0.2·ring) (``cloudfit/perf/prior.py``, ``network_model`` off);
-* **after** — ``cloudfit/perf/network.py``: the transport's share and step latency, 25 MB buckets, the last bucket
+* **after** — ``cloudfit/catalog/network.py``: the transport's share and step latency, 25 MB buckets, the last bucket
   never hidden (``network_model`` on);
 * **after+overlap LOWO** — the same, with the share of compute that hides the all-reduce over sockets chosen on a
   grid on the other workloads' rows (leave-one-workload-out: 0–0.1; ``network.TCP_OVERLAP_SHARE`` = 0.05 is the choice on all rows);
@@ -36,7 +36,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cloudfit.perf import network  # noqa: E402
+from cloudfit.catalog import network  # noqa: E402
 from cloudfit.perf import prior as prior_mod  # noqa: E402
 from cloudfit.perf.data import load_table  # noqa: E402
 

@@ -17,9 +17,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cloudfit.catalog import hardware
+from cloudfit.catalog import hardware, network
 from cloudfit.errors import ModelError, ProfileError, UsageError
-from cloudfit.perf import features, network, prior
+from cloudfit.perf import features, prior
 from cloudfit.perf.trees import Forest
 from cloudfit.types import PRECISIONS, Measurement, Prediction, Profile
 
@@ -387,7 +387,7 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     else:
         sps, kind, basis = p.samples_per_second * np.exp(f), "stats-only", ["stats-only"] * len(uq)
     sps = _cap_scaling(sps, r, base)
-    # issue 33: never faster than the wire lets the all-reduce finish (cloudfit/perf/network.py)
+    # issue 33: never faster than the wire lets the all-reduce finish (cloudfit/catalog/network.py)
     sps = np.minimum(sps, network.wire_bound_sps(work.gradient_bytes, r["count"], r["nodes"], r["batch"], r["net"],
                                                  r["intra"], r["ps"], r["transport"]))
     launch = prior.launch_bound_sps(work.kernels, r["batch"], devices)

@@ -268,7 +268,7 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
         off_shape[i] = shape_of[key]
 
     network = [hardware.vm_network_gbps(s.machine_type, s.accelerator, s.accelerators_per_node, s.vcpus) for s in shapes]
-    from cloudfit.perf.network import fabric_of
+    from cloudfit.catalog.network import fabric_of
 
     fabric = [fabric_of(s.machine_type) for s in shapes]  # NCCL's transport between the VMs
     batch = workload.batch_size_per_device or profile.stats.batch_size

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cloudfit import catalog
 from cloudfit.catalog import hardware
-from cloudfit.perf import network
+from cloudfit.catalog import network
 
 FAMILIES = {"g4dn": "T4", "g5": "A10G", "g6": "L4", "g6e": "L40S", "p3": "V100", "p3dn": "V100-32GB", "p4d": "A100",
             "p4de": "A100-80GB", "p5": "H100", "p5en": "H200", "p6-b200": "B200"}

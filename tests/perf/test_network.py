@@ -1,4 +1,4 @@
-"""NCCL's effective all-reduce by fabric (cloudfit/perf/network.py, issue 33): the public numbers it rests on,
+"""NCCL's effective all-reduce by fabric (cloudfit/catalog/network.py, issue 33): the public numbers it rests on,
 and physical bounds of the prior with it switched on."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cloudfit.perf import features, network, prior
+from cloudfit.catalog import network
+from cloudfit.perf import features, prior
 from cloudfit.perf.data import load_table
 
 ROOT = Path(__file__).resolve().parents[2]
