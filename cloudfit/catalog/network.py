@@ -182,9 +182,11 @@ def overlap_share(transport, backward_share: float) -> np.ndarray:
 def wire_bound_sps(gradient_bytes, count, nodes, batch, link_gbps, intra_gbs, ps=0.0, transport=None) -> np.ndarray:
     """Most samples/s data parallelism over ``nodes`` VMs can reach: a step cannot end before its ring
     all-reduce has moved 2(n−1)/n of the gradient over the VM link **at the full sold rate** (and through the
-    in-VM link, GB/s), nor before its ``2(n−1)`` steps of socket latency per bucket — a bound of the wire, not
-    an estimate (the estimate is :func:`allreduce_s`). Infinite for one VM and for parameter-server rows.
-    ``transport``: per row (:func:`resolve`), for the step latency."""
+    in-VM link, GB/s), nor before each bucket has crossed the VMs' fabric ``2⌈log2 nodes⌉`` times (a tree over
+    the VMs, up and down: the fewest inter-VM latencies any NCCL algorithm pays; a flat ring over all n GPUs pays
+    2(n−1), which over-bounds VMs of 8 GPUs — bert-large on 10 × a4-highgpu-8g was capped at half its prior) —
+    a bound of the wire, not an estimate (the estimate is :func:`allreduce_s`). Infinite for one VM and for
+    parameter-server rows. ``transport``: per row (:func:`resolve`), for the step latency."""
     g = np.asarray(gradient_bytes, dtype=float)
     count = np.asarray(count, dtype=float)
     nodes = np.asarray(nodes, dtype=float)
@@ -193,6 +195,7 @@ def wire_bound_sps(gradient_bytes, count, nodes, batch, link_gbps, intra_gbs, ps
     link = np.minimum(net_bps, np.asarray(intra_gbs, dtype=float) * 1e9)
     lat = step_latency_s(resolve(transport, link_gbps))
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = 2 * (n - 1) / n * g / link + buckets(g) * 2 * (n - 1) * lat
+        hops = 2 * np.ceil(np.log2(np.maximum(nodes, 2.0)))
+        t = 2 * (n - 1) / n * g / link + buckets(g) * hops * lat
         bound = n * np.asarray(batch, dtype=float) / t
     return np.where((nodes > 1) & (np.asarray(ps, dtype=float) < 0.5) & (t > 0), bound, np.inf)

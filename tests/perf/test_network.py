@@ -207,3 +207,15 @@ def test_a_100_gbit_efa_vm_is_priced_as_efa_not_sockets():
         assert "unknown transport" in str(e)
     else:
         raise AssertionError("unknown transport accepted")
+
+
+def test_the_wire_bound_counts_inter_vm_hops_not_gpus():
+    # a bucket crosses the VMs' fabric 2⌈log2 nodes⌉ times at least (a tree over the VMs); a flat ring over every GPU
+    # (2(n−1) steps) over-bounded 8-GPU VMs: bert-large on 10 × a4-highgpu-8g was capped at half its prior
+    g, batch = 1.34e9, 32.0
+    one = network.wire_bound_sps(g, 1, 10, batch, 3200.0, np.inf) / 10
+    eight = network.wire_bound_sps(g, 8, 10, batch, 3200.0, 1e4) / 80
+    assert eight > 0.5 * one  # per GPU: eight GPUs a VM share the VM's hops, they do not multiply them
+    for tr in network.FABRICS:  # and more VMs never raise the bound per GPU
+        per_gpu = [network.wire_bound_sps(g, 8, m, batch, 100.0, 1e4, transport=tr) / (8 * m) for m in (2, 3, 4, 8, 16, 64)]
+        assert all(b <= a * (1 + 1e-12) for a, b in zip(per_gpu, per_gpu[1:])), (tr, per_gpu)
