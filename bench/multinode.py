@@ -194,6 +194,60 @@ def summarize(r: list[dict], sel: np.ndarray, pred: np.ndarray, bands_: dict | N
     return out
 
 
+#: Link Gbit/s of each public socket point (data/raw/network/nccl_transport.csv ``setting``), and its source.
+_TCP_LINKS = {"32 Gbit/s Ethernet": 32.0, "100 Gbit/s TCP": 100.0, "(24 Gbit/s cap)": 24.0, "(32 Gbit/s cap)": 32.0,
+              "(50 Gbit/s cap)": 50.0, "25 Gbit/s TCP": 25.0}
+
+
+def public_points() -> list[dict]:
+    """The public NCCL share points by fabric: transport, source (one per thread or repository), Gbit/s, nodes, share."""
+    import csv
+
+    out = []
+    for r in csv.DictReader(open(REPO / "data/raw/network/nccl_transport.csv")):
+        if r["quantity"] != "nccl_gbps_over_link":
+            continue
+        src = "sailor" if ("sailor" in r["source"] or r["source"].startswith("same file")) else r["source"].split(" (")[0]
+        if r["transport"] == "tcp":
+            link = next(v for k, v in _TCP_LINKS.items() if k in r["setting"])
+            nodes = 4.0 if r["setting"].startswith("4 nodes") else 2.0  # the socket share does not depend on it
+        else:
+            link = 100.0 if "100 Gbit/s" in r["setting"] else 400.0
+            nodes = 8.0 if "8-32 nodes" in r["setting"] else (3.5 if "3-4 nodes" in r["setting"] else 2.0)
+        out.append({"transport": r["transport"], "source": src, "gbps": link, "nodes": nodes,
+                    "share": float(r["value"])})
+    return out
+
+
+def public_lo_so() -> dict:
+    """Leave-one-source-out on the public NCCL share points, per fabric: each source's points predicted from the
+    others' — sockets by refitting the ceiling C of ``1/(1/(η₀·link) + 1/C)`` (least squares in log share, grid
+    50–1000 Gbit/s), EFA by interpolating the others' shares in log(nodes) (a single point: its share), RDMA by the
+    others' mean share. Returns per fabric the held-out APE per point."""
+    pts = public_points()
+    out: dict[str, list] = {}
+    grid = np.arange(50.0, 1000.0, 1.0)
+    for tr in ("tcp", "efa", "rdma"):
+        mine = [x for x in pts if x["transport"] == tr]
+        for src in sorted({x["source"] for x in mine}):
+            train = [x for x in mine if x["source"] != src]
+            for x in (x for x in mine if x["source"] == src):
+                if tr == "tcp":
+                    err = [sum((np.log(t["share"]) - np.log(1 / (1 / network.TCP_ETA0 + t["gbps"] / c))) ** 2
+                               for t in train) for c in grid]
+                    c = grid[int(np.argmin(err))]
+                    pred = 1 / (1 / network.TCP_ETA0 + x["gbps"] / c)
+                elif tr == "efa":
+                    by_n = sorted((t["nodes"], t["share"]) for t in train)
+                    pred = float(np.interp(np.log(x["nodes"]), [np.log(n) for n, _ in by_n], [v for _, v in by_n]))
+                else:
+                    pred = float(np.mean([t["share"] for t in train]))
+                out.setdefault(tr, []).append({"source": src, "gbps": x["gbps"], "nodes": x["nodes"],
+                                               "measured": x["share"], "predicted": float(pred),
+                                               "ape": float(abs(pred - x["share"]) / x["share"])})
+    return out
+
+
 def run() -> dict:
     r, ps = rows()
     batch = np.array([x["batch"] for x in r])
@@ -217,6 +271,7 @@ def run() -> dict:
             report["tail"][kind] = {w: float(tail[[x["workload"] == w for x in r]][0])
                                     for w in sorted({x["workload"] for x in r})}
         report["kinds"][kind] = {g: summarize(r, sel, pred, b) for g, sel in groups.items() if sel.any()}
+    report["public_leave_one_source_out"] = public_lo_so()
     return report
 
 
@@ -241,6 +296,11 @@ def main() -> None:
         w = rep["kinds"][k]["all"]["width_conformal"]
         print(f"conformal tail share by held-out workload, {k}: "
               + ", ".join(f"{n} {v:g}" for n, v in t.items()) + f"; median width high/low {w:.2f}×")
+    print("public NCCL share points, leave-one-source-out (held-out source: measured → predicted share):")
+    for tr, pts in rep["public_leave_one_source_out"].items():
+        cells = "; ".join(f"{p['source']} {p['gbps']:g} Gbit/s {p['nodes']:g} nodes {p['measured']:.2f} → "
+                          f"{p['predicted']:.2f}" for p in pts)
+        print(f"  {tr}: MAPE {np.mean([p['ape'] for p in pts]):.0%} over {len(pts)} points ({cells})")
     if a.json:
         Path(a.json).write_text(json.dumps(rep, indent=1))
 
