@@ -114,12 +114,12 @@ def resolve(transport, gbps) -> np.ndarray:
     t = np.asarray(transport, dtype=object)
     by_gbps = np.broadcast_to(transport_of_gbps(gbps), np.broadcast_shapes(t.shape, np.shape(gbps)))
     t = np.broadcast_to(t, by_gbps.shape)
-    names, inv = np.unique(np.where(t == None, "", t).astype(str), return_inverse=True)  # noqa: E711
-    cls = [FABRICS.get(x, x) for x in names]
-    bad = sorted({x for x in cls if x and x not in TRANSPORTS})
+    values = t.ravel().tolist()
+    lut = {v: FABRICS.get(v, v) if v else "" for v in set(values)}  # a handful of distinct names
+    bad = sorted({c for c in lut.values() if c and c not in TRANSPORTS})
     if bad:
         raise ValueError(f"unknown transport {bad!r} (expected one of {sorted(FABRICS) + list(TRANSPORTS)})")
-    known = np.array(cls + [""], dtype=str)[inv].reshape(by_gbps.shape)
+    known = np.array([lut[v] for v in values], dtype="<U4").reshape(by_gbps.shape)
     return np.where(known == "", by_gbps, known)
 
 
