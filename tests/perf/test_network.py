@@ -219,3 +219,18 @@ def test_the_wire_bound_counts_inter_vm_hops_not_gpus():
     for tr in network.FABRICS:  # and more VMs never raise the bound per GPU
         per_gpu = [network.wire_bound_sps(g, 8, m, batch, 100.0, 1e4, transport=tr) / (8 * m) for m in (2, 3, 4, 8, 16, 64)]
         assert all(b <= a * (1 + 1e-12) for a, b in zip(per_gpu, per_gpu[1:])), (tr, per_gpu)
+
+
+def test_the_shipped_model_never_gains_per_gpu_speed_from_another_vm_on_any_fabric():
+    from cloudfit.perf import HardwareQuery, predict_many
+    from cloudfit.profiling import io as pio
+
+    nodes = np.array([1, 2, 3, 4, 8, 16, 32])
+    for name in ("resnet50", "bert-large"):
+        prof = pio.load_profile(pio.shipped_profiles()[name])
+        for fabric in network.FABRICS:
+            for acc, count, gbps in (("A100", 8, 100.0), ("H100", 8, 3200.0), ("T4", 1, 10.0)):
+                t = predict_many(prof, [HardwareQuery(acc, count, int(n), gbps, "fp16", None, transport=fabric)
+                                        for n in nodes])
+                per_gpu = t.samples_per_second / (nodes * count)
+                assert np.all(np.diff(per_gpu) <= 1e-9 * per_gpu[:-1]), (name, fabric, acc, per_gpu)
