@@ -290,6 +290,11 @@ _FAMILY_MAX_GBPS = {
 #: G6e up to 400 at 48xlarge); Nebius: 8 × ConnectX-7 NDR 400 Gb/s InfiniBand per 8-GPU host (Nebius's
 #: system description in MLCommons inference_results_v6.0, closed/Nebius/systems/nebius_b200_n1.json),
 #: which Nebius sells as InfiniBand GPU clusters of its 8-GPU VMs.
+#: Added for issue 33 (every AWS family that trains): Gbit/s from aws/karpenter-provider-aws
+#: ``pkg/providers/instancetype/zz_generated.bandwidth.go`` @01a436f0bbbc75a1252aba1a3a48ca115b7e6cc0 (generated from
+#: EC2's "instance network bandwidth" page; for the "up to" sizes it is the **baseline** a multi-hour job keeps, not
+#: the burst), EFA from eksctl-io/eksctl ``pkg/utils/instance/instance_types.go``
+#: @0027506e8f395e6e9216270328aee228ba8eae07 (``EFASupported``, generated from the EC2 API).
 OTHER_CLOUD_GBPS: dict[str, tuple[float, str]] = {
     "p6-b200.48xlarge": (3200.0, "AWS P6: EFAv4, 8 x 400 Gbps"),
     "p5en.48xlarge": (3200.0, "AWS P5en: EFAv3, 3,200 Gbps"),
@@ -303,9 +308,20 @@ OTHER_CLOUD_GBPS: dict[str, tuple[float, str]] = {
     "g4dn.12xlarge": (50.0, "AWS G4dn: g4dn.12xlarge 50 Gbps (EFA)"),
     "g5.48xlarge": (100.0, "AWS G5: g5.48xlarge 100 Gbps (EFA)"),
     "g5.12xlarge": (40.0, "AWS G5: g5.12xlarge 40 Gbps (EFA)"),
-    "p3.2xlarge": (10.0, "AWS P3: up to 10 Gbps, no EFA"),
+    "p3.2xlarge": (2.5, "AWS P3: up to 10 Gbps, 2.5 baseline, no EFA"),
+    "p3.16xlarge": (25.0, "AWS P3: p3.16xlarge 25 Gbps, no EFA"),
+    "g4dn.xlarge": (5.0, "AWS G4dn: up to 25 Gbps, 5 baseline, no EFA"),
+    "g4dn.8xlarge": (50.0, "AWS G4dn: g4dn.8xlarge 50 Gbps (EFA)"),
+    "g5.xlarge": (2.5, "AWS G5: up to 10 Gbps, 2.5 baseline, no EFA"),
+    "g5.8xlarge": (25.0, "AWS G5: g5.8xlarge 25 Gbps (EFA)"),
+    "g6.xlarge": (2.5, "AWS G6: up to 10 Gbps, 2.5 baseline, no EFA"),
+    "g6.8xlarge": (25.0, "AWS G6: g6.8xlarge 25 Gbps (EFA)"),
+    "g6.12xlarge": (40.0, "AWS G6: g6.12xlarge 40 Gbps (EFA)"),
+    "g6.48xlarge": (100.0, "AWS G6: g6.48xlarge 100 Gbps (EFA)"),
+    "g6e.xlarge": (2.5, "AWS G6e: up to 20 Gbps, 2.5 baseline, no EFA"),
+    "g6e.8xlarge": (25.0, "AWS G6e: g6e.8xlarge 25 Gbps (EFA)"),
     "g6e.12xlarge": (100.0, "AWS G6e: 100 Gbps (EFA)"),
-    "g6.12xlarge": (40.0, "AWS G6: 40 Gbps"),
+    "g6e.48xlarge": (400.0, "AWS G6e: g6e.48xlarge 400 Gbps (EFA)"),
     "gpu-h100-sxm_8gpu-128vcpu-1600gb": (3200.0, "Nebius: 8 x 400 Gb/s NDR InfiniBand per 8-GPU host"),
     "gpu-h200-sxm_8gpu-128vcpu-1600gb": (3200.0, "Nebius: 8 x 400 Gb/s NDR InfiniBand per 8-GPU host"),
     "gpu-b200-sxm_8gpu-160vcpu-1792gb": (3200.0, "Nebius: 8 x 400 Gb/s NDR InfiniBand per 8-GPU host"),

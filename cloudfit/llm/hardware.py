@@ -116,3 +116,22 @@ def node_gbps(name: str, machine_type: str | None = None) -> float:
         raise UsageError(f"unknown machine type {machine_type!r} for the network (known families: "
                          f"{', '.join(p.rstrip('-') for p in FAMILY_GBPS)}; or give --network-gbps)")
     return _DEFAULT_NODE_GBPS.get(canonical(name), 100.0)
+
+
+#: The fabric (``cloudfit.catalog.network.FABRICS``) of the systems of the public runs, and of each accelerator's
+#: default VM (``_DEFAULT_NODE_GBPS``'s: A2 / G2 / N1 gVNIC, A3 High TCPX, A3 Mega TCPXO, A3 Ultra / A4 / A4X RoCE).
+SYSTEM_FABRIC = {"DGX-H100": "infiniband", "DGX-B200": "infiniband", "DGX-B300": "infiniband",
+                 "DGX-GB200": "infiniband", "DGX-GB300": "infiniband", "MOSAICML-A100": "roce",
+                 "MOSAICML-H100": "infiniband", "VTRAIN-A100": "infiniband"}
+_DEFAULT_FABRIC = {"H100": "tcpx", "H100-MEGA": "tcpxo", "H200": "roce", "B200": "roce", "GB200": "roce",
+                   "GB300": "roce", "B300": "infiniband"}
+
+
+def node_fabric(name: str, machine_type: str | None = None) -> str:
+    """NCCL's fabric between nodes (a ``cloudfit.catalog.network.FABRICS`` name) of ``machine_type``, else of the
+    accelerator's default VM (:func:`node_gbps`'s)."""
+    from cloudfit.catalog import network
+
+    if machine_type:
+        return SYSTEM_FABRIC.get(machine_type.upper()) or network.fabric_of(machine_type)
+    return _DEFAULT_FABRIC.get(canonical(name), "gvnic")

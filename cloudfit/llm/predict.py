@@ -147,7 +147,9 @@ def _hw(accelerator: str, precision: str, gpus_per_node: int, machine_type: str 
     if network_gbps is not None and not (network_gbps > 0 and math.isfinite(network_gbps)):
         raise UsageError(f"--network-gbps must be positive, got {network_gbps!r}")
     gbps = float(network_gbps) if network_gbps is not None else lhw.node_gbps(acc.name, machine_type)
-    return {"peak_tflops": peak, "attn_peak_tflops": peak16, "efficiency": eff, "efficiency16": eff16,
+    # NCCL's fabric between the nodes (issue 33); a bare --network-gbps keeps the fitted (RDMA-class) fabric
+    fabric = lhw.node_fabric(acc.name, machine_type) if machine_type or network_gbps is None else None
+    return {"peak_tflops": peak, "node_transport": fabric, "attn_peak_tflops": peak16, "efficiency": eff, "efficiency16": eff16,
             "memory_gbs": acc.memory_bandwidth_gbps,
             "intra_gbs": lhw.intra_gbps(acc.name), "node_gbps": gbps, "gpus_per_node": gpus_per_node,
             "nvlink_domain": lhw.nvlink_domain(acc.name, gpus_per_node), "capacity_gib": float(acc.memory_gib),
@@ -187,7 +189,8 @@ def predict_layouts(shape: LLMShape, accelerator: str, layouts: Sequence[Layout]
     hw_keys = ("peak_tflops", "attn_peak_tflops", "memory_gbs", "intra_gbs", "node_gbps", "gpus_per_node", "nvlink_domain")
     out = step_time(**_model_args(st), **arr, efficiency=np.array([hwd["efficiency"][f] for f in fw]),
                     attn_efficiency=np.array([hwd["efficiency16"][f] for f in fw]),
-                    **{k: hwd[k] for k in hw_keys}, c=c, lora=finetune == "lora")
+                    **{k: hwd[k] for k in hw_keys}, node_transport=hwd["node_transport"], c=c,
+                    lora=finetune == "lora")
     tokens = arr["micro_batch"] * arr["grad_accum"] * np.array([l.dp for l in layouts], dtype=float) * seq_len
     gpus = np.array([l.gpus for l in layouts], dtype=float)
     out["tokens_per_second"] = tokens / out["step_s"]

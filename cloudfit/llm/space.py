@@ -197,6 +197,7 @@ class HardwareShape:
     node_gbps: float
     nvlink_domain: int
     capacity_gib: float
+    node_transport: str | None = None  # NCCL's fabric between nodes (catalog.network.FABRICS; None: RDMA-class)
 
 
 def node_network_gbps(machine_type: str, accelerator: str, gpus_per_node: int, vcpus: float) -> float:
@@ -485,7 +486,9 @@ def evaluate_rows(st: TokenStats, hws: list, h: np.ndarray, g: Grid, *, precisio
                     attn_efficiency=eff16[h], memory_gbs=col([a.memory_bandwidth_gbps for a in accs]),
                     intra_gbs=col([lhw.intra_gbps(a.name) for a in accs]), node_gbps=col([hw.node_gbps for hw in hws]),
                     gpus_per_node=col([hw.gpus_per_node for hw in hws]),
-                    nvlink_domain=col([hw.nvlink_domain for hw in hws]), **stack, c=c, lora=finetune == "lora")
+                    nvlink_domain=col([hw.nvlink_domain for hw in hws]), **stack, c=c, lora=finetune == "lora",
+                    node_transport=None if all(hw.node_transport is None for hw in hws) else
+                    np.array([hw.node_transport or "rdma" for hw in hws], dtype=object)[h])
     gpus = (g.tp * g.pp * g.cp * g.dp).astype(float)
     tokens = (g.micro_batch * g.grad_accum * g.dp).astype(float) * st.seq_len
     out["tokens_per_second"] = tokens / out["step_s"]

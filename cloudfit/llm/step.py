@@ -54,6 +54,13 @@ collective over m nodes moves 2(m−1)/m of its buffer through each node's netwo
 schedule: reduce inside the node over NVLink, exchange between nodes, broadcast inside), not the
 2(n−1)/n of a flat ring over all n ranks: across m < n nodes the network term is (n−1)/n ÷ (m−1)/m shorter
 than a flat ring's (a group with one rank per node is unchanged). E.g. TP 16 over 2 nodes: 1.875× shorter.
+The node network runs as its fabric lets it (``node_transport``, a ``cloudfit.catalog.network.FABRICS`` name; issue 33):
+``net_eff`` is fitted on the public runs, all InfiniBand/RoCE, so another fabric scales it by NCCL's share over that
+fabric ÷ the RDMA share (``network.effective_gbps``: sockets over a 100 Gbit/s gVNIC reach 0.68 of it, EFA on 8+ nodes
+0.73), never past the link; each collective across m nodes also waits ``LATENCY_STEPS``·(m−1) steps per pass of the
+fabric's step latency beyond RDMA's (``network.STEP_LATENCY_S``: what makes small messages slow over sockets; the
+fitted constants carry the RDMA fabric's own). Without a transport (the public rows) the fabric is RDMA-class and
+the step is exactly the fitted model's.
 """
 
 from __future__ import annotations
@@ -61,6 +68,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+from cloudfit.catalog import network
 
 #: Frameworks the public runs used (each gets its own fitted constants), and cloudfit's own FSDP2 trainer
 #: (``cloudfit.train_llm``, what ``launch`` runs): PyTorch FSDP like llm-foundry's stack, whose fitted
@@ -148,6 +157,11 @@ class Constants:
 
 def _f(x):
     return np.asarray(x, dtype=float)
+
+
+#: Latency steps per node of one collective pass across nodes (ring: m − 1 per all-gather / reduce-scatter pass, two
+#: passes per all-reduce; module docstring).
+LATENCY_STEPS = 1.0
 
 
 def _ring(n, bytes_, bw_gbs):
@@ -244,16 +258,38 @@ class _Links:
     NVLink inside the domain, else the per-GPU network share × (group ranks per node)^nic_parallel, scaled so that
     the ring formula over the n ranks moves 2(m−1)/m of the buffer across the m nodes spanned."""
 
-    def __init__(self, c, *, gpn, dom, intra, inter):
-        self.c, self.gpn, self.dom, self.intra, self.inter = c, gpn, dom, intra, inter
+    def __init__(self, c, *, gpn, dom, intra, inter, link_gbps=None, transport=None):
+        self.c, self.gpn, self.dom, self.intra = c, gpn, dom, intra
+        # the fabric's share relative to the RDMA-class fabric net_eff was fitted on (1 for it), never past the link
+        self.transport = "rdma" if transport is None else network.resolve(transport, link_gbps)
+        # step latency beyond the RDMA fabric's (which the fitted constants already carry): 0 for the public runs
+        self.alpha = np.maximum(network.step_latency_s(self.transport) - network.STEP_LATENCY_S["rdma"], 0.0)
+        self._link, self._inter = link_gbps, inter
+        self.inter = inter * self._rel(2.0)  # a point-to-point send between two nodes
 
-    def __call__(self, group, stride):
+    def _rel(self, m):
+        if isinstance(self.transport, str) and self.transport == "rdma":
+            return 1.0
+        link = np.maximum(_f(self._link), 1e-9)
+        share = network.effective_gbps(link, np.maximum(m, 2.0), self.transport) / (link * network.RDMA_SHARE)
+        return np.minimum(share, 1.0 / self.c.net_eff)
+
+    def _nodes(self, group, stride):
         n = np.maximum(group, 1.0)
         per_node = np.clip(self.gpn / np.maximum(stride, 1.0), 1.0, n)
-        m = np.maximum(n / per_node, 1.0)  # nodes the group spans
+        return n, per_node, np.maximum(n / per_node, 1.0)  # ranks, ranks per node, nodes the group spans
+
+    def __call__(self, group, stride):
+        n, per_node, m = self._nodes(group, stride)
         hier = np.where(m > 1.0, ((n - 1.0) / n) / np.maximum((m - 1.0) / m, 1e-9), 1.0)
-        net = self.inter * per_node ** self.c.nic_parallel * hier
+        net = self._inter * self._rel(m) * per_node ** self.c.nic_parallel * hier
         return np.where(group * stride <= self.dom, self.intra, np.minimum(self.intra, net))
+
+    def lat(self, group, stride):
+        """Seconds of network latency of one all-gather / reduce-scatter pass over the group (0 inside the
+        NVLink domain): ``LATENCY_STEPS`` · (m − 1) steps of the fabric's latency across its m nodes."""
+        _, _, m = self._nodes(group, stride)
+        return np.where(group * stride <= self.dom, 0.0, LATENCY_STEPS * (m - 1.0) * self.alpha)
 
 
 def _sharding(across, *, zero, dpr, dps, cp, tp, pp, stage_layers, t_mb, w_bytes, g_bytes, fsdp_overlap, dp_overlap):
@@ -261,16 +297,20 @@ def _sharding(across, *, zero, dpr, dps, cp, tp, pp, stage_layers, t_mb, w_bytes
     (which includes the per-step FSDP part). The shard group is dp_shard × cp."""
     shard = np.where(zero > 0, dps * cp, 1.0)
     bw_shard = across(dps * cp, tp)
-    ag_pass = _pass(shard, w_bytes, bw_shard)
-    rs_pass = _pass(shard, g_bytes, bw_shard)
+    lat_shard = np.where(shard > 1, across.lat(dps * cp, tp), 0.0)
+    ag_pass = _pass(shard, w_bytes, bw_shard) + lat_shard
+    rs_pass = _pass(shard, g_bytes, bw_shard) + lat_shard
     gather = np.where(zero >= 3, 2.0 * ag_pass + rs_pass, np.where(zero == 2, ag_pass + rs_pass, 0.0))
     once = (zero >= 3) & (pp > 1)  # a pipeline stage keeps its gathered weights across its micro-batches
     per_mb = np.where(once, 0.0, gather)
     per_step = np.where(once, ag_pass + rs_pass, 0.0)
     t_fsdp_mb = np.maximum(per_mb - fsdp_overlap * t_mb, 0.0) + per_mb / np.maximum(stage_layers, 1.0)
     t_fsdp_step = np.maximum(per_step - fsdp_overlap * t_mb, 0.0) + per_step / np.maximum(stage_layers, 1.0)
-    dp_step = np.where(zero <= 1, _ring(dpr * dps * cp, g_bytes, across(dpr * dps * cp, tp)), 0.0) + _ring(
-        np.where(zero >= 2, dpr, 1.0), g_bytes / shard, across(dpr, tp * cp * dps))
+    dp_all, dp_rep = dpr * dps * cp, np.where(zero >= 2, dpr, 1.0)
+    dp_step = (np.where(zero <= 1, _ring(dp_all, g_bytes, across(dp_all, tp))
+                        + 2.0 * np.where(dp_all > 1, across.lat(dp_all, tp), 0.0), 0.0)
+               + _ring(dp_rep, g_bytes / shard, across(dpr, tp * cp * dps))
+               + 2.0 * np.where(dp_rep > 1, across.lat(dpr, tp * cp * dps), 0.0))
     t_dp = np.maximum(dp_step - dp_overlap * (2.0 / 3.0) * t_mb, 0.0) + t_fsdp_step
     return t_fsdp_mb, t_fsdp_step, t_dp
 
@@ -280,7 +320,8 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, act_none, layer_params,
               tp, pp, cp, vp, dp_replicate, dp_shard, zero, micro_batch, grad_accum, ac_code,
               peak_tflops, efficiency, memory_gbs, attn_peak_tflops=None, intra_gbs, node_gbps, gpus_per_node, nvlink_domain,
               tp_exposed, dp_overlap, fsdp_overlap, attn_eff, c: Constants, lora=False, grad_bytes=2.0,
-              attn_efficiency=None, fp8=0.0, fp8_cast_bytes=0.0, fp8_weight_bytes=0.0, cp_allgather=0.0) -> dict:
+              attn_efficiency=None, fp8=0.0, fp8_cast_bytes=0.0, fp8_weight_bytes=0.0, cp_allgather=0.0,
+              node_transport=None) -> dict:
     """Vectorised step time of a layout (arrays broadcast). Returns a dict of arrays, seconds per step.
 
     ``efficiency`` is the Linear GEMMs' (at ``peak_tflops``, the run's precision); attention and, in FP8 runs
@@ -335,14 +376,16 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, act_none, layer_params,
     t_launch = c.tau_s * host_ops(ac, flash, tp) * stage_layers
     # --- bandwidths ---------------------------------------------------------------------------
     across = _Links(c, gpn=gpn, dom=_f(nvlink_domain), intra=_f(intra_gbs) * c.nvlink_eff,
-                    inter=_f(node_gbps) / 8.0 / gpn * c.net_eff)
+                    inter=_f(node_gbps) / 8.0 / gpn * c.net_eff, link_gbps=_f(node_gbps), transport=node_transport)
     bw_tp = across(tp, 1.0)
     bw_cp = across(cp, tp)
-    bw_pp = np.where(tp * cp * dpr * dps >= gpn, across.inter, across.intra)
+    pp_net = tp * cp * dpr * dps >= gpn
+    bw_pp = np.where(pp_net, across.inter, across.intra)
     # --- tensor parallel ----------------------------------------------------------------------
     act_bytes = tokens_mb * h * 2.0
     n_coll = 4.0 + np.where(ac == 2, 2.0, 0.0)
-    t_tp_mb = stage_layers * n_coll * _ring(tp, act_bytes, bw_tp) * _f(tp_exposed)
+    t_tp_mb = stage_layers * n_coll * (_ring(tp, act_bytes, bw_tp) + 2.0 * np.where(tp > 1, across.lat(tp, 1.0), 0.0)
+                                       ) * _f(tp_exposed)
     # --- context parallel -----------------------------------------------------------------------
     kv_bytes = tokens_mb * 2.0 * _f(kv_dim) * 2.0 / tp
     t_cp_mb = stage_layers * _cp_time(c, cp=cp, ac=ac, kv_bytes=kv_bytes, bw_cp=bw_cp, t_attn_layer=t_attn_layer,
@@ -357,7 +400,8 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, act_none, layer_params,
         dp_overlap=_f(dp_overlap))
     # --- pipeline -------------------------------------------------------------------------------
     p2p_bytes = tokens_mb * h * 2.0 / tp
-    t_p2p_mb = np.where(pp > 1, 2.0 * vp * p2p_bytes / (bw_pp * 1e9), 0.0) * c.p2p_exposed
+    t_p2p_mb = np.where(pp > 1, 2.0 * vp * (p2p_bytes / (bw_pp * 1e9) + np.where(pp_net, across.alpha, 0.0)),
+                        0.0) * c.p2p_exposed
     t_gpu_mb = t_mb + t_tp_mb + t_cp_mb + t_fsdp_mb + t_p2p_mb
     t_host_mb = np.maximum(t_launch - t_gpu_mb, 0.0)  # host dispatch runs ahead of the GPU: only its excess shows
     t_stage_mb = t_gpu_mb + t_host_mb

@@ -193,9 +193,10 @@ def table_rows(accelerators: Sequence[str], tables) -> tuple[np.ndarray | None, 
 
 
 def setup(accelerators: Sequence[str], precisions: Sequence[str] | str, *, batch, count, nodes, intra_gbps,
-          network_gbps, ps=0.0, ps_count=1.0, ps_network_gbps=np.nan, tables=None) -> Setup:
+          network_gbps, ps=0.0, ps_count=1.0, ps_network_gbps=np.nan, tables=None, transport=None) -> Setup:
     """Build a :class:`Setup` for rows of (canonical accelerator, precision, configuration); ``tables``:
-    the kernel-efficiency tables the prior composes (None: constant efficiencies)."""
+    the kernel-efficiency tables the prior composes (None: constant efficiencies); ``transport``: NCCL's
+    transport between nodes per row (``Setup.transport``)."""
     hw = hardware_arrays(accelerators, precisions)
     mem_eff, gemm_eff = table_rows(accelerators, tables)
     precs = [precisions] * len(hw.peak_tflops) if isinstance(precisions, str) else list(precisions)
@@ -209,7 +210,8 @@ def setup(accelerators: Sequence[str], precisions: Sequence[str] | str, *, batch
                  np.asarray(batch, dtype=float), np.asarray(count, dtype=float), np.asarray(nodes, dtype=float),
                  np.asarray(intra_gbps, dtype=float), np.asarray(network_gbps, dtype=float),
                  np.asarray(ps, dtype=float), np.asarray(ps_count, dtype=float), np.asarray(ps_network_gbps, dtype=float),
-                 mem_eff, gemm_eff, fp8_scale, peak16)
+                 mem_eff, gemm_eff, fp8_scale, peak16,
+                 None if transport is None else np.asarray(transport, dtype=object))
 
 
 def intra_gbps(accelerators: Sequence[str], counts) -> np.ndarray:

@@ -39,10 +39,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from cloudfit.catalog import hardware
+from cloudfit.catalog import hardware, network
 from cloudfit.errors import ModelError
 from cloudfit.perf import data as data_mod
-from cloudfit.perf import features, network, prior
+from cloudfit.perf import features, prior
 from cloudfit.perf.trees import Forest, export_booster
 from cloudfit.types import OP_CLASSES
 
@@ -431,7 +431,7 @@ def shipped_predictions(prep: Prepared, fm: FoldModel, rows: np.ndarray, lam: di
         return np.where(has, np.exp(log_prior_q + lam_rows * f_q + (w_over_prior - lam_rows * w_f)), np.nan)
 
     launch = prior.launch_bound_sps(prep.work.kernels[rows], prep.setup.batch[rows], dev[rows])
-    st = prep.setup  # the wire bound model.predict_many applies (issue 33; cloudfit/perf/network.py)
+    st = prep.setup  # the wire bound model.predict_many applies (issue 33; cloudfit/catalog/network.py)
     launch = np.minimum(launch, network.wire_bound_sps(prep.work.gradient_bytes[rows], st.count[rows], st.nodes[rows],
                                                        st.batch[rows], st.network_gbps[rows], st.intra_gbps[rows],
                                                        st.ps[rows]))

@@ -17,9 +17,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cloudfit.catalog import hardware
+from cloudfit.catalog import hardware, network
 from cloudfit.errors import ModelError, ProfileError, UsageError
-from cloudfit.perf import features, network, prior
+from cloudfit.perf import features, prior
 from cloudfit.perf.trees import Forest
 from cloudfit.types import PRECISIONS, Measurement, Prediction, Profile
 
@@ -42,7 +42,8 @@ class HardwareQuery:
     """One configuration to predict: accelerator × devices per node × nodes at a precision and batch.
 
     ``network_gbps`` is the VM's network cap in Gbit/s (the inter-node link; ignored for one node);
-    ``intra_gbps`` (GB/s) defaults to ``hardware.intra_node_gbps``.
+    ``intra_gbps`` (GB/s) defaults to ``hardware.intra_node_gbps``; ``transport`` is NCCL's transport between
+    the VMs (``network.FABRICS``, e.g. ``network.fabric_of(machine_type)``; None: by the link's Gbit/s).
     """
 
     accelerator: str
@@ -56,6 +57,7 @@ class HardwareQuery:
     ps_count: int = 1
     ps_network_gbps: float | None = None
     vcpus: float | None = None  # the VM's vCPUs: bounds image decoding (None: no input-pipeline bound)
+    transport: str | None = None
 
 
 @dataclass(frozen=True)
@@ -295,6 +297,8 @@ def _canonical_queries(queries: Sequence[HardwareQuery]) -> list[HardwareQuery]:
         if q.parallelism not in PARALLELISMS:
             raise UsageError(f"unknown parallelism {q.parallelism!r} (expected {', '.join(PARALLELISMS)})")
         net = float(q.network_gbps or 0.0)
+        if q.transport is not None and q.transport not in network.FABRICS and q.transport not in network.TRANSPORTS:
+            raise UsageError(f"unknown transport {q.transport!r} (expected one of {', '.join(network.FABRICS)})")
         if nodes > 1 and not net > 0:
             raise UsageError(f"{nodes} nodes need the VM's network bandwidth (network_gbps > 0, or a machine type)")
         if (acc, count, nodes, prec, batch) == (q.accelerator, q.count, q.nodes, q.precision, q.batch_size) \
@@ -302,7 +306,7 @@ def _canonical_queries(queries: Sequence[HardwareQuery]) -> list[HardwareQuery]:
             out.append(q)
         else:
             out.append(HardwareQuery(acc, count, nodes, net, prec, batch, q.intra_gbps, q.parallelism,
-                                     q.ps_count, q.ps_network_gbps, q.vcpus))
+                                     q.ps_count, q.ps_network_gbps, q.vcpus, q.transport))
     return out
 
 
@@ -319,13 +323,13 @@ def _rows(qs: Sequence[HardwareQuery], default_batch: int | None = None) -> dict
     return {"acc": acc, "prec": [q.precision for q in qs], "batch": batch,
             "count": count, "nodes": nodes,
             "intra": intra, "net": net, "ps": ps, "ps_count": np.array([q.ps_count for q in qs], dtype=float),
-            "ps_net": ps_net}
+            "ps_net": ps_net, "transport": [q.transport if q.nodes > 1 else None for q in qs]}
 
 
 def _evaluate(m: FittedModel, work: prior.Work, r: dict[str, Any], framework_tf: float = 0.0):
     s = features.setup(r["acc"], r["prec"], batch=r["batch"], count=r["count"], nodes=r["nodes"],
                        intra_gbps=r["intra"], network_gbps=r["net"], ps=r["ps"], ps_count=r["ps_count"],
-                       ps_network_gbps=r["ps_net"], tables=m.tables)
+                       ps_network_gbps=r["ps_net"], tables=m.tables, transport=r["transport"])
     p = prior.prior(work, s, m.constants)
     # The trees have never seen an FP8 run (its peak lies outside every training row's): FP8 rows take the
     # correction of the 16-bit run they are on top of, and the prior alone carries what FP8 changes.
@@ -413,9 +417,9 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     if unmeasured.any() and m.transition:
         sps = sps * _transition(m, work, anchors, r, sps, unmeasured)  # same factor at every device count
     sps = _cap_scaling(sps, r, base)
-    # issue 33: never faster than the wire lets the all-reduce finish (cloudfit/perf/network.py)
+    # issue 33: never faster than the wire lets the all-reduce finish (cloudfit/catalog/network.py)
     sps = np.minimum(sps, network.wire_bound_sps(work.gradient_bytes, r["count"], r["nodes"], r["batch"], r["net"],
-                                                 r["intra"], r["ps"]))
+                                                 r["intra"], r["ps"], r["transport"]))
     launch = prior.launch_bound_sps(work.kernels, r["batch"], devices)
     vcpus = np.array([np.inf if q.vcpus is None else float(q.vcpus) for q in uq])
     launch = np.minimum(launch, r["nodes"] * prior.input_bound_sps(profile.stats.input, vcpus))
@@ -605,7 +609,7 @@ _ALL_BUT_NODES = operator.attrgetter(*(f.name for f in dataclasses.fields(Hardwa
 def _variant(q: HardwareQuery, count: int, nodes: int) -> HardwareQuery:
     # dataclasses.replace is ~5 µs a call; the recommender makes thousands of these
     return HardwareQuery(q.accelerator, count, nodes, q.network_gbps, q.precision, q.batch_size, q.intra_gbps,
-                         q.parallelism, q.ps_count, q.ps_network_gbps, q.vcpus)
+                         q.parallelism, q.ps_count, q.ps_network_gbps, q.vcpus, q.transport)
 
 
 def _cap_scaling(sps: np.ndarray, r: dict[str, Any], base: dict[int, tuple[int, int]]) -> np.ndarray:
@@ -638,11 +642,14 @@ def _offering(machine_type: str | None, accelerator: str, count: int):
     return max(offs, key=lambda o: (o.vcpus, o.machine_type)) if offs else None
 
 
-def _network_for(machine_type: str | None, accelerator: str, count: int, network_gbps: float | None) -> float:
+def _network_for(machine_type: str | None, accelerator: str, count: int,
+                 network_gbps: float | None) -> tuple[float, str | None]:
+    """(Gbit/s, fabric) of the VM link: ``network_gbps`` as given (the fabric of ``machine_type`` if named), else
+    the catalog VM's (``machine_type``, or the largest VM with ``count`` × ``accelerator``)."""
     if network_gbps is not None:
         if network_gbps <= 0:
             raise UsageError(f"network bandwidth must be positive, got {network_gbps!r} Gbps")
-        return float(network_gbps)
+        return float(network_gbps), (network.fabric_of(machine_type) if machine_type else None)
     offs = [o for o in _catalog_for(machine_type).offerings
             if o.accelerator == accelerator and o.accelerators_per_node == count
             and (machine_type is None or o.machine_type == machine_type)]
@@ -650,7 +657,8 @@ def _network_for(machine_type: str | None, accelerator: str, count: int, network
         what = machine_type or f"{count}× {accelerator}"
         raise UsageError(f"no catalog offering for {what}; give the VM's network bandwidth (network_gbps)")
     o = max(offs, key=lambda o: (o.vcpus, o.machine_type))
-    return hardware.vm_network_gbps(o.machine_type, o.accelerator, o.accelerators_per_node, o.vcpus)
+    return (hardware.vm_network_gbps(o.machine_type, o.accelerator, o.accelerators_per_node, o.vcpus),
+            network.fabric_of(o.machine_type))
 
 
 def predict(profile: Profile, accelerator: str, count: int = 1, nodes: int = 1, *, precision: str | None = None,
@@ -665,15 +673,15 @@ def predict(profile: Profile, accelerator: str, count: int = 1, nodes: int = 1, 
     """
     _check_profile(profile)
     acc = hardware.canonical_name(accelerator)
-    net = 0.0
+    net, fabric = 0.0, None
     if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 1:
-        net = _network_for(machine_type, acc, count, network_gbps)
+        net, fabric = _network_for(machine_type, acc, count, network_gbps)
     vcpus = None
     if machine_type is not None:  # the VM's vCPUs bound the input pipeline (image decoding)
         off = _offering(machine_type, acc, count)
         vcpus = float(off.vcpus) if off is not None else None
     q = HardwareQuery(acc, count, nodes, net, precision or DEFAULT_PRECISION, batch_size, parallelism=parallelism,
-                      vcpus=vcpus)
+                      vcpus=vcpus, transport=fabric)
     return predict_many(profile, [q]).row(0)
 
 

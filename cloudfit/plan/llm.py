@@ -305,7 +305,8 @@ def _hardware(o, precision: str) -> lsp.HardwareShape | str:
         return f"{acc.name} has no FP8 tensor cores"
     n = o.accelerators_per_node
     return lsp.HardwareShape(acc.name, n, lsp.node_network_gbps(o.machine_type, o.accelerator, n, o.vcpus),
-                             lhw.nvlink_domain(acc.name, n), float(acc.memory_gib))
+                             lhw.nvlink_domain(acc.name, n), float(acc.memory_gib),
+                             lhw.node_fabric(acc.name, o.machine_type))
 
 
 def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpace:

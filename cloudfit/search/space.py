@@ -268,14 +268,17 @@ def build_space(workload: Workload, profile: Profile, catalog: Catalog) -> Space
         off_shape[i] = shape_of[key]
 
     network = [hardware.vm_network_gbps(s.machine_type, s.accelerator, s.accelerators_per_node, s.vcpus) for s in shapes]
+    from cloudfit.catalog.network import fabric_of
+
+    fabric = [fabric_of(s.machine_type) for s in shapes]  # NCCL's transport between the VMs
     batch = workload.batch_size_per_device or profile.stats.batch_size
     max_nodes = workload.max_nodes
     node_counts = np.arange(1, max_nodes + 1)
     queries = [
         perf.HardwareQuery(accelerator=s.accelerator, count=s.accelerators_per_node, nodes=int(n),
                            network_gbps=net, precision=workload.precision, batch_size=batch,
-                           vcpus=float(s.vcpus))
-        for s, net in zip(shapes, network) for n in node_counts
+                           vcpus=float(s.vcpus), transport=fab)
+        for s, net, fab in zip(shapes, network, fabric) for n in node_counts
     ]
     table = perf.predict_many(profile, queries)
     n_shapes = len(shapes)

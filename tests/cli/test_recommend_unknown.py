@@ -54,7 +54,9 @@ def test_json_says_measured_per_candidate(cli):
     assert r.exit_code == 0, r.stderr
     d = json.loads(r.stdout)
     got = {(c["accelerator"], c["measured"]) for c in d["candidates"]}
-    assert ("H200", False) in got and ("H100", True) in got
+    # #1 an H200 (no resnet50 row); a measured GPU among the others (an 8×V100 p3.16xlarge since the AWS catalog
+    # holds every training family, an H100 before)
+    assert ("H200", False) in got and any(m for _, m in got)
     assert d["plan"]["provenance"]["unknown"]["probe"]["usd"] > 0
 
 

@@ -28,9 +28,12 @@ of the all-reduce is exposed.
 shipped model never predicts an all-reduce faster than the wire. The estimate above enters the prior only with
 ``CONSTANTS["network_model"]`` on (off in the shipped fit: bench/RESULTS_multinode.md).
 
-The prior sees a link's Gbit/s, not its transport: :func:`transport_of_gbps` takes links of 400 Gbit/s and more as
-RDMA-class (EFA/TCPX: every such VM in the catalogs has one) and anything slower as sockets. :func:`transport_of`
-names the transport of a catalog machine type, for explanations and for callers that know it.
+The transport travels with the query: :func:`fabric_of` names a catalog machine type's fabric (sockets over ENA,
+gVNIC or another cloud's Ethernet; EFA; InfiniBand; RoCE; GPUDirect-TCPX / -TCPXO), :data:`FABRICS` maps it to the
+share class above, and ``HardwareQuery.transport`` / ``Setup.transport`` carry it into the prior and the wire
+bound — a 100 Gbit/s EFA VM (p3dn, g4dn.metal) is priced as EFA, not sockets. Where only a link's Gbit/s is known
+(the training table, a bare ``network_gbps``), :func:`transport_of_gbps` takes links of 400 Gbit/s and more as
+RDMA-class (EFA/TCPX: every such VM in the catalogs has one) and anything slower as sockets.
 """
 
 from __future__ import annotations
@@ -62,23 +65,62 @@ TRANSPORTS = ("tcp", "efa", "rdma")
 TCP_OVERLAP_SHARE = 0.05
 
 
-def transport_of(machine_type: str) -> str:
-    """The transport NCCL uses between VMs of ``machine_type``: ``tcp``, ``efa`` (AWS EFA; GCP TCPX/TCPXO
-    taken as it) or ``rdma`` (InfiniBand/RoCE)."""
+#: Fabric (what the cloud calls it) → the share class NCCL reaches over it (:data:`TRANSPORTS`). GPUDirect-TCPX
+#: (GCP A3 High/Edge) and -TCPXO (A3 Mega) have no public NCCL figure: taken as EFA (an assumption).
+FABRICS = {"sockets": "tcp", "ena": "tcp", "gvnic": "tcp", "efa": "efa", "tcpx": "efa", "tcpxo": "efa",
+           "infiniband": "rdma", "roce": "rdma"}
+
+
+def fabric_of(machine_type: str) -> str:
+    """The fabric between VMs of a catalog ``machine_type`` (a key of :data:`FABRICS`): AWS ``efa`` where the
+    instance type has EFA (``hardware.OTHER_CLOUD_GBPS``'s source says so), else ``ena``; GCP A3 High/Edge 8-GPU
+    ``tcpx``, A3 Mega ``tcpxo``, A3 Ultra / A4 / A4X ``roce``, any other GCP VM ``gvnic``; Nebius ``infiniband``
+    where its catalog names it; anything else ``sockets``."""
     from cloudfit.catalog import hardware
 
     src = hardware.network_source(machine_type)
-    if ("EFA" in src and "no EFA" not in src) or machine_type.startswith(("a3-highgpu-8g", "a3-megagpu",
-                                                                          "a3-edgegpu-8g")):
-        return "efa"
-    if "InfiniBand" in src or machine_type.startswith(("a3-ultragpu", "a4-")):
-        return "rdma"
-    return "tcp"
+    cloud = hardware.cloud_of_machine_type(machine_type)
+    if "InfiniBand" in src:
+        return "infiniband"
+    if cloud == "aws":
+        return "efa" if "EFA" in src and "no EFA" not in src else "ena"
+    if cloud == "gcp":
+        if machine_type.startswith(("a3-highgpu-8g", "a3-edgegpu-8g")):
+            return "tcpx"
+        if machine_type.startswith("a3-megagpu"):
+            return "tcpxo"
+        if machine_type.startswith(("a3-ultragpu", "a4-", "a4x-")):
+            return "roce"
+        return "gvnic"
+    return "sockets"
+
+
+def transport_of(machine_type: str) -> str:
+    """The share class NCCL reaches between VMs of ``machine_type``: ``tcp``, ``efa`` (AWS EFA; GCP TCPX/TCPXO
+    taken as it) or ``rdma`` (InfiniBand/RoCE)."""
+    return FABRICS[fabric_of(machine_type)]
 
 
 def transport_of_gbps(gbps) -> np.ndarray:
     """``"tcp"`` below :data:`RDMA_CLASS_GBPS`, ``"efa"`` from there (what the prior knows of a link)."""
     return np.where(np.asarray(gbps, dtype=float) >= RDMA_CLASS_GBPS, "efa", "tcp")
+
+
+def resolve(transport, gbps) -> np.ndarray:
+    """Per row, the share class: ``transport`` where given (a class or a fabric name), else by the link's Gbit/s
+    (:func:`transport_of_gbps`); ``transport`` None or per-row None/""."""
+    if transport is None:
+        return transport_of_gbps(gbps)
+    t = np.asarray(transport, dtype=object)
+    by_gbps = np.broadcast_to(transport_of_gbps(gbps), np.broadcast_shapes(t.shape, np.shape(gbps)))
+    t = np.broadcast_to(t, by_gbps.shape)
+    values = t.ravel().tolist()
+    lut = {v: FABRICS.get(v, v) if v else "" for v in set(values)}  # a handful of distinct names
+    bad = sorted({c for c in lut.values() if c and c not in TRANSPORTS})
+    if bad:
+        raise ValueError(f"unknown transport {bad!r} (expected one of {sorted(FABRICS) + list(TRANSPORTS)})")
+    known = np.array([lut[v] for v in values], dtype="<U4").reshape(by_gbps.shape)
+    return np.where(known == "", by_gbps, known)
 
 
 def effective_gbps(link_gbps, nodes, transport) -> np.ndarray:
@@ -108,12 +150,11 @@ def allreduce_s(gradient_bytes, ranks, nodes, link_gbps, intra_bps, transport=No
     """Seconds of one step's ring all-reduce of ``gradient_bytes`` over ``ranks`` GPUs on ``nodes`` VMs.
 
     ``intra_bps``: the in-VM link (bytes/s); the ring runs at the slower of it and the network's effective rate.
-    ``transport``: per row, or None for :func:`transport_of_gbps`."""
+    ``transport``: per row (a class or a fabric; None or "" for :func:`transport_of_gbps`)."""
     g = np.asarray(gradient_bytes, dtype=float)
     n = np.asarray(ranks, dtype=float)
     nodes = np.asarray(nodes, dtype=float)
-    if transport is None:
-        transport = transport_of_gbps(link_gbps)
+    transport = resolve(transport, link_gbps)
     net_bps = effective_gbps(link_gbps, nodes, transport) * 1e9 / 8
     multi = nodes > 1
     link = np.where(multi, np.minimum(intra_bps, net_bps), intra_bps)
@@ -138,19 +179,23 @@ def overlap_share(transport, backward_share: float) -> np.ndarray:
     return np.where(np.asarray(transport) == "tcp", TCP_OVERLAP_SHARE, backward_share)
 
 
-def wire_bound_sps(gradient_bytes, count, nodes, batch, link_gbps, intra_gbs, ps=0.0) -> np.ndarray:
+def wire_bound_sps(gradient_bytes, count, nodes, batch, link_gbps, intra_gbs, ps=0.0, transport=None) -> np.ndarray:
     """Most samples/s data parallelism over ``nodes`` VMs can reach: a step cannot end before its ring
     all-reduce has moved 2(n−1)/n of the gradient over the VM link **at the full sold rate** (and through the
-    in-VM link, GB/s), nor before its ``2(n−1)`` steps of socket latency per bucket — a bound of the wire, not
-    an estimate (the estimate is :func:`allreduce_s`). Infinite for one VM and for parameter-server rows."""
+    in-VM link, GB/s), nor before each bucket has crossed the VMs' fabric ``2⌈log2 nodes⌉`` times (a tree over
+    the VMs, up and down: the fewest inter-VM latencies any NCCL algorithm pays; a flat ring over all n GPUs pays
+    2(n−1), which over-bounds VMs of 8 GPUs — bert-large on 10 × a4-highgpu-8g was capped at half its prior) —
+    a bound of the wire, not an estimate (the estimate is :func:`allreduce_s`). Infinite for one VM and for
+    parameter-server rows. ``transport``: per row (:func:`resolve`), for the step latency."""
     g = np.asarray(gradient_bytes, dtype=float)
     count = np.asarray(count, dtype=float)
     nodes = np.asarray(nodes, dtype=float)
     n = count * nodes
     net_bps = np.asarray(link_gbps, dtype=float) * 1e9 / 8
     link = np.minimum(net_bps, np.asarray(intra_gbs, dtype=float) * 1e9)
-    lat = step_latency_s(transport_of_gbps(link_gbps))
+    lat = step_latency_s(resolve(transport, link_gbps))
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = 2 * (n - 1) / n * g / link + buckets(g) * 2 * (n - 1) * lat
+        hops = 2 * np.ceil(np.log2(np.maximum(nodes, 2.0)))
+        t = 2 * (n - 1) / n * g / link + buckets(g) * hops * lat
         bound = n * np.asarray(batch, dtype=float) / t
     return np.where((nodes > 1) & (np.asarray(ps, dtype=float) < 0.5) & (t > 0), bound, np.inf)
