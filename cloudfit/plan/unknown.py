@@ -156,12 +156,17 @@ def _at_low_end(space, problem, a, chosen: int, knee: bool) -> tuple[dict[str, A
     return _plan_of(low, ca, chosen, 0), best, b is not None and _same(low, int(ids[b]), chosen)
 
 
+def _cloud(off) -> dict[str, str]:
+    """The cloud of an offering as plans write it: absent for GCP (plans before other clouds had no such field)."""
+    return {} if off.cloud == "gcp" else {"cloud": off.cloud}
+
+
 def _plan_of(space, a, i: int, row: int | None = None) -> dict[str, Any]:
     """Candidate ``i`` of ``space`` with its cost and hours from row ``row`` of ``a`` (default: ``i``)."""
     r = i if row is None else row
     o = space.shapes[int(space.shape[i])]
     off = space.catalog.offerings[int(space.offering[i])]
-    return {"cloud": off.cloud, "zone": off.zone, "machine_type": o.machine_type, "accelerator": o.accelerator,
+    return {**_cloud(off), "zone": off.zone, "machine_type": o.machine_type, "accelerator": o.accelerator,
             "accelerators_per_node": int(o.accelerators_per_node), "nodes": int(space.nodes[i]),
             "spot": bool(space.spot[i]), "cost_usd": float(a.cost_usd[r]), "hours": float(a.hours[r])}
 
@@ -183,7 +188,7 @@ def probe(space, chosen: int) -> dict[str, Any] | None:
     off = space.catalog.offerings[int(space.offering[i])]
     price = float(space.price_per_hour[i])
     return {"usd": price * PROBE_SECONDS / 3600, "minutes": PROBE_SECONDS / 60, "price_per_hour": price,
-            "cloud": off.cloud, "zone": off.zone, "machine_type": off.machine_type, "nodes": int(space.nodes[i]),
+            **_cloud(off), "zone": off.zone, "machine_type": off.machine_type, "nodes": int(space.nodes[i]),
             "spot": bool(space.spot[i]), "on_gcp": on_gcp}
 
 
@@ -278,7 +283,7 @@ def describe(p: dict[str, Any]) -> str:
     from cloudfit.units import format_hours
 
     n = f" ×{p['nodes']}" if p["nodes"] > 1 else ""
-    return (f"{p['cloud']} {p['accelerators_per_node']}×{p['accelerator']}{n} {'spot' if p['spot'] else 'on demand'} "
+    return (f"{p.get('cloud', 'gcp')} {p['accelerators_per_node']}×{p['accelerator']}{n} {'spot' if p['spot'] else 'on demand'} "
             f"(${p['cost_usd']:,.2f}, {format_hours(p['hours'])})")
 
 
@@ -305,7 +310,7 @@ def lines(u: dict[str, Any] | None) -> list[str]:
     p = u.get("probe")
     if p:
         where = (f"{p['minutes']:g} min on {p['nodes']}× {p['machine_type']} {'spot' if p['spot'] else 'on demand'}"
-                 f" in {p['cloud']} {p['zone']}")
+                 f" in {p.get('cloud', 'gcp')} {p['zone']}")
         if p["on_gcp"]:
             out.append(f"measure first: ~${p['usd']:,.2f} ({where}): {p['command']}")
         else:
