@@ -151,16 +151,23 @@ class Constants:
         fw = float(self.fw_eff.get(framework, 1.0))
         if key in self.eff:
             return float(self.eff[key]) * fw
-        ref = self.reference(accelerator, precision)
-        if ref is not None:
+        if self.eff:  # carried from the nearest measured accelerator (a spec twin: its efficiency unchanged)
+            ref = _nearest(frozenset(self.eff), accelerator, key.split("/")[1])
             return self._extrapolated(ref, accelerator, precision) * fw
         base = self.eff_prior.get(precision, 0.5)
         ref = 3350.0 / (1979.0 if precision == "fp8" else 989.0)
         return float(base * (bw_per_tflop / ref) ** self.eff_bw_slope) * fw
 
     def measured(self, accelerator: str, precision: str) -> bool:
-        """Whether the fit saw public runs of ``accelerator`` at ``precision`` (fp16 counts as bf16)."""
-        return eff_key(accelerator, precision) in self.eff
+        """Whether the fit saw public runs of ``accelerator`` at ``precision`` (fp16 counts as bf16), or of a GPU
+        with the same peak and memory bandwidth at that precision (A3 Mega's H100 is an H100)."""
+        key = eff_key(accelerator, precision)
+        if key in self.eff:
+            return True
+        if not self.eff:
+            return False
+        ref = _nearest(frozenset(self.eff), accelerator, key.split("/")[1])
+        return ref.split("/")[1] == key.split("/")[1] and _spec(ref) == _spec(key)
 
     def reference(self, accelerator: str, precision: str) -> str | None:
         """The measured "ACC/precision" an unmeasured one is extrapolated from: the nearest in log dense peak and

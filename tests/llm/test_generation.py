@@ -146,3 +146,12 @@ def test_the_cli_prediction_without_a_profile_names_the_extrapolation():
     q = anchor.Setup("H200", 8, 1, "bf16", 4096, 2, "fsdp=8,ac=none", None)
     a = anchor.predict_anchored("llama3-8b", q, [])
     assert a.trust == "stack-generic" and "no public LLM run on H200" in a.basis
+
+
+def test_a_spec_twin_of_a_measured_gpu_is_measured():
+    """A3 Mega's H100 has the H100's peak and bandwidth: the same efficiency, band and no extrapolation note (as
+    ``plan.unknown.llm_measured`` counts the same chip measured)."""
+    kw = dict(nodes=1, layout="fsdp=8,ac=none", **KW)
+    h, m = (P.predict("llama3-8b", a, **kw) for a in ("H100", "H100-MEGA"))
+    assert C.measured("H100-MEGA", "bf16") and m.basis == ""
+    assert m.tokens_per_second == pytest.approx(h.tokens_per_second) and (m.low, m.high) == pytest.approx((h.low, h.high))
