@@ -145,8 +145,10 @@ class Constants:
         return cls(**{k: v for k, v in d.items() if k in keys})
 
     def efficiency(self, accelerator: str, precision: str, bw_per_tflop: float, framework: str = "fsdp") -> float:
-        """Large-GEMM efficiency of ``accelerator`` at ``precision`` under ``framework``: fitted, else the prior
-        for the precision scaled by (memory GB/s per TFLOP ÷ H100's at that precision)^eff_bw_slope."""
+        """Large-GEMM efficiency of ``accelerator`` at ``precision`` under ``framework``: fitted; else carried from
+        the nearest measured accelerator by the learned transition exponents (``reference``, ``_extrapolated``);
+        with no fitted efficiency at all, the prior for the precision scaled by (memory GB/s per TFLOP ÷ H100's at
+        that precision)^eff_bw_slope."""
         key = eff_key(accelerator, precision)
         fw = float(self.fw_eff.get(framework, 1.0))
         if key in self.eff:
@@ -212,8 +214,8 @@ class Constants:
         others = sorted(k.split("/")[1] for k in self.eff if k.split("/")[0] == name)
         what = f"no public LLM run of {name} at {prec} ({name} measured at {', '.join(others)} only)" if others \
             else f"no public LLM run on {name}"
-        beta, gamma = self.realised(precision)
         rn, rp = ref.split("/")
+        beta, gamma = self.realised(rp)
         band = "; band from leave-one-generation-out" if self.band_extrapolated is not None else ""
         return (f"{what}: extrapolated from {rn}{'' if rp == prec else ' ' + rp} by spec (realised "
                 f"{1 + beta:.2f} of the log peak ratio, {gamma:.2f} of the bandwidth ratio, learned on public "
