@@ -80,8 +80,9 @@ def with_speed(c: Constants, speed: float, band: tuple[float, float] | None = No
             base[k] = float(base[k]) / speed
     if isinstance(c, AnchoredConstants):  # compose: ``c`` already runs at its own speed
         speed *= c.stack_speed
-    if band is not None:
+    if band is not None:  # the anchor's band already prices its hops (another GPU included)
         base["band"] = tuple(band)
+        base["band_extrapolated"] = None
     return AnchoredConstants(**base, stack_speed=float(speed))
 
 
@@ -582,13 +583,13 @@ def stack_generic(shape, query: Setup, *, c: Constants, **predict_kw) -> Anchore
     p = at(query.framework or None)
     rates = [at(fw).tokens_per_second for fw in FRAMEWORKS] if (query.layout or "auto") != "auto" else \
         [p.tokens_per_second]
-    lo_cv, hi_cv = c.band
+    lo_cv, hi_cv = c.band_for(p.accelerator, p.precision)
     w = stack_generic_widen()
     low = min(min(rates), p.tokens_per_second) * math.exp(lo_cv - w)
     high = max(max(rates), p.tokens_per_second) * math.exp(hi_cv + w)
     p = replace(p, low=low, high=high)
     basis = "stack-generic: no measurement of your stack (constants fitted on public Megatron / FSDP runs); " \
-            "band spans the public stacks"
+            "band spans the public stacks" + (f"; {p.basis}" if p.basis else "")
     return Anchored(p, basis, "stack-generic", (), 1.0, ())
 
 

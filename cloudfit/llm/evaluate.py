@@ -90,6 +90,25 @@ def memory_check(t: data.Table) -> dict:
             "examples": fails[:10]}
 
 
+def generation_hops(t: data.Table, progress: Callable[[str], None] | None = None) -> dict:
+    """Leave-one-generation-out: every row of each GPU generation that has older ones in the table (Hopper,
+    Blackwell) predicted from constants fitted on the older generations' rows only. Returns {generation: (training
+    rows mask, held-out rows mask, predicted tokens/s of the held-out rows)}; their log(measured ÷ predicted) is the error of extrapolating to
+    a GPU with no public run, what ``Constants.band_extrapolated`` is made of."""
+    gen = np.array([lhw.generation(k.split("/")[0]) for k in t.keys])
+    out = {}
+    for g in sorted(set(gen)):
+        if not (gen < g).any():
+            continue
+        name = lhw.get(t.keys[int(np.flatnonzero(gen == g)[0])].split("/")[0]).arch.replace(" Ultra", "")
+        if progress:
+            progress(f"leave-one-generation-out: {name} from older rows")
+        c = fit_mod.fit(t.subset(gen < g))
+        held = gen == g
+        out[name] = (gen < g, held, data.predict_table(t.subset(held), c)["tokens_per_second"])
+    return out
+
+
 def run(progress: Callable[[str], None] | None = None) -> dict:
     """The full grouped evaluation (≈ 10 fits; a minute or two on 2 cores)."""
     say = progress or (lambda s: None)
@@ -156,4 +175,24 @@ def run(progress: Callable[[str], None] | None = None) -> dict:
     lo, hi = report["band_log_quantiles"]
     lr = np.array(log_ratios)
     report["band_coverage_cv"] = float(((lr >= lo) & (lr <= hi)).mean())
+
+    # the band of an accelerator or precision without public runs: the generation hops' residuals
+    hops = generation_hops(t, say)
+    hop_res = {g: np.log(t.measured[m] / p) for g, (_, m, p) in hops.items()}
+    base = {g: baseline(t.subset(tr), t.subset(m)) for g, (tr, m, _) in hops.items()}
+    meas = np.concatenate([t.measured[m] for _, m, _ in hops.values()])
+    report["schemes"]["leave-one-generation-out (Hopper from Ampere, Blackwell from ≤ Hopper)"] = {
+        "model": _scores(np.concatenate([p for _, _, p in hops.values()]), meas),
+        "constant_mfu": _scores(np.concatenate(list(base.values())), meas),
+        "groups": {g: {"model": _scores(p, t.measured[m]), "constant_mfu": _scores(base[g], t.measured[m])}
+                   for g, (_, m, p) in hops.items()}}
+    # the measured band widened on both sides by the margin that holds 80% of the hops' residuals; its check:
+    # each generation's coverage by the margin calibrated on the other hop alone
+    band = (lo, hi)
+    w = fit_mod.widen_to_cover(band, np.concatenate(list(hop_res.values())))
+    report["band_extrapolated_log_quantiles"] = [lo - w, hi + w]
+    report["band_extrapolated_coverage_leave_one_hop_out"] = {
+        g: float(np.mean((r >= lo - wo) & (r <= hi + wo)))
+        for g, r in hop_res.items()
+        for wo in [fit_mod.widen_to_cover(band, np.concatenate([v for h, v in hop_res.items() if h != g]))]}
     return report

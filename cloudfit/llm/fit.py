@@ -141,13 +141,66 @@ def _fit_eff_prior(c: Constants, t: Table) -> Constants:
         prior[prec] = float(math.exp(sum(vals) / len(vals)))
     if "bf16" in prior:
         prior["fp16"] = prior["bf16"]
-    return replace(c, eff_prior=prior, eff_bw_slope=BW_SLOPE)
+    beta, gamma = realised_exponents(c.eff)
+    return replace(c, eff_prior=prior, eff_bw_slope=BW_SLOPE, eff_peak_exp=beta, eff_bw_exp=gamma)
+
+
+#: Pull of the extrapolation exponents toward ``step.EXTRAPOLATION_PRIOR`` (the shared peak exponent and the
+#: bandwidth exponent: weak) and of each precision's peak exponent toward the shared one (one measured key of a
+#: precision says nothing of its slope: it borrows the others').
+REALISED_PRIOR_WEIGHT = 0.3
+REALISED_PRECISION_WEIGHT = 1.0
+
+
+def realised_exponents(eff: dict) -> tuple[dict, float]:
+    """How much of a newer GPU's spec advantage the fitted efficiencies realised, learned from the transitions
+    between the measured accelerators of each precision (A100 → H100 in bf16, H100 → B200 / GB200 / GB300 in
+    fp8): least squares of log eff = a_precision + β_precision · log peak + γ · log memory bandwidth (a per-
+    precision intercept, so only same-precision differences — the transitions — inform β and γ), β_precision
+    pulled toward a shared β and both toward the roofline prior. Returns ({precision: β, "all": shared β}, γ),
+    β clipped to [−1, 0] (a higher peak never slows a step and never gains more than its ratio) and γ to [0, 1].
+    The realised fraction of the peak ratio is 1 + β."""
+    from cloudfit.llm.step import EXTRAPOLATION_PRIOR, _spec
+
+    keys = sorted(eff)
+    precs = sorted({k.split("/")[1] for k in keys})
+    P = len(precs)
+    n = 2 * P + 2  # intercepts, shared β, per-precision deviations, γ
+    rows, y = [], []
+    for k in keys:
+        pk, bw = _spec(k)
+        i = precs.index(k.split("/")[1])
+        r = np.zeros(n)
+        r[i], r[P], r[P + 1 + i], r[-1] = 1.0, math.log(pk), math.log(pk), math.log(bw)
+        rows.append(r)
+        y.append(math.log(eff[k]))
+    b0, g0 = EXTRAPOLATION_PRIOR
+    for j, target, w in ([(P, b0, REALISED_PRIOR_WEIGHT), (n - 1, g0, REALISED_PRIOR_WEIGHT)]
+                         + [(P + 1 + i, 0.0, REALISED_PRECISION_WEIGHT) for i in range(P)]):
+        r = np.zeros(n)
+        r[j] = w
+        rows.append(r)
+        y.append(w * target)
+    x = np.linalg.lstsq(np.array(rows), np.array(y), rcond=None)[0]
+    clip_b = lambda b: float(min(max(b, -1.0), 0.0))  # noqa: E731
+    beta = {p: clip_b(x[P] + x[P + 1 + i]) for i, p in enumerate(precs)}
+    beta["all"] = clip_b(x[P])
+    return beta, float(min(max(x[-1], 0.0), 1.0))
 
 
 def band_from_residuals(log_ratios: np.ndarray) -> tuple[float, float]:
     """10% / 90% quantiles of log(measured ÷ predicted) from cross-validation: the prediction band."""
     q = np.quantile(np.asarray(log_ratios), [0.1, 0.9])
     return float(q[0]), float(q[1])
+
+
+def widen_to_cover(band: tuple[float, float], log_ratios: np.ndarray, target: float = 0.8) -> float:
+    """The smallest margin w (log) so that (band[0] − w, band[1] + w) holds ``target`` of ``log_ratios``: how much
+    wider than the measured band a prediction must be where it extrapolates (the generation hops' residuals)."""
+    r = np.asarray(log_ratios, dtype=float)
+    lo, hi = band
+    need = np.sort(np.maximum(np.maximum(lo - r, r - hi), 0.0))  # margin each residual needs to be inside
+    return float(need[max(int(math.ceil(target * len(need))) - 1, 0)])
 
 
 def write(c: Constants, path: str | Path, *, rows: int, source_digest: str, cv: dict | None = None) -> Path:

@@ -68,6 +68,17 @@ def get(name: str) -> Accelerator:
     return EXTRA[c] if c in EXTRA else hw.ACCELERATORS[c]
 
 
+#: NVIDIA architectures in release order (Turing and Ada between the datacenter generations they followed;
+#: Blackwell Ultra is a Blackwell): the generations ``cloudfit.llm.evaluate.generation_hops`` holds out.
+GENERATIONS = {"Kepler": 0, "Pascal": 1, "Volta": 2, "Turing": 2.5, "Ampere": 3, "Ada Lovelace": 3.5, "Hopper": 4,
+               "Blackwell": 5, "Blackwell Ultra": 5}
+
+
+def generation(name: str) -> float:
+    """The architecture generation of ``name`` (``GENERATIONS``)."""
+    return GENERATIONS[get(name).arch]
+
+
 def has_fp8(name: str) -> bool:
     return bool(get(name).fp8_tflops)
 

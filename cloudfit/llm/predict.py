@@ -78,6 +78,8 @@ class LLMPrediction:
     high: float
     node_gbps: float
     framework: str
+    #: what the prediction rests on where no public run of the accelerator at this precision exists ('' else)
+    basis: str = ""
 
     @property
     def fits(self) -> bool:
@@ -99,6 +101,7 @@ class LLMPrediction:
             "flops_convention": "6 x matmul params (LM head in, input embedding out) + causal-half attention; "
                                 "MFU against the dense peak at the run's precision",
             "node_network_gbps": self.node_gbps, "framework": self.framework,
+            "extrapolation": self.basis,
             "model_version": calibration_version(),
         }
 
@@ -319,7 +322,7 @@ def predict(model: str | LLMShape | None, accelerator: str, *, config: str | Pat
                  "exposed_pp_s": breakdown["pp_s"], "exposed_cp_s": breakdown["cp_s"],
                  "bubble_s": breakdown["bubble_s"], "optimizer_and_overhead_s": breakdown["other_s"],
                  "step_s": step}
-    lo, hi = c.band
+    lo, hi = c.band_for(acc.name, precision)
     gbps = float(network_gbps) if network_gbps is not None else lhw.node_gbps(acc.name, machine_type)
     return LLMPrediction(
         model=shape.name, accelerator=acc.name, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
@@ -329,4 +332,5 @@ def predict(model: str | LLMShape | None, accelerator: str, *, config: str | Pat
         memory=mem.estimate(st, lay, capacity_gib=float(acc.memory_gib), precision=precision, finetune=finetune,
                             lora_rank=lora_rank, accelerator=acc.name, framework=r["framework"][0]),
         breakdown=breakdown,
-        low=tps * math.exp(lo), high=tps * math.exp(hi), node_gbps=gbps, framework=r["framework"][0])
+        low=tps * math.exp(lo), high=tps * math.exp(hi), node_gbps=gbps, framework=r["framework"][0],
+        basis=c.extrapolation(acc.name, precision))

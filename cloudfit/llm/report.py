@@ -38,6 +38,13 @@ def markdown(rep: dict) -> str:
     lo, hi = rep["band_log_quantiles"]
     out.append(f"Band (10–90% of cross-validated log(measured ÷ predicted)): ×{2.718281828 ** lo:.2f} … "
                f"×{2.718281828 ** hi:.2f}; coverage on the CV residuals {_pct(rep['band_coverage_cv'])}.")
+    if "band_extrapolated_log_quantiles" in rep:
+        lo, hi = rep["band_extrapolated_log_quantiles"]
+        cov = rep["band_extrapolated_coverage_leave_one_hop_out"]
+        out.append(f"Band of an accelerator or precision without public runs (the band above widened on both sides until "
+                   f"it holds 80% of the leave-one-generation-out log(measured ÷ predicted)): ×{2.718281828 ** lo:.2f} … "
+                   f"×{2.718281828 ** hi:.2f}; coverage of each generation by the margin calibrated on the other hop: "
+                   + ", ".join(f"{g} {_pct(v)}" for g, v in cov.items()) + ".")
     if "seconds" in rep:
         out.append(f"Evaluation took {rep['seconds']} s.")
     return "\n".join(out)

@@ -125,6 +125,16 @@ class Constants:
     #: micro-batches: 0; a Linear-only stack re-casts the gathered bf16 weight every micro-batch: 8)
     fp8_weight: dict = field(default_factory=lambda: {"megatron": 0.0, "megatron-deepspeed": 0.0, "fsdp": 8.0, "cloudfit": 8.0})
     band: tuple = (-0.15, 0.12)  # 10% / 90% quantiles of log(measured ÷ predicted) (grouped CV)
+    #: An accelerator × precision without a fitted efficiency (no public LLM run of it) is extrapolated from the
+    #: measured one nearest in spec (``reference``): eff × (peak ratio)^eff_peak_exp[precision] × (memory
+    #: bandwidth ratio)^eff_bw_exp — the realised fraction of the peak ratio is 1 + eff_peak_exp. Both learned
+    #: from the public transitions (A100 → H100 bf16, H100 → B200/GB200/GB300 fp8; ``fit._fit_eff_prior``);
+    #: before they are fitted, ``EXTRAPOLATION_PRIOR``.
+    eff_peak_exp: dict = field(default_factory=dict)
+    eff_bw_exp: float | None = None
+    #: 10% / 90% band of such an extrapolated prediction: ``band`` widened on both sides until it holds 80% of the
+    #: residuals of predicting each GPU generation from the older ones (``evaluate.generation_hops``); None = ``band``
+    band_extrapolated: tuple | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -144,15 +154,122 @@ class Constants:
         return cls(**{k: v for k, v in d.items() if k in keys})
 
     def efficiency(self, accelerator: str, precision: str, bw_per_tflop: float, framework: str = "fsdp") -> float:
-        """Large-GEMM efficiency of ``accelerator`` at ``precision`` under ``framework``: fitted, else the prior
-        for the precision scaled by (memory GB/s per TFLOP ÷ H100's at that precision)^eff_bw_slope."""
-        key = f"{accelerator}/{precision}"
+        """Large-GEMM efficiency of ``accelerator`` at ``precision`` under ``framework``: fitted; else carried from
+        the nearest measured accelerator by the learned transition exponents (``reference``, ``_extrapolated``);
+        with no fitted efficiency at all, the prior for the precision scaled by (memory GB/s per TFLOP ÷ H100's at
+        that precision)^eff_bw_slope."""
+        key = eff_key(accelerator, precision)
         fw = float(self.fw_eff.get(framework, 1.0))
         if key in self.eff:
             return float(self.eff[key]) * fw
+        if self.eff:  # carried from the nearest measured accelerator (a spec twin: its efficiency unchanged)
+            ref = _nearest(frozenset(self.eff), accelerator, key.split("/")[1])
+            return self._extrapolated(ref, accelerator, precision) * fw
         base = self.eff_prior.get(precision, 0.5)
         ref = 3350.0 / (1979.0 if precision == "fp8" else 989.0)
         return float(base * (bw_per_tflop / ref) ** self.eff_bw_slope) * fw
+
+    def measured(self, accelerator: str, precision: str) -> bool:
+        """Whether the fit saw public runs of ``accelerator`` at ``precision`` (fp16 counts as bf16), or of a GPU
+        with the same peak and memory bandwidth at that precision (A3 Mega's H100 is an H100)."""
+        key = eff_key(accelerator, precision)
+        if key in self.eff:
+            return True
+        if not self.eff:
+            return False
+        ref = _nearest(frozenset(self.eff), accelerator, key.split("/")[1])
+        return ref.split("/")[1] == key.split("/")[1] and _spec(ref) == _spec(key)
+
+    def reference(self, accelerator: str, precision: str) -> str | None:
+        """The measured "ACC/precision" an unmeasured one is extrapolated from: the nearest in log dense peak and
+        log memory bandwidth at the same precision (any precision when none was measured); None when measured
+        itself or when nothing was."""
+        if self.measured(accelerator, precision) or not self.eff:
+            return None
+        return _nearest(frozenset(self.eff), accelerator, eff_key(accelerator, precision).split("/")[1])
+
+    def realised(self, precision: str) -> tuple[float, float]:
+        """(peak exponent, bandwidth exponent) of the extrapolation at ``precision``."""
+        p = eff_key("x", precision).split("/")[1]
+        beta = self.eff_peak_exp.get(p, self.eff_peak_exp.get("all", EXTRAPOLATION_PRIOR[0]))
+        gamma = EXTRAPOLATION_PRIOR[1] if self.eff_bw_exp is None else self.eff_bw_exp
+        return float(beta), float(gamma)
+
+    def _extrapolated(self, ref: str, accelerator: str, precision: str) -> float:
+        """The reference's efficiency carried to ``accelerator`` by the transition exponents of the reference's
+        precision, the peaks compared at that precision: the exponents are learned on accelerator transitions at
+        a fixed precision, so a precision measured nowhere (FP8 before any FP8 row) keeps the reference's
+        efficiency at its own peak rather than discounting the precision's speed-up as if it were a new chip."""
+        rp = ref.split("/")[1]
+        beta, gamma = self.realised(rp)
+        (pk_t, bw_t), (pk_r, bw_r) = _spec(f"{accelerator}/{rp}"), _spec(ref)
+        return float(self.eff[ref]) * (pk_t / pk_r) ** beta * (bw_t / bw_r) ** gamma
+
+    def band_for(self, accelerator: str, precision: str) -> tuple[float, float]:
+        """The 10–90% log band of a prediction on ``accelerator`` at ``precision``: the cross-validated band
+        where the fit saw public runs of it, else the generation-hop band."""
+        if self.measured(accelerator, precision) or self.band_extrapolated is None or not self.eff:
+            return float(self.band[0]), float(self.band[1])
+        return float(self.band_extrapolated[0]), float(self.band_extrapolated[1])
+
+    def extrapolation(self, accelerator: str, precision: str) -> str:
+        """What a prediction on an unmeasured accelerator or precision rests on ('' when measured)."""
+        from cloudfit.llm import hardware as lhw
+
+        name, prec = lhw.canonical(accelerator), eff_key(accelerator, precision).split("/")[1]
+        ref = self.reference(name, precision)
+        if ref is None:
+            return ""
+        others = sorted(k.split("/")[1] for k in self.eff if k.split("/")[0] == name)
+        what = f"no public LLM run of {name} at {prec} ({name} measured at {', '.join(others)} only)" if others \
+            else f"no public LLM run on {name}"
+        rn, rp = ref.split("/")
+        beta, gamma = self.realised(rp)
+        band = "; band from leave-one-generation-out" if self.band_extrapolated is not None else ""
+        return (f"{what}: extrapolated from {rn}{'' if rp == prec else ' ' + rp} by spec (realised "
+                f"{1 + beta:.2f} of the log peak ratio, {gamma:.2f} of the bandwidth ratio, learned on public "
+                f"generation transitions){band}")
+
+
+#: (peak exponent, bandwidth exponent) of the extrapolation before it is fitted: efficiency ∝ (bandwidth ÷
+#: peak)^0.5, the roofline-style prior of a workload mixing compute- and memory-bound kernels
+EXTRAPOLATION_PRIOR = (-0.5, 0.5)
+
+
+def eff_key(accelerator: str, precision: str) -> str:
+    """"ACC/precision" of the efficiency table (fp16 runs at the bf16 tensor rate and shares its key)."""
+    p = precision.lower()
+    return f"{accelerator}/{'bf16' if p == 'fp16' else p}"
+
+
+_SPEC: dict[str, tuple[float, float]] = {}
+
+
+def _spec(key: str) -> tuple[float, float]:
+    """(dense peak TFLOPS at the key's precision, memory GB/s) of an "ACC/precision" key."""
+    if key not in _SPEC:
+        from cloudfit.llm import hardware as lhw
+
+        a, p = key.split("/")
+        _SPEC[key] = (float(lhw.get(a).peak_tflops(p)), float(lhw.get(a).memory_bandwidth_gbps))
+    return _SPEC[key]
+
+
+_NEAREST: dict[tuple, str] = {}
+
+
+def _nearest(keys: frozenset, accelerator: str, precision: str) -> str:
+    """The key of ``keys`` nearest to accelerator × precision in |log peak ratio| + |log bandwidth ratio|,
+    among the same precision's keys when there are any (ties: by name)."""
+    ck = (keys, accelerator, precision)
+    if ck not in _NEAREST:
+        import math
+
+        pk, bw = _spec(f"{accelerator}/{precision}")
+        same = sorted(k for k in keys if k.split("/")[1] == precision) or sorted(keys)
+        dist = lambda k: abs(math.log(pk / _spec(k)[0])) + abs(math.log(bw / _spec(k)[1]))  # noqa: E731
+        _NEAREST[ck] = min(same, key=lambda k: (dist(k), k))
+    return _NEAREST[ck]
 
 
 def _f(x):

@@ -347,7 +347,9 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
     shape = off_shape[offering]
     h = shape_hw_a[shape]
     tps = res.tokens_per_second[h, nodes - 1]
-    lo, hi = job.constants().band
+    cc = job.constants()  # the band by distance: wider on a GPU or precision without public runs
+    band = np.array([cc.band_for(hw.accelerator, job.precision) for hw in hws]).reshape(-1, 2)
+    lo, hi = band[h, 0], band[h, 1]
     sps = tps / job.seq_len
     writers = (res.best["tp"] * res.best["pp"] * res.best["cp"] * res.best["dp_shard"])[h, nodes - 1]
     ck = checkpoint_model(job, nodes, writers)
@@ -357,14 +359,28 @@ def build_llm_space(workload: Workload, job: LLMJob, catalog: Catalog) -> LLMSpa
     return LLMSpace(
         workload=workload, profile=_profile(job, st), catalog=cat, shapes=shapes, offering=offering, shape=shape,
         nodes=nodes, spot=is_spot, price_per_hour=np.concatenate(cols["price"]), samples_per_second=sps,
-        low=sps * math.exp(lo), high=sps * math.exp(hi), hazard_per_node_hour=hz_off[offering], excluded=excluded,
+        low=sps * np.exp(lo), high=sps * np.exp(hi), hazard_per_node_hour=hz_off[offering], excluded=excluded,
         basis=f"LLM step model {_calibration()}; " + (job.anchor_basis or "stack-generic (no profile of your stack: "
                                                                           "--profile FILE anchors it)")
-        + _memory_basis(job, hws, mfits),
+        + _memory_basis(job, hws, mfits) + _extrapolation_basis(cc, hws, job.precision, h),
         checkpoint_bytes=float(ck["checkpoint_bytes"]),
         _cache={"groups": _price_groups(shape, nodes, is_spot, hz_off, offering, len(shapes), N)},
         write_s=ck["write_s"], restart_s=ck["restart_s"], hw_index=shape_hw_a, search=res, job=job, stats=st,
         ckpt={"checkpoint_bytes": ck["checkpoint_bytes"], "restore_bytes": ck["restore_bytes"]})
+
+
+def _extrapolation_basis(c, hws, precision: str, used) -> str:
+    """"; no public LLM run at bf16 of H200 (from H100), L4 (from A100): extrapolated by spec …" naming the
+    candidate GPUs the step model has no public run of at this precision ('' when every one was measured)."""
+    accs = sorted({hws[int(i)].accelerator for i in np.unique(used)})
+    refs = {a: c.reference(a, precision) for a in accs}
+    out = [f"{a} (from {r.replace('/', ' ')})" for a, r in refs.items() if r]
+    if not out:
+        return ""
+    beta, _ = c.realised(precision)
+    band = ", band from leave-one-generation-out" if c.band_extrapolated is not None else ""
+    return (f"; no public LLM run at {precision} of {', '.join(out)}: extrapolated by spec (realised {1 + beta:.2f} "
+            f"of the log peak ratio, learned on public generation transitions){band}")
 
 
 def _memory_basis(job: LLMJob, hws, fits) -> str:
