@@ -104,6 +104,13 @@ class FittedModel:
     measured_accelerators: tuple[str, ...] = ()  # accelerators with rows in the training data
     #: "single-anchored" … → (low, high) log quantiles of leave-one-accelerator-out residuals only
     unmeasured_quantiles: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: share of the learned correction a stats-only prediction keeps (leave-one-source-out, ``fit.calibrate``):
+    #: a profile's stack is never one of the training sources, and the correction learned on them carries
+    #: their stacks' efficiency, not the profile's
+    stats_lambda: float = 1.0
+    #: "single-stats-only" / "multi-stats-only" → (low, high) log quantiles of leave-one-source-out residuals:
+    #: the stats-only band, whatever the workload's novelty (empty: the in-distribution bands of ``log_quantiles``)
+    source_quantiles: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def measured(self, accelerator: str) -> bool:
         """Whether the training data holds rows on this accelerator or on the same chip (same specs)."""
@@ -151,7 +158,9 @@ def load_model(path: str | None = None) -> FittedModel:
                        "sha256:" + hashlib.sha256(raw).hexdigest()[:16], str(p), sigs,
                        float(doc["band"]["signature_tolerance"]), float(doc["band"]["anchor_jump_slope"]),
                        Tables.from_dict(doc["kernel_tables"]), tuple(doc["training"]["accelerators"]),
-                       {k: (float(v[0]), float(v[1])) for k, v in doc["band"]["unmeasured_log_quantiles"].items()})
+                       {k: (float(v[0]), float(v[1])) for k, v in doc["band"]["unmeasured_log_quantiles"].items()},
+                       float(doc.get("stats_lambda", 1.0)),
+                       {k: (float(v[0]), float(v[1])) for k, v in doc["band"].get("source_log_quantiles", {}).items()})
 
 
 def model_version(path: str | None = None) -> str:
@@ -381,7 +390,7 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
         jump = (w * np.abs(np.log(p.samples_per_second[dev1])[:, None] - anchors.log_prior_per_device[None, :])).sum(1)
         band_scale = 1.0 + m.jump_slope * jump
     else:
-        sps, kind, basis = p.samples_per_second * np.exp(f), "stats-only", ["stats-only"] * len(uq)
+        sps, kind, basis = p.samples_per_second * np.exp(m.stats_lambda * f), "stats-only", ["stats-only"] * len(uq)
     sps = _cap_scaling(sps, r, base)
     # issue 33: never faster than the wire lets the all-reduce finish (cloudfit/perf/network.py)
     sps = np.minimum(sps, network.wire_bound_sps(work.gradient_bytes, r["count"], r["nodes"], r["batch"], r["net"],
@@ -392,6 +401,8 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     sps = np.minimum(sps, launch)
     novelty = "new" if m.novel(work) else "seen"
     q_single, q_multi = m.log_quantiles[f"single-{kind}|{novelty}"], m.log_quantiles[f"multi-{kind}|{novelty}"]
+    if kind == "stats-only" and m.source_quantiles:  # a profile's stack is one no training source ran
+        q_single, q_multi = m.source_quantiles["single-stats-only"], m.source_quantiles["multi-stats-only"]
     lo_q = np.where(multi, q_multi[0], q_single[0]) * band_scale
     hi_q = np.where(multi, q_multi[1], q_single[1]) * band_scale
     # Accelerators with no measured row (none of the same chip) in the training data: say so, and widen the
