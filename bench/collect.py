@@ -26,6 +26,7 @@ PARTS = [  # (file, the script that writes it)
     ("RESULTS_checkpoint.md", "bench/dcp_async_save.py"),
     ("RESULTS_gpu.md", "bench/device/gpu_session.sh, bench/h100_zoo.py"),
     ("RESULTS_generation.md", "bench/generation.py, bench/h100_zoo.py"),
+    ("RESULTS_zoo.md", "bench/h100_zoo.py, bench/perf_eval.py"),
 ]
 
 HEADER = """# Benchmark results
