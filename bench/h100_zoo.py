@@ -2,9 +2,14 @@
 profile runs of the zoo (`bench/device/gpu_session.sh`: `cloudfit profile run MODEL --device cuda
 --precision bf16`, one H100 80GB HBM3, torch 2.11.0+cu130).
 
-For each shipped profile holding a measured H100 row, the row is removed (so nothing anchors on it) and
-`cloudfit predict --profile … --accelerator H100 --precision bf16 --batch-size B --json` is asked for the
-same point; the table gives measured vs predicted, the 10–90% band, and whether the truth falls in it.
+For each shipped profile holding a measured H100 row, every measurement on the H100's chip is removed (so
+nothing anchors on it) and `cloudfit predict --profile … --accelerator H100 --precision bf16 --batch-size B
+--json` is asked for the same point; the table gives measured vs predicted, the 10–90% band, whether the truth
+falls in it, and what the step is made of: the kernels per step the stats profile counted, the launch floor
+they set (kernels × ``prior.LAUNCH_S_PER_KERNEL``), the measured and the predicted step.
+
+Held out of the fit too: the shipped model is fitted on ``data/measurements.csv`` alone (the bench checks the
+model file's recorded digest against that file, and that no row of it comes from a cloudfit profile).
 
     python bench/h100_zoo.py            # prints a markdown table and the summary
 """
@@ -26,8 +31,39 @@ def _h100_rows(doc: dict) -> list[dict]:
             and "H100" in (m.get("device_name") or "")]
 
 
+def _on_h100_chip(m: dict) -> bool:
+    from cloudfit.catalog import hardware
+    from cloudfit.errors import UsageError
+    from cloudfit.perf.model import _chip
+
+    try:
+        return _chip(hardware.canonical_name(m["accelerator"])) == _chip("H100")
+    except UsageError:
+        return False
+
+
+def check_held_out() -> str:
+    """One line saying why the H100 rows cannot have taught the shipped model (raises if they could)."""
+    import csv
+    import hashlib
+
+    from cloudfit.perf.model import model_path
+
+    table = REPO / "data" / "measurements.csv"
+    doc = json.loads(model_path().read_text())
+    digest = hashlib.sha256(table.read_bytes()).hexdigest()
+    if doc["training"]["measurements_sha256"] != digest:
+        raise SystemExit("the shipped model was not fitted on data/measurements.csv: refit it (`cloudfit model fit`)")
+    with open(table, newline="") as f:
+        sources = sorted({r["source"] for r in csv.DictReader(f)})
+    if any("cloudfit" in s or "profile" in s for s in sources):
+        raise SystemExit(f"the training table holds cloudfit profile rows ({sources})")
+    return (f"model fitted on data/measurements.csv (sha256 {digest[:16]}…; sources {', '.join(sources)}); "
+            "no cloudfit profile row in it")
+
+
 def _predict(doc: dict, m: dict, tmp: Path) -> dict:
-    held_out = dict(doc, measurements=[x for x in doc["measurements"] if x not in _h100_rows(doc)])
+    held_out = dict(doc, measurements=[x for x in doc["measurements"] if not _on_h100_chip(x)])
     path = tmp / f"{doc['model']}.json"
     path.write_text(json.dumps(held_out))
     out = subprocess.run([sys.executable, "-m", "cloudfit", "predict", "--profile", str(path), "--accelerator", "H100",
@@ -38,23 +74,32 @@ def _predict(doc: dict, m: dict, tmp: Path) -> dict:
 
 
 def main() -> int:
-    rows = []
+    sys.path.insert(0, str(REPO))
+    from cloudfit.perf.prior import LAUNCH_S_PER_KERNEL
+
+    held = check_held_out()
+    rows, kernels = [], {}
     with tempfile.TemporaryDirectory() as d:
         for f in sorted((REPO / "profiles").glob("*.json")):
             doc = json.loads(f.read_text())
             for m in _h100_rows(doc):
                 p = _predict(doc, m, Path(d))
                 rows.append((doc["model"], m, p))
-    print("| model | batch | measured samples/s | predicted (10–90%) | predicted ÷ measured | in band |")
-    print("|---|---:|---:|---:|---:|:-:|")
+                kernels[doc["model"]] = doc["stats"].get("kernels_per_step")
+    print(held + "\n")
+    print("| model | batch | kernels / step | launch floor ms | measured step ms | predicted step ms "
+          "| measured samples/s | predicted (10–90%) | predicted ÷ measured | in band |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|:-:|")
     ratios, inside = [], 0
     for name, m, p in rows:
         got, pred = m["samples_per_second"], p["samples_per_second"]
         ok = p["low"] <= got <= p["high"]
         inside += ok
         ratios.append(pred / got)
-        print(f"| {name} | {m['batch_size_per_device']} | {got:,.0f} | {pred:,.0f} ({p['low']:,.0f}–{p['high']:,.0f}) "
-              f"| {pred / got:.2f} | {'yes' if ok else 'no'} |")
+        b, k = m["batch_size_per_device"], kernels[name]
+        floor = f"{k * LAUNCH_S_PER_KERNEL * 1e3:.2f}" if k else "—"
+        print(f"| {name} | {b} | {k or '—'} | {floor} | {b / got * 1e3:.1f} | {b / pred * 1e3:.1f} "
+              f"| {got:,.0f} | {pred:,.0f} ({p['low']:,.0f}–{p['high']:,.0f}) | {pred / got:.2f} | {'yes' if ok else 'no'} |")
     ape = [abs(r - 1) for r in ratios]
     print(f"\n{len(rows)} models; median |error| {100 * statistics.median(ape):.1f}%, mean {100 * statistics.mean(ape):.1f}%; "
           f"over-predicted {sum(r > 1 for r in ratios)}/{len(rows)}; truth inside the 10–90% band {inside}/{len(rows)} "

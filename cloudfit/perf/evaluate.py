@@ -100,7 +100,7 @@ def run(*, progress: Callable[[str], None] | None = None, inner: bool = True,
             train = np.setdiff1d(rows, held)
             fp, fm = fit_mod.fold_model(prep, train)  # prior calibrated and correction fitted without the group
             cal = fit_mod.calibrate(fp, train) if inner else None
-            lam = cal.anchor_lambda if cal is not None else {"single": 1.0, "multi": 1.0}
+            lam = cal.shipped_lambda() if cal is not None else {"single": 1.0, "multi": 1.0}
             bases = {
                 "tflops-ratio": baseline_tflops(prep, train),
                 "svr": baseline_svr(prep, train),
@@ -131,6 +131,8 @@ def run(*, progress: Callable[[str], None] | None = None, inner: bool = True,
                     rec["band"] = {kind: [v * sc[kind] for v in
                                           q[fit_mod.band_key(f"{regime}-{BAND_OF_KIND[kind]}", new[k])]]
                                    for kind in KINDS}
+                    if cal.source_quantiles:  # as predict_many ships it: the leave-one-source-out band
+                        rec["band"]["stats-only"] = list(cal.source_quantiles[f"{regime}-stats-only"])
                 recs.append(rec)
             if progress:
                 progress(f"{SCHEMES[scheme]}: held out {g} ({len(held)} rows)")

@@ -410,7 +410,7 @@ def fold_model(prep: Prepared, train: np.ndarray, *, params=None, rounds: int = 
 def shipped_predictions(prep: Prepared, fm: FoldModel, rows: np.ndarray, lam: dict[str, float],
                         *, cap: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(anchored, stats-only) samples/s for ``rows`` exactly as ``model.predict_many`` computes them:
-    stats-only ``prior·exp(f)``; anchored ``prior·exp(λf)`` × the anchors' weighted ``measured /
+    stats-only ``prior·exp(λ_s·f)`` (λ_s = ``lam["stats"]``, 1 where absent); anchored ``prior·exp(λf)`` × the anchors' weighted ``measured /
     (prior·exp(λf))``, λ by single/multi-device; then the linear-scaling cap against the same
     prediction on one node and on one device."""
     n = len(prep.measured)
@@ -436,7 +436,8 @@ def shipped_predictions(prep: Prepared, fm: FoldModel, rows: np.ndarray, lam: di
                                                        st.batch[rows], st.network_gbps[rows], st.intra_gbps[rows],
                                                        st.ps[rows]))
     anch = np.minimum(anchored(np.log(fm.prior_sps[rows]), fm.f[rows], lam_q[rows]), launch)
-    stat = np.minimum(fm.prior_sps[rows] * np.exp(fm.f[rows]), launch)
+    lam_s = float(lam.get("stats", 1.0))
+    stat = np.minimum(fm.prior_sps[rows] * np.exp(lam_s * fm.f[rows]), launch)
     if not cap:
         return anch, stat
     nodes = prep.setup.nodes[rows]
@@ -449,7 +450,7 @@ def shipped_predictions(prep: Prepared, fm: FoldModel, rows: np.ndarray, lam: di
             if kind == "anchored":
                 base = anchored(np.log(fm.prior_v[idx]), fm.f_v[idx], lam_v[idx])
             else:
-                base = fm.prior_v[idx] * np.exp(fm.f_v[idx])
+                base = fm.prior_v[idx] * np.exp(lam_s * fm.f_v[idx])
             lim.append(mult * base)
         capped = np.minimum(pred, np.minimum(lim[0], lim[1]))  # pred already within the launch bound
         out.append(np.where(devices > 1, capped, pred))
@@ -495,8 +496,9 @@ def novel(prep: Prepared, train: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def group_folds(prep: Prepared, rows: np.ndarray, scheme: str) -> list[tuple[str, np.ndarray]]:
-    """(group name, held-out rows) for leave-one-accelerator-out or leave-one-model-family-out."""
-    col = {"accelerator": "accelerator", "model": "model_group"}[scheme]
+    """(group name, held-out rows) for leave-one-accelerator-out, leave-one-model-family-out or
+    leave-one-source-out (a source is one stack: its framework, its kernels, its input pipeline)."""
+    col = {"accelerator": "accelerator", "model": "model_group", "source": "source"}[scheme]
     vals = prep.table[col][rows]
     if scheme == "accelerator":  # a board variant is held out with its accelerator (hardware.BOARD_OF)
         vals = np.array([hardware.accelerator_of(a) for a in vals], dtype=object)
@@ -519,6 +521,61 @@ class Calibration:
     #: per regime: 10/90% log quantiles of leave-one-accelerator-out residuals alone — the band of a prediction
     #: for an accelerator with no measured row (``model.predict_many`` widens to it)
     unmeasured_quantiles: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    #: the share of the learned correction a stats-only prediction keeps, chosen by leave-one-source-out: every
+    #: profile cloudfit predicts comes from a stack (its own trainer, the user's code) that no training source is
+    stats_lambda: float = 1.0
+    #: "single-stats-only" / "multi-stats-only" → 10/90% log quantiles of the leave-one-source-out residuals at
+    #: ``stats_lambda``: the band of a stats-only prediction for a stack the training table has never seen
+    source_quantiles: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+
+    def shipped_lambda(self) -> dict[str, float]:
+        """The λ dict :func:`shipped_predictions` takes: anchored single/multi, and stats-only."""
+        return dict(self.anchor_lambda, stats=self.stats_lambda)
+
+
+def calibrate_stats_lambda(prep: Prepared, rows: np.ndarray, *, params=None, rounds: int = N_ROUNDS,
+                           progress: Callable[[str], None] | None = None) -> tuple[float, dict[str, list[float]]]:
+    """(λ_s, band) of stats-only predictions for a stack the training table has never seen, by
+    leave-one-source-out over ``rows``: each source's rows predicted by a model (prior calibration and
+    correction) fitted on the other sources only — how a profile recorded by cloudfit's own trainer stands
+    to the table. λ_s is the share of the correction kept (out-of-fold MAPE over :data:`LAMBDA_GRID`;
+    λ_s > 0 must beat λ_s = 0 by :data:`LAMBDA_MARGIN`, as for anchored λ); the band is the split-conformal
+    10/90% quantiles of those residuals at λ_s, single and multi-device apart. Not split by workload novelty
+    as the in-distribution bands are: with five sources the residuals cluster by source, and a workload
+    another source ran says little about this stack's speed (split so, the "seen" band held 12 of the 17
+    H100 zoo truths, pooled 16; ``bench/RESULTS_zoo.md``). (1.0, {}) with fewer than two sources."""
+    folds = []
+    for g, held in group_folds(prep, rows, "source"):
+        train = np.setdiff1d(rows, held)
+        if len(train) < 20 or not len(held):
+            continue
+        _, fm = fold_model(prep, train, params=params, rounds=rounds)
+        folds.append((held, fm, novel(prep, train, held)))
+        if progress:
+            progress(f"source:{g}")
+    if len(folds) < 2:
+        return 1.0, {}
+
+    def residuals(la: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        res, multi, new = [], [], []
+        for held, fm, nv in folds:
+            _, stat = shipped_predictions(prep, fm, held, {"single": 0.0, "multi": 0.0, "stats": la})
+            res.append(np.log(prep.measured[held] / stat))
+            multi.append(prep.multi[held])
+            new.append(nv)
+        return np.concatenate(res), np.concatenate(multi), np.concatenate(new)
+
+    mape = {la: float(np.mean(np.abs(np.exp(-residuals(la)[0]) - 1))) for la in LAMBDA_GRID}
+    best = 0.0
+    for la in LAMBDA_GRID[1:]:
+        if mape[la] <= mape[0.0] - LAMBDA_MARGIN and mape[la] < mape[best] - 1e-12:
+            best = la
+    res, multi, _ = residuals(best)
+    band = {}
+    for key, sel in (("single-stats-only", ~multi), ("multi-stats-only", multi)):
+        v = res[sel] if sel.sum() >= 10 else res
+        band[key] = [conformal_quantile(v, ALPHA_LOW), conformal_quantile(v, ALPHA_HIGH)]
+    return best, band
 
 
 def calibrate(prep: Prepared, rows: np.ndarray, *, params=None, rounds: int = N_ROUNDS,
@@ -585,7 +642,9 @@ def calibrate(prep: Prepared, rows: np.ndarray, *, params=None, rounds: int = N_
     arr = {k: np.array(v) for k, v in res.items()}
     un = {k: [conformal_quantile(np.array(v), ALPHA_LOW), conformal_quantile(np.array(v), ALPHA_HIGH)]
           for k, v in unmeasured.items() if len(v)}
-    return Calibration(lam, conformal_quantiles(arr), {k: int(len(v)) for k, v in arr.items()}, slope, un)
+    stats_lam, source_q = calibrate_stats_lambda(prep, rows, params=params, rounds=rounds, progress=progress)
+    return Calibration(lam, conformal_quantiles(arr), {k: int(len(v)) for k, v in arr.items()}, slope, un,
+                       stats_lam, source_q)
 
 
 def band_key(regime: str, new: bool) -> str:
@@ -896,6 +955,7 @@ def fit_model(*, measurements: Path | None = None, stats: Path | None = None,
         "xgboost_params": {k: XGB_PARAMS[k] for k in sorted(XGB_PARAMS)},
         "rounds": N_ROUNDS,
         "anchor_lambda": cal.anchor_lambda,
+        "stats_lambda": cal.stats_lambda,
         "band": {"levels": [ALPHA_LOW, ALPHA_HIGH], "log_quantiles": cal.log_quantiles,
                  "residuals": cal.residual_counts,
                  "method": "split-conformal on grouped out-of-fold residuals (leave-one-accelerator-out + "
@@ -904,6 +964,7 @@ def fit_model(*, measurements: Path | None = None, stats: Path | None = None,
                            "scale by 1 + anchor_jump_slope × the hardware jump from the anchors",
                  "anchor_jump_slope": cal.jump_slope,
                  "unmeasured_log_quantiles": cal.unmeasured_quantiles,
+                 "source_log_quantiles": cal.source_quantiles,
                  "seen_signatures": [[float(x) for x in r] for r in np.unique(prep.signature[rows], axis=0)],
                  "signature_tolerance": features.SIGNATURE_TOL},
         "training": {"rows": int(len(rows)), "measurements_sha256": digest(mpath), "stats_sha256": digest(spath),

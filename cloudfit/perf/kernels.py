@@ -39,6 +39,7 @@ from __future__ import annotations
 import csv
 import io
 import lzma
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -326,9 +327,26 @@ def _monotone(mem: dict[str, tuple[float, ...]], gemm: dict[str, tuple[float, ..
                 if a != b and _dominates(b, a):
                     mem_a[b] = np.maximum(mem_a[b], mem_a[a])
                     gem[b] = np.maximum(gem[b], gem[a])
-    return Tables({a: tuple(_sig4(x) for x in np.minimum(1.0, mem_a[a] / hardware.get(a).memory_bandwidth_gbps))
-                   for a in sorted(names)},
+    bw = {a: hardware.get(a).memory_bandwidth_gbps for a in names}
+    mem_f = {a: np.array([_sig4(x) for x in np.minimum(1.0, mem_a[a] / bw[a])]) for a in names}
+    # rounding to 4 digits can leave a dominating board a hair (< 1e-4) below the one it dominates, whose
+    # achieved bandwidth it took: round its fraction up where that happens, so dominance survives the rounding
+    for _ in range(2):
+        for b in names:
+            for a in names:
+                if a != b and _dominates(b, a):
+                    low = bw[b] * mem_f[b] < bw[a] * mem_f[a]
+                    mem_f[b] = np.where(low, [_sig4_up(x) for x in bw[a] * mem_f[a] / bw[b]], mem_f[b])
+    return Tables({a: tuple(float(x) for x in mem_f[a]) for a in sorted(names)},
                   {a: tuple(_sig4(x) for x in gem[a]) for a in sorted(names)})
+
+
+def _sig4_up(x: float) -> float:
+    """The least 4-significant-digit number ≥ ``x`` (x > 0)."""
+    r = _sig4(x)
+    while r < x:
+        r = float(f"{r + 10.0 ** (math.floor(math.log10(r)) - 3):.4g}")
+    return r
 
 
 def shipped_tables() -> Tables:

@@ -113,6 +113,13 @@ class FittedModel:
     generation_quantiles: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     #: per training accelerator, the precision classes its rows hold (``features.precision_class``)
     measured_precisions: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: share of the learned correction a stats-only prediction keeps (leave-one-source-out, ``fit.calibrate``):
+    #: a profile's stack is never one of the training sources, and the correction learned on them carries
+    #: their stacks' efficiency, not the profile's
+    stats_lambda: float = 1.0
+    #: "single-stats-only" / "multi-stats-only" → (low, high) log quantiles of leave-one-source-out residuals:
+    #: the stats-only band, whatever the workload's novelty (empty: the in-distribution bands of ``log_quantiles``)
+    source_quantiles: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def measured(self, accelerator: str) -> bool:
         """Whether the training data holds rows on this accelerator or on the same chip (same specs)."""
@@ -161,7 +168,9 @@ def load_model(path: str | None = None) -> FittedModel:
                        float(doc["band"]["signature_tolerance"]), float(doc["band"]["anchor_jump_slope"]),
                        Tables.from_dict(doc["kernel_tables"]), tuple(doc["training"]["accelerators"]),
                        {k: (float(v[0]), float(v[1])) for k, v in doc["band"]["unmeasured_log_quantiles"].items()},
-                       _transition_coefficients(doc.get("transition_prior")), *_generation_band(doc.get("generation_band")))
+                       _transition_coefficients(doc.get("transition_prior")), *_generation_band(doc.get("generation_band")),
+                       float(doc.get("stats_lambda", 1.0)),
+                       {k: (float(v[0]), float(v[1])) for k, v in doc["band"].get("source_log_quantiles", {}).items()})
 
 
 def _generation_band(gb: dict | None) -> tuple[dict[str, tuple[tuple[float, float], ...]], dict[str, tuple[str, ...]]]:
@@ -426,6 +435,8 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     sps = np.minimum(sps, launch)
     novelty = "new" if m.novel(work) else "seen"
     q_single, q_multi = m.log_quantiles[f"single-{kind}|{novelty}"], m.log_quantiles[f"multi-{kind}|{novelty}"]
+    if kind == "stats-only" and m.source_quantiles:  # a profile's stack is one no training source ran
+        q_single, q_multi = m.source_quantiles["single-stats-only"], m.source_quantiles["multi-stats-only"]
     lo_q = np.where(multi, q_multi[0], q_single[0]) * band_scale
     hi_q = np.where(multi, q_multi[1], q_single[1]) * band_scale
     # Accelerators with no measured row: say so, and widen the band to what leave-one-accelerator-out says
@@ -495,10 +506,11 @@ def generation_quantiles(m: FittedModel, kind: str, multi: np.ndarray, distance:
 
 def _shipped_sps(m: FittedModel, anchors: _Anchors | None, r: dict[str, Any], p: prior.PriorResult,
                  f: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """(samples/s, anchor weights) before the caps: stats-only prior·exp(f); anchored prior·exp(λ·f) on both
-    ends, λ per single/multi-device chosen by grouped CV."""
+    """(samples/s, anchor weights) before the caps: stats-only prior·exp(λ_s·f) (λ_s: leave-one-source-out,
+    ``FittedModel.stats_lambda``); anchored prior·exp(λ·f) on both ends, λ per single/multi-device chosen by
+    grouped CV."""
     if anchors is None:
-        return p.samples_per_second * np.exp(f), None
+        return p.samples_per_second * np.exp(m.stats_lambda * f), None
     multi = r["count"] * r["nodes"] > 1
     lam = np.where(multi, m.anchor_lambda["multi"], m.anchor_lambda["single"])
     shift, w = anchor_shift(anchors, np.log(r["batch"]), r["count"], r["nodes"], lam)

@@ -103,9 +103,9 @@ def pareto_front(space: Space, problem: Problem, limit: int = N_PARETO) -> tuple
     front = order[c < prev_min * (1 - 1e-9)].tolist()
     if len(front) > limit:  # keep both ends, the fastest and the cheapest plan within the limits, an even spread
         ok = np.flatnonzero(score(a.take(np.asarray(front, dtype=np.int64)), problem)[0])
-        ends = [int(ok[0]), int(ok[-1])] if ok.size else []
+        ends = {int(ok[0]), int(ok[-1])} if ok.size else set()
         spread = np.round(np.linspace(0, len(front) - 1, max(2, limit - len(ends)))).astype(int)
-        pick = sorted(set(spread.tolist()) | set(ends))
+        pick = sorted(set(spread.tolist()) | ends)
         front = [front[k] for k in pick]
     ids = np.asarray(front, dtype=np.int64)
     feasible, _, _ = score(a.take(ids), problem)

@@ -51,7 +51,7 @@ def _rows(prep: fit.Prepared) -> list[int]:
 def test_eval_predictions_equal_predict_many(shipped):
     m, prep, fm = shipped
     rows = np.array(_rows(prep))
-    anch, stat = fit.shipped_predictions(prep, fm, rows, m.anchor_lambda)
+    anch, stat = fit.shipped_predictions(prep, fm, rows, dict(m.anchor_lambda, stats=m.stats_lambda))
     jump = fit.anchor_jump(prep, fm, rows)
     for k, i in enumerate(rows):
         prof, q = _profile_and_query(prep, int(i))
@@ -89,8 +89,12 @@ def test_anchor_weight_matrix_matches_the_anchored_formula(shipped):
         assert anch[k] == pytest.approx(want, rel=1e-12)
 
 
-def test_new_workloads_get_the_wider_stats_only_band(shipped):
+def test_a_profile_gets_the_leave_one_source_out_stats_only_band(shipped):
+    """A profile's stack is none of the training sources': its stats-only band is the leave-one-source-out one,
+    whether or not its workload is in the table, and no narrower than the in-distribution band of a workload
+    the table holds (which knows the source's own speed)."""
     m, prep, _ = shipped
+    assert m.source_quantiles, "the shipped model has no leave-one-source-out band: refit it"
     t = prep.table
     stats = t.stats["resnet50@256"] if "resnet50@256" in t.stats else next(iter(t.stats.values()))
     seen = Profile("known", stats)
@@ -100,11 +104,12 @@ def test_new_workloads_get_the_wider_stats_only_band(shipped):
     a, b = predict_many(seen, q), predict_many(unknown, q)
     assert not m.novel(fit.features.work_from_stats(seen.stats))
     assert m.novel(fit.features.work_from_stats(unknown.stats))
-    width = lambda p: math.log(p.high[0] / p.low[0])  # noqa: E731
-    qs, qn = m.log_quantiles["single-stats-only|seen"], m.log_quantiles["single-stats-only|new"]
-    assert width(a) == pytest.approx(qs[1] - qs[0], rel=1e-9)
-    assert width(b) == pytest.approx(qn[1] - qn[0], rel=1e-9)
-    assert width(b) > width(a)
+    lo, hi = m.source_quantiles["single-stats-only"]
+    for p in (a, b):
+        assert p.low[0] == pytest.approx(p.samples_per_second[0] * math.exp(lo), rel=1e-9)
+        assert p.high[0] == pytest.approx(p.samples_per_second[0] * math.exp(hi), rel=1e-9)
+    qs = m.log_quantiles["single-stats-only|seen"]
+    assert hi - lo >= qs[1] - qs[0]
 
 
 def test_novelty_of_held_out_groups():

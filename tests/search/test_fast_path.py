@@ -111,7 +111,7 @@ def test_recommend_equals_the_plain_evaluation(cat, kw):
     runner_e = None if runner is None else estimate(space, runner, space._assess(d, np.asarray([runner])), 0)
     notice = p.provenance.get("preemption_notice")  # a spot pick: its stop checkpoint against the notice, after
     assert p.explanation == explain_mod.explain(p.chosen, runner_e, problem) + (f" {notice['note']}" if notice else "")
-    ids = np.asarray(_thin(front))
+    ids = np.asarray(_thin(front, space, problem))
     sub = space._assess(d, ids)
     feasible, why = score(sub, problem)[0], reasons(sub, problem)
     assert p.pareto == tuple(estimate(space, int(i), sub, j, feasible=bool(feasible[j]), reason=why[j])
@@ -130,12 +130,15 @@ def test_recommend_equals_the_plain_evaluation(cat, kw):
     assert p.sensitivity == explain_mod.sensitivity(space, problem, p.chosen)  # the plain path's sentence
 
 
-def _thin(front):
+def _thin(front, space, problem):
+    """Both ends, an even spread, and the fastest and the cheapest point within the limits (plain Python)."""
     front = front.tolist()
     if len(front) > plan_mod.N_PARETO:
-        pick = np.round(np.linspace(0, len(front) - 1, plan_mod.N_PARETO)).astype(int)
-        pick = pick[np.concatenate(([True], np.diff(pick) > 0))]
-        front = [front[k] for k in pick]
+        ok = [k for k, f in enumerate(score(space._assess(problem.deadline_hours, np.asarray(front)), problem)[0]) if f]
+        ends = {ok[0], ok[-1]} if ok else set()
+        n = max(2, plan_mod.N_PARETO - len(ends))
+        pick = {round(k * (len(front) - 1) / (n - 1)) for k in range(n)} | ends
+        front = [front[k] for k in sorted(pick)]
     return front
 
 
