@@ -209,6 +209,7 @@ def _render(plan, shown: list, out: Path | None, plot: Path | None, sky: Path | 
     front = [e for e in plan.pareto if e.feasible]  # only plans it would pick: within the limits (plan.json has all)
     if front:
         pick = front[:: max(1, len(front) // 6)]
+        pick += [] if pick[-1] is front[-1] else [front[-1]]  # both ends: the fastest and the cheapest within the limits
         pts = ", ".join(f"{t}/{money(e.cost_usd)}" for t, e in zip(hours_apart([e.hours for e in pick]), pick))
         con.print(f"Cost × time Pareto front within the limits ({len(front)} points, fastest first): {pts}")
     p = plan.provenance

@@ -115,3 +115,13 @@ def test_the_readmes_16_node_predict_example_fits(cli):
     assert r.exit_code == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["fits"] is True and d["memory_gib_per_device"] <= FULL_FRACTION * d["memory_capacity_gib"], d["reason"]
+
+
+def test_the_pareto_line_ends_at_the_cheapest_plan_within_the_limits(budget_run):
+    """The line samples the front but keeps both ends: its last point is the cheapest plan within the limits (it
+    could stop one sample short of it, leaving out the very plan a cost minimiser picks)."""
+    text, plan = budget_run
+    shown = re.findall(r"([\d.]+ (?:s|min|h|d))/\$([\d,]*\d\.\d\d)", _pareto_line(text).group(2))
+    feasible = [p for p in plan["pareto"] if p["feasible"]]
+    cheapest = min(feasible, key=lambda p: p["cost_usd"])
+    assert shown[-1][1] == f"{cheapest['cost_usd']:,.2f}"
