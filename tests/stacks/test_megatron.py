@@ -164,10 +164,10 @@ PLANS = {  # id: (model, pinned layout, tokens, deadline, precision)
     "8b-tp4-no-ac": ("llama3-8b", "ac=none,tp=4", 1e11, "7d", "bf16"),
     "1b-ddp-cp8": ("llama3-1b", "zero=0", 1e10, "7d", "bf16"),
     "70b-fsdp64-tp2-cp4": ("llama3-70b", "fsdp=64,tp=2", 1e12, "30d", "bf16"),
-    "70b-tp8-pp2-interleaved": ("llama3-70b", "tp=8,pp=2", 1e12, "30d", "bf16"),
+    "70b-tp8-pp2-interleaved": ("llama3-70b", "tp=8,pp=2,ga=8", 1e12, "30d", "bf16"),  # ga: a multiple of pp
 }
 #: planner layouts Megatron refuses (tests below)
-REFUSED = {"70b-tp4-pp4-vp2-ga27": ("llama3-70b", "pp=4,vp=2,tp=4", 1e12, "30d", "bf16")}
+REFUSED = {"70b-tp4-pp4-vp2-ga27": ("llama3-70b", "pp=4,vp=2,tp=4,ga=27", 1e12, "90d", "bf16")}
 
 
 @pytest.fixture(scope="module")
