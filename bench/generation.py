@@ -19,7 +19,9 @@ band, anchored bands × (1 + slope × jump)):
   precision pairs on one GPU count), non-negative least squares of log(measured ratio) on
   ``features.TRANSITION_TERMS``. A held-out row's one-device speed is the shipped prediction (stats-only or
   anchored) on the measured GPU nearest in spec × exp(c·x), the log jump clipped between 0 and the shipped
-  model's own jump; times the shipped model's multi-device / one-device ratio.
+  model's own jump; times the shipped model's multi-device / one-device ratio, for anchored rows moved μ of the way
+  to the full model's (prior × correction) where that is lower, μ chosen on the inner folds below
+  (``fit.calibrate_scaling``, ``model._carry_scaling``).
 - **the band by distance**: the same carried path's residuals on the *inner* leave-one-generation-out folds (for
   Hopper: Volta and Ampere from ≤ Pascal, Ampere from ≤ Volta; for Ampere: Volta from ≤ Pascal), their 10/90%
   quantiles per regime and distance (generation hops from the reference + 1 for a precision class never measured
@@ -317,6 +319,10 @@ def main(argv=None) -> int:
         if args.after:
             older = np.flatnonzero(np.array([gen_of(a) for a in prep.table["accelerator"]]) < target)
             inner = fit_mod.generation_folds(prep, older, cal.anchor_lambda, progress=lambda s_: log(f"{name}: inner fit {s_}"))
+            mu = fit_mod.calibrate_scaling(prep, inner)  # the carried scaling, as `cloudfit model fit` calibrates it
+            inner = [fit_mod.carried_scaling(fi, mu) for fi in inner]
+            f.gf = fit_mod.carried_scaling(f.gf, mu)
+            rec["carried_scaling"] = mu
             band = fit_mod.generation_band(prep, inner)
             tr = fit_transitions(prep, f.train, f.constants)
             rec["transition_prior"] = dict(tr, terms=list(TRANSITION_TERMS))
@@ -379,6 +385,7 @@ def markdown(report: dict) -> str:
     for name, rec in report["targets"].items():
         b = rec.get("distance_band")
         if b:
+            out.append(f"\n{name}: carried scaling μ = {rec.get('carried_scaling')} (inner folds)")
             out.append(f"\n{name}: held rows by distance {rec['distance']}; band (log 10/90% per regime and distance) "
                        f"{json.dumps(b['log_quantiles'])}, from {json.dumps(b['from'])}; inner folds {b['inner']}")
     out.append("\n| target | transition pairs (older rows only) | " + " | ".join(TRANSITION_TERMS) + " | rms log |")

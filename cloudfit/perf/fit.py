@@ -786,6 +786,10 @@ class GenerationFold:
     carried: dict[str, np.ndarray]  # kind → the prediction carried by the transition prior
     jump: dict[str, np.ndarray]  # kind → |log jump| the transition kept, reference → target
     share: np.ndarray  # the prior's tensor-op share of each held row's one-device step
+    #: kind → per held row, log(the full model's multi-device / one-device ratio ÷ the shipped one's), ≤ 0; 0 on
+    #: one device and for stats-only (:func:`carried_scaling` applies μ of it to the anchored multi-device rows)
+    scaling: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    scaling_mu: float = 0.0  # the share of ``scaling`` already in ``carried``
 
 
 def generation_fold(prep: Prepared, train: np.ndarray, held: np.ndarray, lam: dict[str, float]) -> GenerationFold:
@@ -793,8 +797,9 @@ def generation_fold(prep: Prepared, train: np.ndarray, held: np.ndarray, lam: di
     predict ``held`` as ``predict_many`` does for an accelerator with no measured row: the one-device shipped
     prediction (stats-only or anchored, λ = ``lam``) on the measured accelerator nearest in spec × exp(c·x), x
     the log spec ratios of ``features.TRANSITION_TERMS``, the log jump clipped between 0 and the shipped model's
-    own; times the shipped model's multi-device / one-device ratio. (``model._transition``'s clamp to spec
-    order over the catalog is not applied: the held-out accelerators are the question.)"""
+    own; times the shipped model's multi-device / one-device ratio (``carried`` at μ = 0 of ``scaling``: see
+    :func:`carried_scaling`). (``model._transition``'s clamp to spec order over the catalog is not applied: the
+    held-out accelerators are the question.)"""
     fp = prepare_for(restricted(prep, train), train)
     forest = fit_forest(fp.X[train], fp.y[train], fp.weight[train])
     v = fp.variants
@@ -839,7 +844,41 @@ def generation_fold(prep: Prepared, train: np.ndarray, held: np.ndarray, lam: di
         j = np.clip(x, np.minimum(0.0, o), np.maximum(0.0, o)) if tr["pairs"] else o
         carried[kind] = shipped[kind] * ref1 * np.exp(j) / own1
         jump[kind] = np.abs(j)
-    return GenerationFold(train, held, fp, fm, tr, ref, dist, shipped, carried, jump, share_t)
+    # the scaling the correction learned on every measured multi-device row (λ = 1) against the anchored path's
+    # (λ by regime, the anchors' shift), only where it is lower (model.predict_many's ``_carry_scaling``)
+    dev = prep.setup.count[held] * prep.setup.nodes[held]
+    full = np.log(fm.prior_sps[held]) + fm.f[held] - np.log(fm.prior_v[idx]) - fm.f_v[idx]
+    scaling = {"stats-only": np.zeros(k),
+               "anchored": np.where((dev > 1) & has, np.minimum(0.0, np.minimum(full, np.log(dev))
+                                                                  - np.log(np.where(has, anch, 1.0) / one["anchored"][0])), 0.0)}
+    return GenerationFold(train, held, fp, fm, tr, ref, dist, shipped, carried, jump, share_t, scaling)
+
+
+def carried_scaling(f: GenerationFold, mu: float) -> GenerationFold:
+    """``f`` with μ of its ``scaling`` in the carried predictions (an unmeasured accelerator's multi-device /
+    one-device ratio moved μ of the way to the full model's, where that is lower)."""
+    return dataclasses.replace(f, carried={k: v * np.exp((mu - f.scaling_mu) * f.scaling[k]) for k, v in f.carried.items()},
+                               scaling_mu=mu)
+
+
+#: the shares of the full model's scaling tried by :func:`calibrate_scaling`
+SCALING_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def calibrate_scaling(prep: Prepared, folds: Sequence[GenerationFold]) -> float:
+    """μ of :func:`carried_scaling`: the grid value with the least mean |log(measured / carried)| over the anchored
+    multi-device rows of ``folds`` (older generations only; ties: the smaller μ); 0 without such rows."""
+    err = {}
+    for mu in SCALING_GRID:
+        v = []
+        for f in folds:
+            p = carried_scaling(f, mu).carried["anchored"]
+            ok = prep.multi[f.held] & np.isfinite(p) & (p > 0)
+            v += list(np.abs(np.log(prep.measured[f.held][ok] / p[ok])))
+        if not v:
+            return 0.0
+        err[mu] = float(np.mean(v))
+    return min(SCALING_GRID, key=lambda mu: (round(err[mu], 9), mu))
 
 
 def generation_folds(prep: Prepared, rows: np.ndarray, lam: dict[str, float], *, before: float | None = None,
@@ -946,6 +985,9 @@ def fit_model(*, measurements: Path | None = None, stats: Path | None = None,
     prep = prepare_for(prep, rows)
     booster = fit_forest_dict(prep.X[rows], prep.y[rows], prep.weight[rows])
     cal = calibrate(prep, rows, progress=progress)
+    folds = generation_folds(prep, rows, cal.anchor_lambda)
+    mu = calibrate_scaling(prep, folds)
+    folds = [carried_scaling(f, mu) for f in folds]
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "cloudfit performance model: roofline + communication prior × xgboost correction",
@@ -974,14 +1016,17 @@ def fit_model(*, measurements: Path | None = None, stats: Path | None = None,
             "(accelerator, precision) points (nearest batch), on log spec ratios split by the prior's tensor-op "
             "share; applied to an accelerator with no measured row from the measured one nearest in spec, "
             "clamped to spec dominance over the catalog (cloudfit.perf.model._transition)")),
-        "generation_band": dict(generation_band(prep, generation_folds(prep, rows, cal.anchor_lambda)),
+        "generation_band": dict(generation_band(prep, folds), carried_scaling=mu,
                                 measured_precisions=measured_precisions(prep, rows), method=(
             "leave-one-generation-out: for each generation cut-off with two generations or more at or below it, "
             "a fit on those rows (prior calibration, correction, transition prior; anchors among them) predicts every "
             "newer generation's rows by the carried path (cloudfit.perf.model._transition without the catalog clamp, "
             "fit.generation_fold); 10/90% quantiles of log(measured / carried) per regime and distance (generation "
             "hops from the reference, + 1 for a precision class never measured on it), each (source, workload) group "
-            "weighing 1/sqrt(its rows), holding 0 and every nearer distance's band (fit.generation_band)")),
+            "weighing 1/sqrt(its rows), holding 0 and every nearer distance's band (fit.generation_band); the "
+            "carried path's anchored multi-device / one-device ratio moved carried_scaling of the way to the full "
+            "model's (prior x correction) where lower, carried_scaling the grid value with the least mean "
+            "|log residual| on those folds' anchored multi-device rows (fit.calibrate_scaling)")),
         "forest": booster,
     }
 

@@ -120,6 +120,9 @@ class FittedModel:
     #: "single-stats-only" / "multi-stats-only" → (low, high) log quantiles of leave-one-source-out residuals:
     #: the stats-only band, whatever the workload's novelty (empty: the in-distribution bands of ``log_quantiles``)
     source_quantiles: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: share μ of the full model's multi-device scaling an anchored unmeasured accelerator takes where it is lower
+    #: than the anchored path's (``fit.calibrate_scaling``, leave-one-generation-out; 0: the anchored path's)
+    carried_scaling: float = 0.0
 
     def measured(self, accelerator: str) -> bool:
         """Whether the training data holds rows on this accelerator or on the same chip (same specs)."""
@@ -170,7 +173,8 @@ def load_model(path: str | None = None) -> FittedModel:
                        {k: (float(v[0]), float(v[1])) for k, v in doc["band"]["unmeasured_log_quantiles"].items()},
                        _transition_coefficients(doc.get("transition_prior")), *_generation_band(doc.get("generation_band")),
                        float(doc.get("stats_lambda", 1.0)),
-                       {k: (float(v[0]), float(v[1])) for k, v in doc["band"].get("source_log_quantiles", {}).items()})
+                       {k: (float(v[0]), float(v[1])) for k, v in doc["band"].get("source_log_quantiles", {}).items()},
+                       float((doc.get("generation_band") or {}).get("carried_scaling", 0.0)))
 
 
 def _generation_band(gb: dict | None) -> tuple[dict[str, tuple[tuple[float, float], ...]], dict[str, tuple[str, ...]]]:
@@ -423,6 +427,8 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     # Accelerators with no measured row (none of the same chip) in the training data.
     known = {a: m.measured(a) for a in set(r["acc"])}  # per accelerator, not per row
     unmeasured = np.array([not known[a] for a in r["acc"]])
+    if anchors is not None and unmeasured.any() and m.carried_scaling:
+        sps = _carry_scaling(m, sps, p.samples_per_second, f, r, base, unmeasured)
     if unmeasured.any() and m.transition:
         sps = sps * _transition(m, work, anchors, r, sps, unmeasured)  # same factor at every device count
     sps = _cap_scaling(sps, r, base)
@@ -517,6 +523,21 @@ def _shipped_sps(m: FittedModel, anchors: _Anchors | None, r: dict[str, Any], p:
     return p.samples_per_second * np.exp(lam * f + shift), w
 
 
+def _carry_scaling(m: FittedModel, sps: np.ndarray, prior_sps: np.ndarray, f: np.ndarray, r: dict[str, Any],
+                   base: dict[int, tuple[int, int]], unmeasured: np.ndarray) -> np.ndarray:
+    """Anchored multi-device rows of accelerators with no measured row: the multi-device / one-device ratio moves
+    μ (``FittedModel.carried_scaling``) of the way to the full model's (prior · exp(f), the correction learned on
+    every measured multi-device row, at most linear) where that is lower — the anchors fix the one-device level,
+    not how this accelerator scales, and the regime's λ may have dropped the correction (issue 33). Never raises
+    a prediction; measured accelerators keep theirs."""
+    out = sps.copy()
+    pairs = np.array([(i, d1) for i, (_, d1) in base.items() if unmeasured[i]], dtype=int).reshape(-1, 2)
+    i, d1 = pairs[:, 0], pairs[:, 1]
+    full = np.minimum(np.log(prior_sps[i] / prior_sps[d1]) + f[i] - f[d1], np.log(r["count"][i] * r["nodes"][i]))
+    out[i] = sps[i] * np.exp(m.carried_scaling * np.minimum(0.0, full - np.log(sps[i] / sps[d1])))
+    return out
+
+
 #: Precisions the transition prior has pairs of (no pair in the training table is FP8: FP8 stays on the prior)
 TRANSITION_PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 
@@ -547,7 +568,7 @@ def _transition(m: FittedModel, work: prior.Work, anchors: _Anchors | None, r: d
     between 0 and the shipped model's own jump to the target (the transition takes back part of the shipped
     extrapolation, never reverses or exceeds it: a step bound by kernel latency, which the prior knows, moves
     less than its specs). That one-device factor carries the model's multi-device prediction of the same
-    accelerator (its scaling stays the model's). Then spec order: an unmeasured accelerator is at least every
+    accelerator (its scaling stays the model's, after ``_carry_scaling``). Then spec order: an unmeasured accelerator is at least every
     accelerator it dominates and at most every measured one that dominates it — over the whole catalog at one
     device, among the accelerators asked at the same shape otherwise (measured ones keep the shipped
     prediction; the clamp is monotone, so dominance holds across references)."""

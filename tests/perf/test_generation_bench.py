@@ -71,3 +71,27 @@ def test_the_band_for_ampere_is_calibrated_on_older_generations_only(gen):
             g.gen_of(a) for a in prep.table["accelerator"][fi.held])
     band = fit_mod.generation_band(prep, inner)
     assert band["log_quantiles"]["single-stats-only"]["1"][0] < 0 < band["log_quantiles"]["multi-stats-only"]["1"][1]
+
+
+def test_the_carried_scaling_is_calibrated_on_older_generations_and_helps_unseen_ampere(gen):
+    # λ = 0 on both regimes, as the ≤ Volta calibration picks (bench/RESULTS_generation.md): the anchored multi-device
+    # prediction then keeps the prior's near-linear scaling; μ of the full model's scaling, chosen on the inner folds
+    # (Volta from ≤ Pascal), only lowers multi-device rows and makes unseen Ampere's closer
+    g, prep, f = gen
+    from cloudfit.perf import fit as fit_mod
+
+    lam = {"single": 0.0, "multi": 0.0}
+    older = np.flatnonzero([g.gen_of(a) < 3 for a in prep.table["accelerator"]])
+    mu = fit_mod.calibrate_scaling(prep, fit_mod.generation_folds(prep, older, lam))
+    assert mu in fit_mod.SCALING_GRID and mu > 0
+    gf = fit_mod.generation_fold(prep, f.train, f.held, lam)
+    after = fit_mod.carried_scaling(gf, mu)
+    multi = prep.multi[f.held]
+    assert np.array_equal(after.carried["stats-only"], gf.carried["stats-only"])
+    a, b = after.carried["anchored"], gf.carried["anchored"]
+    ok = np.isfinite(a)
+    assert np.array_equal(a[ok & ~multi], b[ok & ~multi]) and (a[ok] <= b[ok]).all()
+    meas = prep.measured[f.held]
+    mape = lambda p: np.mean(np.abs(p[ok & multi] / meas[ok & multi] - 1))  # noqa: E731
+    assert mape(a) < mape(b) - 0.03, (mape(b), mape(a))
+    assert fit_mod.carried_scaling(after, 0.0).carried["anchored"][ok] == pytest.approx(b[ok], rel=1e-12)

@@ -165,3 +165,28 @@ def test_a_new_workload_keeps_its_wide_band_on_an_unmeasured_gpu(profiles):
         st = profiles[name].stats
         cap = np.log(float(prior.launch_bound_sps(st.kernels_per_step or np.nan, st.batch_size, 1)) / t.samples_per_second[0])
         assert lo[0] <= lo[1] + 1e-9 and hi[0] >= min(hi[1], cap) - 1e-9, (name, lo, hi, cap)  # high: below the launch cap
+
+
+def test_the_carried_scaling_only_lowers_an_unmeasured_gpus_anchored_multi_device_speed(profiles, tmp_path):
+    doc = json.loads(perf_model.model_path().read_text())
+    mu = doc["generation_band"]["carried_scaling"]
+    assert 0 < mu <= 1  # fit.calibrate_scaling, on the leave-one-generation-out folds
+    doc["generation_band"]["carried_scaling"] = 0.0
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(doc))
+    m = perf_model.load_model()
+    accs = sorted(hardware.ACCELERATORS)
+    lowered = 0
+    for name in ("resnet50", "bert-large", "gnmt"):
+        prof = profiles[name]
+        assert prof.measurements  # anchored
+        for count, nodes in ((1, 1), (4, 1), (8, 1), (8, 4)):
+            qs = [HardwareQuery(a, count, nodes, 100.0, "fp16") for a in accs]
+            new, old = predict_many(prof, qs), predict_many(prof, qs, model_file=str(path))
+            measured = np.array([m.measured(a) for a in accs])
+            assert np.array_equal(new.samples_per_second[measured], old.samples_per_second[measured])
+            if count * nodes == 1:
+                assert np.array_equal(new.samples_per_second, old.samples_per_second)
+            assert (new.samples_per_second <= old.samples_per_second * (1 + 1e-12)).all(), name
+            lowered += int((new.samples_per_second < old.samples_per_second * (1 - 1e-6)).sum())
+    assert lowered > 0
