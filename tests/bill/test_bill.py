@@ -319,12 +319,12 @@ def test_the_readme_bill_section_shows_the_real_output_and_the_crossovers(cli, m
     for line in block.splitlines():
         if line.strip() and line.strip() != "…":
             assert line.rstrip() in out, line
-    for gb, cloud, moves in ((187, "aws", True), (188, "gcp", True), (214, "gcp", True), (215, "gcp", False)):
+    for gb, cloud, moves in ((185, "aws", True), (186, "gcp", True), (230, "gcp", True), (232, "gcp", False)):
         p = bill_plan.recommend(_workload(), Bill.of("gs://bkt/imagenet", f"{gb}GB", None, 2, "gs://my-bucket/models"),
                                 None)
         assert p.plan.chosen.config.offering.cloud == cloud and (p.split(p.plan.chosen)["transfer_usd"] > 0) == moves
     flat = " ".join(section.split())
-    assert "leaves GCP up to 187 GB; from 188 to 214 GB" in flat and "from 215 GB on it stays next to the data" in flat
+    assert "leaves GCP up to 185 GB; from 186 to 230 GB" in flat and "from 232 GB on it stays next to the data" in flat
 
 
 def test_launch_dry_run_shows_the_data_step_the_plan_assumed(cli, tmp_path):
