@@ -100,8 +100,7 @@ def _adjuster(bill, quotas, problem, searcher, searcher_options, lines: list, sp
     from cloudfit.search import get_searcher
 
     def adjust(space):
-        keep = {k: v for k, v in space._cache.items() if isinstance(k, str) and not k.startswith("assess")}
-        space = replace(space, bill=bill, _cache=keep)
+        space = replace(space, bill=bill, _cache=space.speed_free_cache())
         if quotas is not None:
             over, lim = quotas.over(space)
             if not spaces:

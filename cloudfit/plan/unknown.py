@@ -99,10 +99,8 @@ def measured_mask(space, measured: dict[str, bool]) -> np.ndarray:
 def pessimistic(space):
     """``space`` with every candidate at the low end of its band (its band left as it is): what ``--risk p90``
     plans on. The per-shape columns and price groups, which do not depend on speed, are kept."""
-    # speed-dependent assessments are cached under tuple keys (("assess", deadline), ("billed", deadline)): drop them
-    keep = {k: v for k, v in space._cache.items() if not isinstance(k, tuple)}
     return dataclasses.replace(space, samples_per_second=np.minimum(space.low, space.samples_per_second),
-                               _cache=keep)
+                               _cache=space.speed_free_cache())
 
 
 def _keys(a, problem, knee: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -81,6 +81,11 @@ class Space:
     def __len__(self) -> int:
         return int(self.offering.shape[0])
 
+    def speed_free_cache(self) -> dict:
+        """The derived data a copy with other speeds or another bill may keep: the string-keyed entries (price
+        groups, per-shape columns, zones), not the whole-space assessments (tuple-keyed, per deadline)."""
+        return {k: v for k, v in self._cache.items() if isinstance(k, str)}
+
     @property
     def compute_hours(self) -> np.ndarray:
         return _compute_hours(self.workload.samples, self.samples_per_second)
