@@ -42,16 +42,32 @@ def _no_rendezvous_left_behind():
             os.environ[k] = v
 
 
+#: stop signals received this session (``_terminated``)
+_STOPS: list[str] = []
+
+
 def _terminated(signum, frame):
+    _STOPS.append(signal.Signals(signum).name)
     raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
 
 
 def pytest_sessionstart(session):
     """SIGTERM (`timeout`, a CI runner's cancel) stops the run like Ctrl-C: the running test's teardown and
     `finally` blocks run (its launched processes are killed), pytest prints what ran and exits 2 — instead of
-    dying at once and leaving those processes behind."""
+    dying at once and leaving those processes behind. Ctrl-C is recorded the same way."""
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminated)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _terminated)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A stop that the code under test swallowed (the CLI run in-process turns the interrupt into exit 130, and
+    the test fails instead) still stops the run, after that test."""
+    yield
+    if _STOPS:
+        item.session.shouldstop = f"{_STOPS[0]} received during {item.nodeid}"
 
 
 @pytest.fixture(autouse=True)

@@ -54,9 +54,13 @@ def register(app: typer.Typer) -> None:
 @contextlib.contextmanager
 def _sigterm_as_interrupt():
     """A launcher stopped with SIGTERM (``timeout``, ``kill``, a CI runner) tears down like Ctrl-C
-    instead of dying with its cluster still running (the VMs' own caps would stop them, but later)."""
+    instead of dying with its cluster still running (the VMs' own caps would stop them, but later). A Python
+    handler the host had (a test runner, a notebook kernel) is told first: the CLI turns the interrupt into
+    exit 130, and a host running it in-process would not learn of its own stop otherwise."""
 
     def handler(signum, frame):
+        if callable(old):
+            old(signum, frame)
         raise KeyboardInterrupt
 
     try:
