@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 #: With no budget given and none in the plan: the plan's P90 cost (at the catalog's price) times this margin.
@@ -163,6 +164,16 @@ def record_measured(ready: "Launch", result) -> str | None:
     if tps is None:
         return (f"not recorded in a profile: no speed after warm-up (step {p.get('step') or 0}, "
                 f"{measured.WARMUP_STEPS} warm-up steps)")
+    said, rate = _what_the_log_states(spec, rec, result)
+    if rate.get("tokens_per_second"):  # the median of the log's steps after warm-up, not its last line
+        tps = float(rate["tokens_per_second"])
+        p["memory_gib"] = rate.get("memory_gib") or p.get("memory_gib")
+    other = _layout_differs(spec, result, said)
+    if other:
+        if rec is not None and store is not None:
+            store.update_cluster(spec.name, info={"layout_ran": other})
+        return (f"not recorded in a profile: the job's log says it ran {other} — not the plan's layout "
+                f"({facts.get('layout')}); its {tps:,.0f} tokens/s is another layout's speed")
     try:
         if ready.plan is not None and result.config is not None and result.config != spec.configs[0]:
             facts = measured.planned_speed(ready.plan, result.config, stack=facts.get("stack"))  # a fallback ran
@@ -174,6 +185,52 @@ def record_measured(ready: "Launch", result) -> str | None:
         store.update_cluster(spec.name, info={"profile_row": {"path": str(path), "tokens_per_second": tps}})
     return (f"measured {tps:,.0f} tokens/s on {m.nodes}×{m.gpus_per_node}×{m.accelerator} ({m.layout}, "
             f"{facts.get('stack')}) recorded in {path}: `cloudfit recommend --profile {path} …` anchors on it")
+
+
+#: The layout fields a stack's log can state (``Stack.layout_from_log``) that a ``StackJob`` of the plan also has
+_LOGGED_LAYOUT = ("dp_replicate", "dp_shard", "tp", "pp", "cp", "micro_batch", "grad_accum", "global_batch", "seq_len",
+                  "ac")
+
+
+def _what_the_log_states(spec, rec, result) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Another stack's log (a local run's file; this run's lines): the layout it states
+    (``Stack.layout_from_log``) and its after-warm-up medians (``stacks.base.median_rate``); ``({}, {})`` when
+    there is no such log."""
+    run = getattr(spec.job, "stack", None)
+    log = (rec.info.get("log") if rec is not None else None) or ""
+    if run is None or not log or not Path(log).is_file():
+        return {}, {}
+    from cloudfit import stacks
+    from cloudfit.errors import UsageError
+    from cloudfit.profiling import measured
+
+    try:
+        parser = stacks.get(run.parser)
+        with open(log, errors="replace") as f:
+            f.seek(int(rec.info.get("log_from") or 0))  # this run's lines, not an earlier run's of the same name
+            lines = f.readlines()
+    except (UsageError, OSError, ValueError):
+        return {}, {}
+    gpus = int(result.config.accelerators if result.config is not None else spec.configs[0].accelerators)
+    return parser.layout_from_log(lines), measured.from_events(parser.parse_log(lines), gpus)
+
+
+def _layout_differs(spec, result, said: dict[str, Any]) -> str | None:
+    """Where the log states a layout other than the plan's on the config that ran (a command of the user's own with
+    other flags: ``-- torchrun … --training.local_batch_size 1``), what differs (``micro_batch 2→1, grad_accum
+    2→4``); None when it agrees or states nothing."""
+    from cloudfit.errors import UsageError
+
+    if not said:
+        return None
+    try:
+        job = spec.job.stack.job(result.config if result.config is not None and result.config != spec.configs[0]
+                                 else None)
+    except UsageError:
+        return None
+    diff = [f"{k} {getattr(job, k)}→{said[k]}" for k in _LOGGED_LAYOUT
+            if k in said and getattr(job, k, None) is not None and str(getattr(job, k)) != str(said[k])]
+    return ", ".join(diff) or None
 
 
 def _local_gpus_are(accelerator) -> bool:

@@ -363,7 +363,8 @@ def _render_result(r) -> None:
     con = console()
     what = {"completed": "completed", "budget": "stopped at the budget (checkpoint saved)",
             "timeout": "stopped at the timeout (checkpoint saved)", "failed": "failed",
-            "refused": "refused (not restarted)", "interrupted": "interrupted", "down": "deleted by `cloudfit down`"}.get(r.reason, r.reason)
+            "refused": "refused (not restarted)", "interrupted": "interrupted", "down": "deleted by `cloudfit down`",
+            "exited": "ended on its own before the plan's steps (exit 0; cloudfit did not stop it)"}.get(r.reason, r.reason)
     line = f"{r.name}: {what} after {r.elapsed_s:.0f} s; spent {money(r.spend_usd) if r.spend_usd >= 0.01 else f'${r.spend_usd:.4f}'}"
     if r.total_steps:
         line += f"; step {r.steps}/{r.total_steps}"

@@ -65,8 +65,11 @@ def billing_bounds(backend: str) -> tuple[float, float]:
 
 
 #: The clouds each backend can launch on (a plan names its cloud per offering; absent = gcp). GCP plans keep the
-#: native executor; the other clouds' plans launch through SkyPilot (``--backend sky``).
-LAUNCHES = {"local": ("gcp",), "gcp": ("gcp",), "replay": ("gcp", "aws", "lambda", "runpod", "nebius"),
+#: native executor; the other clouds' plans launch through SkyPilot (``--backend sky``). The local backend runs
+#: any cloud's plan on this machine (a rehearsal on CPU ranks, or the plan's stack on this machine's own GPUs when
+#: they are the plan's), charged at the plan's price.
+LAUNCHES = {"local": ("gcp", "aws", "lambda", "runpod", "nebius"), "gcp": ("gcp",),
+            "replay": ("gcp", "aws", "lambda", "runpod", "nebius"),
             "sky": ("aws", "lambda", "runpod", "nebius")}
 
 

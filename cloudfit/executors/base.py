@@ -33,9 +33,10 @@ from cloudfit.errors import BudgetExceeded, UsageError
 from cloudfit.types import ClusterConfig
 
 #: How a run ended (stored in the state store, shown by ``status``). ``refused``: a rank refused its input
-#: (a checkpoint whose signature does not verify; exit 2) — final, never restarted.
-COMPLETED, BUDGET, TIMEOUT, FAILED, INTERRUPTED, DOWN, NO_CAPACITY, REFUSED = (
-    "completed", "budget", "timeout", "failed", "interrupted", "down", "no-capacity", "refused")
+#: (a checkpoint whose signature does not verify; exit 2) — final, never restarted. ``exited``: another stack's
+#: command ended on its own (exit 0) before the plan's steps — its own step count, not a stop cloudfit asked for.
+COMPLETED, BUDGET, TIMEOUT, FAILED, INTERRUPTED, DOWN, NO_CAPACITY, REFUSED, EXITED = (
+    "completed", "budget", "timeout", "failed", "interrupted", "down", "no-capacity", "refused", "exited")
 
 MAX_STEPS = 10**12  # optimizer steps a job may ask for (a step a microsecond is still 11 days)
 LABEL = "cloudfit-cluster"  # the label (GCP) / environment variable (local) naming a node's cluster
@@ -338,6 +339,12 @@ def supervise(running: Running, guard, *, timing: Timing, timeout_s: float | Non
             if last.state in ("completed", "stopped"):
                 reason = COMPLETED if last.state == "completed" else BUDGET
                 break
+            if last.state == EXITED:
+                reason = EXITED
+                pr = last.progress or {}
+                emit(Event(EXITED, f"the job's command ended on its own (exit 0) at step {pr.get('step', '?')} of the "
+                                   f"plan's {pr.get('total_steps', '?')}: cloudfit did not stop it"))
+                break
             if last.state == DOWN:  # `cloudfit down` from another process is deleting the cluster
                 reason = DOWN
                 emit(Event("down", "the cluster is being deleted by `cloudfit down`"))
@@ -439,7 +446,7 @@ def _graceful_stop(running: Running, timing: Timing, clock, sleep, last: Poll) -
         if not p.progress:
             p.progress = last.progress
         last = p
-        if p.state in ("completed", "stopped", "failed", REFUSED, DOWN):
+        if p.state in ("completed", "stopped", "failed", REFUSED, DOWN, EXITED):
             break
         sleep(min(0.2, max(0.0, deadline - clock())))
     return last

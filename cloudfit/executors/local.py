@@ -324,6 +324,8 @@ class _LocalRunning:
                                       total_steps=self.spec.job.steps, gpus=self.ex.ranks(self.spec),
                                       seq_len=run.seq_len)
             self.parser.offset = self.paths["log"].stat().st_size if self.paths["log"].exists() else 0
+            # where this run's lines begin (a cluster name used before appends to its log)
+            self.ex.store.update_cluster(self.spec.name, info={"log_from": self.parser.offset})
         return env
 
     def _progress(self) -> dict[str, Any]:
@@ -347,7 +349,7 @@ class _LocalRunning:
             if self.parser is not None:
                 progress = self.parser.finish(0, self.paths["stop"].exists())
             state = progress.get("state", "completed") if progress else "completed"
-            return Poll("stopped" if state == "stopped" else "completed", progress)
+            return Poll(state if state in ("stopped", "exited") else "completed", progress)
         if code == FINAL_EXIT or progress.get("state") == "refused":  # a rank refused its input: final, its line
             return Poll(REFUSED, progress, detail=progress.get("error") or
                         f"a rank refused its input (exit {code}); see {self.paths['log']}")

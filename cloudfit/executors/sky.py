@@ -706,7 +706,7 @@ class _SkyCluster:
         self._cost()
         progress = parse_progress(self._log())
         if status == DONE:
-            return Poll("stopped" if progress.get("state") == "stopped" else "completed", progress)
+            return Poll(progress["state"] if progress.get("state") in ("stopped", "exited") else "completed", progress)
         if status == "CANCELLED" and self._stop_requested:  # our own stop (budget, timeout): checkpointed
             return Poll("stopped", progress)
         if status in FAILED_STATES:

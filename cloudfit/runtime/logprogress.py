@@ -98,12 +98,13 @@ class LogProgress:
         return dict(self.fields) if self.events else {}
 
     def finish(self, exit_code: int, stopped: bool) -> dict[str, Any]:
-        """The end state: completed (exit 0, all steps), stopped (asked to stop), else as it was."""
+        """The end state: completed (exit 0, all steps), stopped (asked to stop), exited (exit 0 on its own
+        before the plan's steps: the command's own step count ended it, not cloudfit), else as it was."""
         f = self.fields
         if stopped:
             f["state"] = "stopped"
         elif exit_code == 0:
-            f["state"] = "completed" if int(f.get("step") or 0) >= int(f["total_steps"]) or not self.events else "stopped"
+            f["state"] = "completed" if int(f.get("step") or 0) >= int(f["total_steps"]) or not self.events else "exited"
         return dict(f)
 
 

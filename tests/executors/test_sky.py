@@ -85,9 +85,10 @@ def test_cli_launch_of_an_aws_plan_without_the_extra_exits_2_in_one_line(cli, tm
     res = pv["nodes"][0]["detail"]["task"]["resources"]["ordered"]
     chosen = json.loads(out.read_text())["chosen"]["config"]["offering"]
     assert res[0]["cloud"] == "aws" and res[0]["instance_type"] == chosen["machine_type"] and pv["backend"] == "sky"
-    for backend in ("local", "gcp"):  # the native backends still refuse another cloud's plan, naming sky
-        r = cli("launch", str(out), "--backend", backend, "--yes")
-        assert r.exit_code == 2 and "this plan is for aws" in r.output and "--backend sky" in r.output
+    r = cli("launch", str(out), "--backend", "gcp", "--yes")  # the native GCP backend refuses it, naming sky
+    assert r.exit_code == 2 and "this plan is for aws" in r.output and "--backend sky" in r.output
+    r = cli("launch", str(out), "--backend", "local", "--dry-run")  # a local rehearsal of any cloud's plan
+    assert r.exit_code == 0 and "rehearsal" in r.output and "aws" in r.output, r.output
 
 
 def test_sky_launches_other_clouds_gcp_keeps_its_executor():
@@ -97,9 +98,9 @@ def test_sky_launches_other_clouds_gcp_keeps_its_executor():
     assert [e.config.offering.cloud for e in kept.alternatives] == ["lambda"]  # the GCP fallback is gcp's
     with pytest.raises(UsageError, match="this plan is for gcp.*--backend gcp"):
         check_launchable(make_plan([ClusterConfig(offering(), 1, True)]), "sky")
-    for backend in ("local", "gcp"):
-        with pytest.raises(UsageError, match="this plan is for aws.*--backend sky.*nothing launched"):
-            check_launchable(aws_plan, backend)
+    with pytest.raises(UsageError, match="this plan is for aws.*--backend sky.*nothing launched"):
+        check_launchable(aws_plan, "gcp")
+    assert check_launchable(aws_plan, "local") is aws_plan  # the local backend rehearses any cloud's plan
 
 
 # ------------------------------------------------------------------ the task

@@ -373,3 +373,33 @@ def test_a_switch_to_another_cluster_size_reads_its_own_layout_file_not_the_firs
         shipped = {m.name.lstrip("./"): json.loads(t.extractfile(m).read()) for m in t.getmembers() if m.isfile()}
     assert shipped.keys() == {"cloudfit_layout.json", name}
     assert shipped[name] == json.loads(b.files[name])  # the alternative's degrees, not the first config's
+
+
+def test_a_command_ending_on_its_own_is_not_a_budget_stop_and_its_own_layout_is_not_recorded_as_the_plans(
+        cli, tmp_path, monkeypatch):
+    """The H200 run of 2026-11-27 (tests/stacks/logs/PROVENANCE.md): the user's torchtitan command stopped after its
+    own 20 steps (exit 0) — an end of its own, not "stopped at the budget" — and ran mb=1, ga=4 where the plan said
+    mb=2, ga=2: its speed is not recorded as the plan's layout's (here the GPUs are taken to be the plan's)."""
+    import cloudfit.launcher as launcher
+
+    lines = (LOGS / "torchtitan_0.2.2_llama3_8b_h200.log").read_text().splitlines()
+    replay = tmp_path / "replay.py"
+    replay.write_text("import os, time\nlines = %r\nif os.environ.get('RANK', '0') == '0':\n"
+                      "    for l in lines:\n        print(l, flush=True)\n        time.sleep(0.02)\n" % lines)
+    plan = tmp_path / "plan.json"
+    r = cli("recommend", "--model", "llama3-8b", "--tokens", "1e8", "--seq-len", "2048", "--deadline", "7d",
+            "--accelerators", "H200", "--clouds", "nebius", "--stack", "torchtitan", "--max-gpus", "1",
+            "--global-batch", "4", "--layout", "mb=2,ac=full", "--out", str(plan))
+    assert r.exit_code == 0, r.output
+    monkeypatch.setattr(launcher, "_local_gpus_are", lambda accelerator: accelerator == "H200")
+    r = cli("launch", str(plan), "--yes", "--check-interval", "0.2", "--name", "own-end", "--stack", "torchtitan",
+            "--", sys.executable, str(replay))
+    out = r.output
+    assert r.exit_code == 0, out[-3000:]
+    assert "ended on its own before the plan's steps" in out and "stopped at the budget" not in out
+    assert "step 20/" in out
+    assert "not recorded in a profile: the job's log says it ran micro_batch 2→1, grad_accum 2→4" in out
+    assert "its 6,354 tokens/s" in out  # the median of steps 4–20 in the log, not its last line's 6,215
+    st = json.loads(cli("status", "own-end", "--json").output)
+    assert st["reason"] == "exited" and st["progress"]["step"] == 20
+    assert st["progress"]["memory_gib"] == pytest.approx(137.27)

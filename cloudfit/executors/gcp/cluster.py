@@ -419,7 +419,7 @@ class _GcpCluster:
             p = self.poll()
             if p.state == "completed":
                 return True
-            if p.state in ("stopped", "failed", "down"):
+            if p.state in ("stopped", "exited", "failed", "down"):
                 break
             self.ex.sleep(min(self.ex.timing.interval_s, max(0.0, end - self.ex.clock())))
         return False
@@ -607,7 +607,7 @@ class _GcpCluster:
                 ga = self.ex.retry.call("reading progress", c.instances.get_guest_attributes, request=req_ga)
                 attrs = {e.key: e.value for e in ga.query_value.items}
                 state = {"completed": "completed", "stopped": "stopped", "failed": "failed",
-                         "refused": "refused"}.get(attrs.get("state", ""), "running")
+                         "refused": "refused", "exited": "exited"}.get(attrs.get("state", ""), "running")
                 error = attrs.get("error", "")
                 if attrs.get("progress"):
                     import json
