@@ -76,6 +76,8 @@ class Own(Stack):
                 "--pp", str(job.pp), "--cp", str(job.cp), "--ac", job.ac, "--micro-batch", str(job.micro_batch),
                 "--grad-accum", str(job.grad_accum), "--seq-len", str(job.seq_len), "--steps", str(job.steps),
                 "--precision", job.precision]
+        if job.compile:
+            argv.append("--compile")
         if job.checkpoint_every_steps:
             argv += ["--checkpoint-every", str(job.checkpoint_every_steps)]
         if job.checkpoint_dir:

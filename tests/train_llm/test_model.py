@@ -157,3 +157,47 @@ def test_rehearsal_of_records_what_differs_from_the_plan():
                         rehearsal_of="fsdp=16,tp=8,pp=4,cp=1,ac=selective")
     a = parse_args(argv, world_size=4)
     assert a.rehearsal_notes == ["fsdp=16 rehearsed as fsdp=2", "tp=8 rehearsed as tp=2", "pp=4 rehearsed as pp=1"]
+
+
+@pytest.mark.slow
+def test_compiled_blocks_train_as_the_eager_ones_do(tmp_path):
+    """`--compile` (each block under torch.compile before FSDP2 wraps it; 1.44× on one H200, bench/RESULTS_gpu.md)
+    trains the same model: the same losses as eager over the first steps, to float tolerance (CPU, one rank)."""
+    import torch.distributed as dist
+
+    from cloudfit import train_llm
+    from cloudfit.runtime.ranks import join
+
+    losses = {}
+    for compiled in (False, True):
+        argv = ["--shape", "llama3-1b", "--shrink", "--layers", "2", "--seq-len", "32", "--micro-batch", "2",
+                "--ac", "selective", "--steps", "3", "--checkpoint-dir", str(tmp_path / str(compiled)),
+                "--precision", "fp32"] + (["--compile"] if compiled else [])
+        a = train_llm.parse_args(argv)
+        r = join()
+        try:
+            job = train_llm.FAMILY.build(a, r)
+            assert job.describe["compile"] is compiled
+            losses[compiled] = [job.step(i) for i in range(3)]
+        finally:
+            dist.destroy_process_group()
+    assert losses[True] == pytest.approx(losses[False], rel=1e-3)
+    assert losses[True][-1] < losses[True][0]  # it trains
+
+
+def test_the_own_stack_passes_compile_when_the_plan_asks():
+    import dataclasses
+
+    from cloudfit import stacks
+    from cloudfit.stacks.base import StackJob
+
+    from cloudfit.llm import zoo
+
+    job = StackJob(model="llama3-1b", shape=zoo.get("llama3-1b").to_dict(), seq_len=2048, nodes=1,
+                   gpus_per_node=8, dp_shard=8, steps=10)
+    own = stacks.get("cloudfit")
+    assert "--compile" not in own.command(job).argv
+    assert "--compile" in own.command(dataclasses.replace(job, compile=True)).argv
+    from cloudfit.train_llm import parse_args
+
+    assert parse_args(["--steps", "1", "--checkpoint-dir", "/tmp/x", "--compile"]).compile is True
