@@ -12,6 +12,11 @@ Held out of the fit too: the shipped model is fitted on ``data/measurements.csv`
 model file's recorded digest against that file, and that no row of it comes from a cloudfit profile).
 
     python bench/h100_zoo.py            # prints a markdown table and the summary
+
+The same check on the H200 rows of the 2026-11-27 session (`bench/device/gpu_session2.sh`):
+``--target H200`` (stats-only: every GPU measurement removed) and ``--target H200 --anchor H100`` (every GPU
+measurement but the H100's removed: the prediction carried from the model's own measured H100 row to a GPU with
+no row in the training table — the transition prior's case).
 """
 
 from __future__ import annotations
@@ -26,20 +31,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _h100_rows(doc: dict) -> list[dict]:
-    return [m for m in doc["measurements"] if m["accelerator"] == "H100" and m["source"] == "measured"
-            and "H100" in (m.get("device_name") or "")]
+def _target_rows(doc: dict, target: str) -> list[dict]:
+    return [m for m in doc["measurements"] if m["accelerator"] == target and m["source"] == "measured"
+            and target in (m.get("device_name") or "")]
 
 
-def _on_h100_chip(m: dict) -> bool:
+def _held_out(m: dict, anchor: str | None) -> bool:
+    """Every measurement on a GPU is held out (stats-only), but the ``anchor`` GPU's own rows."""
     from cloudfit.catalog import hardware
     from cloudfit.errors import UsageError
-    from cloudfit.perf.model import _chip
 
     try:
-        return _chip(hardware.canonical_name(m["accelerator"])) == _chip("H100")
+        name = hardware.canonical_name(m["accelerator"])
     except UsageError:
-        return False
+        return True
+    return name != "cpu" and name != anchor
 
 
 def check_held_out() -> str:
@@ -62,11 +68,11 @@ def check_held_out() -> str:
             "no cloudfit profile row in it")
 
 
-def _predict(doc: dict, m: dict, tmp: Path) -> dict:
-    held_out = dict(doc, measurements=[x for x in doc["measurements"] if not _on_h100_chip(x)])
+def _predict(doc: dict, m: dict, tmp: Path, target: str, anchor: str | None) -> dict:
+    held_out = dict(doc, measurements=[x for x in doc["measurements"] if not _held_out(x, anchor)])
     path = tmp / f"{doc['model']}.json"
     path.write_text(json.dumps(held_out))
-    out = subprocess.run([sys.executable, "-m", "cloudfit", "predict", "--profile", str(path), "--accelerator", "H100",
+    out = subprocess.run([sys.executable, "-m", "cloudfit", "predict", "--profile", str(path), "--accelerator", target,
                           "--count", str(m["count"]), "--nodes", str(m["nodes"]), "--precision", m["precision"],
                           "--batch-size", str(m["batch_size_per_device"]), "--json"],
                          capture_output=True, text=True, check=True, cwd=REPO)
@@ -74,6 +80,12 @@ def _predict(doc: dict, m: dict, tmp: Path) -> dict:
 
 
 def main() -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default="H100", help="the GPU whose measured rows are predicted (H100, H200)")
+    ap.add_argument("--anchor", default=None, help="keep this GPU's measured rows (an anchored check); default none")
+    a = ap.parse_args()
     sys.path.insert(0, str(REPO))
     from cloudfit.perf.prior import LAUNCH_S_PER_KERNEL
 
@@ -82,11 +94,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         for f in sorted((REPO / "profiles").glob("*.json")):
             doc = json.loads(f.read_text())
-            for m in _h100_rows(doc):
-                p = _predict(doc, m, Path(d))
+            for m in _target_rows(doc, a.target):
+                p = _predict(doc, m, Path(d), a.target, a.anchor)
                 rows.append((doc["model"], m, p))
                 kernels[doc["model"]] = doc["stats"].get("kernels_per_step")
     print(held + "\n")
+    print(f"target {a.target}; " + (f"anchored on each model's measured {a.anchor} row" if a.anchor
+                                    else "stats-only: every GPU measurement held out") + "\n")
     print("| model | batch | kernels / step | launch floor ms | measured step ms | predicted step ms "
           "| measured samples/s | predicted (10–90%) | predicted ÷ measured | in band |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|:-:|")
