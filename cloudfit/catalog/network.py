@@ -62,9 +62,14 @@ TCP_CEILING_GBPS = 127.0
 EFA_SHARE = (0.791, 0.6, 0.55)
 TCPX_SHARE = (0.533, 0.525, 0.367)
 RDMA_SHARE = (0.717, 0.706, 0.493)
-#: Latency per ring step (s): small-message all-reduce / all-gather times over the model's step count (:func:`fit`).
-#: TCPX has no small-message row: EFA's.
+#: Latency per ring step (s): small-message (≤ 4 KiB) all-reduce / all-gather times over the model's step count
+#: (:func:`fit`); TCPX has no small-message row: EFA's. The floor a step pays — what the wire bound charges.
 STEP_LATENCY_S = {"tcp": 45.8e-6, "efa": 2.29e-6, "tcpx": 2.29e-6, "rdma": 1.9e-6}
+#: Overhead per ring step (s) at bucket-sized messages (1–64 MiB: DDP's 25 MB buckets): what the measured times
+#: there exceed the source's own large-message bandwidth by, over the step count (:func:`fit`). NCCL's busbw ramps
+#: up far slower than the small-message latency suggests (p4d EFA at 4 MiB: 847 µs, ~30 µs a step on 16 GPUs), so
+#: the estimate (:func:`allreduce_s`, :func:`busbw_gbs`) charges this; sockets have no such row (their latency).
+BUCKET_STEP_S = {"tcp": 45.8e-6, "efa": 20.4e-6, "tcpx": 47.0e-6, "rdma": 4.44e-6}
 #: Links at least this fast (Gbit/s) are RDMA-class when only the bandwidth is known.
 RDMA_CLASS_GBPS = 400.0
 
@@ -90,6 +95,7 @@ BASE_CLASS = {"sockets": "tcp", "ena": "tcp", "gvnic": "tcp", "efa": "efa", "tcp
 #: All-reduce sizes from which a row counts as "large" (the share), and up to which as "small" (the latency).
 LARGE_BYTES = 256 * 2**20
 SMALL_BYTES = 4096
+BUCKET_MAX_BYTES = 64 * 2**20
 #: Node-count classes of the shares: 2, 3–7, ≥ 8 VMs.
 NODE_CLASS_EDGES = (2.5, 7.5)
 
@@ -187,17 +193,28 @@ def effective_gbps(link_gbps, nodes, transport, gpus_per_node=1.0) -> np.ndarray
     return link * share(transport, nodes, link) * two_node_gain(nodes, gpus_per_node)
 
 
-def step_latency_s(transport) -> np.ndarray:
+def step_latency_s(transport, table=None) -> np.ndarray:
+    """Per row, the class's small-message latency per ring step (``table``: :data:`BUCKET_STEP_S` for the
+    overhead at bucket-sized messages)."""
+    table = STEP_LATENCY_S if table is None else table
     t = np.asarray(transport)
-    out = np.full(t.shape, STEP_LATENCY_S["rdma"])
-    for cls, lat in STEP_LATENCY_S.items():
+    out = np.full(t.shape, table["rdma"])
+    for cls, lat in table.items():
         out = np.where(t == cls, lat, out)
     return out
 
 
+def step_overhead_s(message_bytes, transport) -> np.ndarray:
+    """Per ring step of a ``message_bytes`` collective: the small-message latency (:data:`STEP_LATENCY_S`) rising
+    linearly to the bucket-sized overhead (:data:`BUCKET_STEP_S`) at 1 MiB and flat from there,
+    max(latency, overhead × min(1, S / 1 MiB)) — continuous, and the bus bandwidth it gives never falls as S grows."""
+    s = np.asarray(message_bytes, dtype=float)
+    return np.maximum(step_latency_s(transport), step_latency_s(transport, BUCKET_STEP_S) * np.minimum(1.0, s / 2**20))
+
+
 def busbw_gbs(message_bytes, ranks, nodes, link_gbps, transport, collective="all_reduce") -> np.ndarray:
     """GB/s of nccl-tests' bus bandwidth the model gives a ``message_bytes`` collective over ``ranks`` GPUs on
-    ``nodes`` VMs: time = bus factor × S / (effective bus bandwidth) + steps × step latency, where an all-reduce
+    ``nodes`` VMs: time = bus factor × S / (effective bus bandwidth) + steps × :func:`step_overhead_s`, where an all-reduce
     takes 2(n−1) ring steps and bus factor 2(n−1)/n, an all-gather n−1 and (n−1)/n (and no two-VM tree gain). Never
     falls as the message grows (the latency term is fixed, the bandwidth term linear)."""
     s = np.asarray(message_bytes, dtype=float)
@@ -208,7 +225,7 @@ def busbw_gbs(message_bytes, ranks, nodes, link_gbps, transport, collective="all
     steps = np.where(gather, n - 1, 2 * (n - 1))
     gain = np.where(gather, 1.0, two_node_gain(nodes, n / nodes))
     bw = np.asarray(link_gbps, dtype=float) * share(transport, nodes, link_gbps) * gain / 8  # GB/s
-    t = factor * s / (bw * 1e9) + steps * step_latency_s(transport)
+    t = factor * s / (bw * 1e9) + steps * step_overhead_s(s, transport)
     return factor * s / t / 1e9
 
 
@@ -233,6 +250,11 @@ def _row_share(row: dict) -> tuple[float, bool] | None:
     tree = row["collective"] == "all_reduce" and row["algo"] == "default"
     gain = float(two_node_gain(nodes, gpn)) if tree else 1.0
     return float(row["busbw_GBps"]) * 8 / (float(row["link_gbps"]) * gain), gain > 1.0
+
+
+def _setting_key(row: dict) -> tuple:
+    return (_source_key(row), row["setting"], row["nodes"], row["gpus_per_node"], row["link_gbps"],
+            row["collective"], row["algo"])
 
 
 def _row_latency(row: dict) -> float | None:
@@ -262,10 +284,15 @@ def fit(rows: list[dict]) -> dict:
     4. **Socket curve**: C of ``1/(1/η₀ + link/C)`` minimising the squared log error over the ``tcp`` share rows
        (grid 50–1000 Gbit/s, η₀ = :data:`TCP_ETA0`).
     5. **Step latency** per class: the median over its sources of each source's median :func:`_row_latency`; a class
-       without small-message rows takes its base class's.
+       without small-message rows takes its base class's, a base class without any the median of the other
+       non-socket classes'. (A node class without a within-source ratio takes the other node class's, else 1.)
+    6. **Overhead per step at bucket-sized messages** (1 MiB – :data:`BUCKET_MAX_BYTES`): per row, the time its busbw
+       implies beyond the bus factor × S at its own setting's plateau busbw (largest busbw of the same source,
+       VMs, GPUs, link, collective and algorithm), over the steps; median per source, median per class, never
+       below the class's latency; a class without such rows takes its base class's, else its latency.
 
     Returns ``classes`` (fabric → class), ``share`` (class → (2, 3–7, ≥ 8 VMs)), ``tcp_ceiling_gbps``,
-    ``latency_s`` (class → s) and ``sources`` ((class, node class) → source keys behind it; ``latency`` too)."""
+    ``latency_s`` and ``bucket_step_s`` (class → s) and ``sources`` ((class, node class) → source keys behind it; ``latency`` too)."""
     shares: dict = {}  # (fabric, source, node class) -> list of (share, needs tree)
     lats: dict = {}  # (fabric, source) -> list of seconds
     tcp_pts = []
@@ -306,8 +333,9 @@ def fit(rows: list[dict]) -> dict:
             sources[(cls, k)] = sorted(key for key, _ in src)
             if src:
                 vals.append(float(np.median([v for _, v in src])))
-            else:
-                vals.append(vals[0] * float(np.median(ratios[k])))
+            else:  # no source of the class at this node count: its 2-VM share × the within-source ratio
+                r = ratios[k] or ratios[3 - k] or [1.0]
+                vals.append(vals[0] * float(np.median(r)))
                 sources[(cls, k)] = sources[(cls, 0)] + ["ratio:" + s for s in sorted(
                     str(key) for (f, key, kk) in per_source if kk == k and (f, key, 0) in per_source)]
         vals = list(np.minimum.accumulate(vals))
@@ -324,13 +352,50 @@ def fit(rows: list[dict]) -> dict:
             lat_src[cls] = sorted(per)
     for cls in sorted(set(classes.values())):
         if cls not in latency:
-            base = BASE_CLASS[cls] if cls in BASE_CLASS else cls
-            latency[cls], lat_src[cls] = latency[base], lat_src[base]
+            base = BASE_CLASS.get(cls, cls)
+            if base in latency:
+                latency[cls], lat_src[cls] = latency[base], lat_src[base]
+            else:  # no small-message row in the whole base class: the median of the other RDMA-class fabrics'
+                other = sorted(c for c in latency if c != "tcp")
+                latency[cls] = float(np.median([latency[c] for c in other]))
+                lat_src[cls] = sorted({k for c in other for k in lat_src[c]})
     for cls, v in latency.items():
         latency[cls] = float(f"{v:.3g}")
         sources[(cls, "latency")] = lat_src[cls]
+    # 6. overhead per step at bucket-sized messages: per row (1–64 MiB) the measured time beyond the bus factor × S
+    # at its own setting's plateau busbw, over the steps; median per source, per class; none: the class's latency
+    plateau: dict = {}
+    for r in rows:
+        if r["quantity"] == "busbw":
+            k = _setting_key(r)
+            plateau[k] = max(plateau.get(k, 0.0), float(r["busbw_GBps"]))
+    ramps: dict = {}
+    for r in rows:
+        if r["quantity"] != "busbw" or not (2**20 <= float(r["bytes"]) <= BUCKET_MAX_BYTES):
+            continue
+        fabric = r.get("fabric") or r["transport"]
+        n = float(r["nodes"]) * float(r["gpus_per_node"])
+        gather = r["collective"] == "all_gather"
+        factor, steps = ((n - 1) / n, n - 1) if gather else (2 * (n - 1) / n, 2 * (n - 1))
+        t = factor * float(r["bytes"]) / (float(r["busbw_GBps"]) * 1e9)
+        extra = t - factor * float(r["bytes"]) / (plateau[_setting_key(r)] * 1e9)
+        ramps.setdefault((fabric, _source_key(r)), []).append(max(extra, 0.0) / steps)
+    bucket, bucket_src = {}, {}
+    for cls in sorted(set(classes.values())):
+        per = {key: float(np.median(v)) for (f, key), v in ramps.items() if classes[f] == cls}
+        if per:
+            bucket[cls] = max(float(f"{float(np.median(list(per.values()))):.3g}"), latency[cls])
+            bucket_src[cls] = sorted(per)
+    for cls in sorted(set(classes.values())):
+        if cls not in bucket:
+            base = BASE_CLASS.get(cls, cls)
+            if base in bucket:
+                bucket[cls], bucket_src[cls] = max(bucket[base], latency[cls]), bucket_src[base]
+            else:
+                bucket[cls], bucket_src[cls] = latency[cls], lat_src[cls]
+        sources[(cls, "bucket")] = bucket_src[cls]
     return {"classes": classes, "share": share_out, "tcp_ceiling_gbps": float(grid[int(np.argmin(err))]),
-            "latency_s": latency, "sources": sources, "tcp_points": tcp_pts}
+            "latency_s": latency, "bucket_step_s": bucket, "sources": sources, "tcp_points": tcp_pts}
 
 
 def buckets(gradient_bytes) -> np.ndarray:
@@ -351,7 +416,9 @@ def allreduce_s(gradient_bytes, ranks, nodes, link_gbps, intra_bps, transport=No
     net_bps = effective_gbps(link_gbps, nodes, transport, n / np.maximum(nodes, 1.0)) * 1e9 / 8
     multi = nodes > 1
     link = np.where(multi, np.minimum(intra_bps, net_bps), intra_bps)
-    lat = np.where(multi, np.maximum(step_latency_s(transport), intra_latency_s), intra_latency_s)  # never below a step in the VM
+    # the overhead a step pays at bucket-sized messages; never below a step inside the VM
+    per_bucket = g / buckets(g)
+    lat = np.where(multi, np.maximum(step_overhead_s(per_bucket, transport), intra_latency_s), intra_latency_s)
     with np.errstate(divide="ignore", invalid="ignore"):
         ring = np.where(n > 1, 2 * (n - 1) / n * g / link + buckets(g) * 2 * (n - 1) * lat, 0.0)
     return ring
