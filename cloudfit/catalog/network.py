@@ -31,8 +31,9 @@ all-reduce is at least the last bucket's share of the gradient (all of it when t
 the rest hides behind backward only as far as backward lasts — at small batches per GPU backward is short and most
 of the all-reduce is exposed.
 
-:func:`wire_bound_sps` is the hard bound ``model.predict_many`` always applies (the sold link rate, no share): the
-shipped model never predicts an all-reduce faster than the wire. The estimate above enters the prior only with
+:func:`wire_bound_sps` is the hard bound ``model.predict_many`` always applies (the sold link rate, no share, the
+2(m−1)/m of the gradient each of m VMs must send at least, the small-message latency): the shipped model never
+predicts an all-reduce faster than the wire. The estimate above enters the prior only with
 ``CONSTANTS["network_model"]`` on (off in the shipped fit: bench/RESULTS_multinode.md).
 
 The transport travels with the query: :func:`fabric_of` names a catalog machine type's fabric (sockets over ENA,
@@ -440,22 +441,27 @@ def overlap_share(transport, backward_share: float) -> np.ndarray:
 
 
 def wire_bound_sps(gradient_bytes, count, nodes, batch, link_gbps, intra_gbs, ps=0.0, transport=None) -> np.ndarray:
-    """Most samples/s data parallelism over ``nodes`` VMs can reach: a step cannot end before its ring
-    all-reduce has moved 2(n−1)/n of the gradient over the VM link **at the full sold rate** (and through the
-    in-VM link, GB/s), nor before each bucket has crossed the VMs' fabric ``2⌈log2 nodes⌉`` times (a tree over
-    the VMs, up and down: the fewest inter-VM latencies any NCCL algorithm pays; a flat ring over all n GPUs pays
-    2(n−1), which over-bounds VMs of 8 GPUs — bert-large on 10 × a4-highgpu-8g was capped at half its prior) —
-    a bound of the wire, not an estimate (the estimate is :func:`allreduce_s`). Infinite for one VM and for
+    """Most samples/s data parallelism over ``nodes`` VMs can reach: a step cannot end before each VM has sent
+    2(m−1)/m of the gradient over its link **at the full sold rate** (m VMs: the least any all-reduce moves
+    between VMs — reduce inside the VM, exchange between VMs, broadcast inside; a ring over all n = count × m GPUs
+    moves 2(n−1)/n, which public two-VM runs beat: 2 × a3-megagpu-8g all-reduced 8 GiB at 338.8 GB/s busbw over a
+    225 GB/s link, 47.5 ms where the ring's 2(n−1)/n bound said ≥ 71.6 ms) and its ring has moved 2(n−1)/n of it
+    through the in-VM link (GB/s), nor before each bucket has crossed the VMs' fabric ``2⌈log2 nodes⌉`` times at
+    the small-message step latency (a tree over the VMs, up and down: the fewest inter-VM latencies any NCCL
+    algorithm pays; a flat ring over all n GPUs pays 2(n−1), which over-bounds VMs of 8 GPUs — bert-large on
+    10 × a4-highgpu-8g was capped at half its prior) — a bound of the wire, not an estimate (the estimate is
+    :func:`allreduce_s`). With one GPU a VM (m = n) the two counts agree. Infinite for one VM and for
     parameter-server rows. ``transport``: per row (:func:`resolve`), for the step latency."""
     g = np.asarray(gradient_bytes, dtype=float)
     count = np.asarray(count, dtype=float)
     nodes = np.asarray(nodes, dtype=float)
     n = count * nodes
     net_bps = np.asarray(link_gbps, dtype=float) * 1e9 / 8
-    link = np.minimum(net_bps, np.asarray(intra_gbs, dtype=float) * 1e9)
+    intra_bps = np.asarray(intra_gbs, dtype=float) * 1e9
     lat = step_latency_s(resolve(transport, link_gbps))
     with np.errstate(divide="ignore", invalid="ignore"):
         hops = 2 * np.ceil(np.log2(np.maximum(nodes, 2.0)))
-        t = 2 * (n - 1) / n * g / link + buckets(g) * hops * lat
+        wire = np.maximum(2 * (nodes - 1) / nodes * g / net_bps, 2 * (n - 1) / n * g / intra_bps)
+        t = wire + buckets(g) * hops * lat
         bound = n * np.asarray(batch, dtype=float) / t
     return np.where((nodes > 1) & (np.asarray(ps, dtype=float) < 0.5) & (t > 0), bound, np.inf)

@@ -125,8 +125,9 @@ def test_the_shipped_model_never_beats_the_wire_on_any_catalog_shape():
             for nodes in (2, 8):
                 for batch in (1, 16):
                     qs.append(HardwareQuery(acc, count, nodes, gbps, "fp16", batch, vcpus=vcpus))
-                    n = count * nodes
-                    wire.append(2 * (n - 1) / n * prof.stats.gradient_bytes / (gbps * 1e9 / 8))
+                    # each VM sends at least 2(m-1)/m of the gradient (m VMs; a ring over all GPUs is not the least:
+                    # tests/perf/test_fabric_nccl.py::test_no_public_run_beats_the_wire_bound)
+                    wire.append(2 * (nodes - 1) / nodes * prof.stats.gradient_bytes / (gbps * 1e9 / 8))
         t = predict_many(prof, qs)
         ok = ~t.fits | (t.step_time_s >= np.array(wire) * (1 - 1e-9))
         assert ok.all(), (name, [q for q, g in zip(qs, ok) if not g][:3])
