@@ -100,7 +100,7 @@ def predict(row: dict, c: dict) -> tuple[float, float]:
         n = nodes * gpn
         link = float(row["link_gbps"])
         coll = row["collective"]
-        gain_ok = c.get("gain", True) and not (coll == "all_reduce" and row["algo"] == "ring")
+        gain_ok = c.get("gain", True) and cls in c.get("tree", ()) and not (coll == "all_reduce" and row["algo"] == "ring")
         s = float(row["bytes"])
         gather = coll == "all_gather"
         factor = (n - 1) / n if gather else 2 * (n - 1) / n
@@ -195,7 +195,7 @@ def run(rows: list[dict] | None = None) -> dict:
                             key=lambda x: abs(np.log(x[0]))) if big else None),
             "classes_without_it": loso[s]["classes"][s[1]] if s[1] in loso[s]["classes"] else None}
     return {"fit": {k: v for k, v in full.items() if k in ("classes", "share", "tcp_ceiling_gbps", "latency_s",
-                                                           "bucket_step_s")},
+                                                           "bucket_step_s", "tree")},
             "table": table, "per_source": per_source}
 
 

@@ -75,6 +75,10 @@ BUCKET_STEP_S = {"tcp": 45.8e-6, "efa": 20.4e-6, "tcpx": 47.0e-6, "rdma": 4.44e-
 RDMA_CLASS_GBPS = 400.0
 
 TRANSPORTS = ("tcp", "efa", "tcpx", "rdma")
+#: Classes whose public two-VM all-reduces pass the link (NCCL's tree: :func:`two_node_gain`), the :func:`fit`
+#: rule: EFA (p4d 77.9 GB/s busbw over 50; A3 Mega 338.8 over 225), RDMA (InfiniBand 467–481 over 400). TCPX's one
+#: run was ring-forced (GCP's TCPX settings) and the socket rows are stated shares: no gain taken for them.
+TREE_CLASSES = ("efa", "rdma")
 SHARES = {"efa": EFA_SHARE, "tcpx": TCPX_SHARE, "rdma": RDMA_SHARE}
 
 #: Share of the compute time that hides the all-reduce over NCCL sockets. DDP overlaps buckets with backward
@@ -189,9 +193,10 @@ def share(transport, nodes, link_gbps=None) -> np.ndarray:
 def effective_gbps(link_gbps, nodes, transport, gpus_per_node=1.0) -> np.ndarray:
     """Gbit/s of NCCL's all-reduce bus bandwidth over a ``link_gbps`` VM link between ``nodes`` VMs of
     ``gpus_per_node`` GPUs: the wire's share × the link, × :func:`two_node_gain` on two VMs of several GPUs (the
-    only case where busbw passes the link; 1 GPU a VM, the default, never does)."""
+    only case where busbw passes the link; 1 GPU a VM, the default, never does) for :data:`TREE_CLASSES`."""
     link = np.asarray(link_gbps, dtype=float)
-    return link * share(transport, nodes, link) * two_node_gain(nodes, gpus_per_node)
+    gain = np.where(np.isin(np.asarray(transport), TREE_CLASSES), two_node_gain(nodes, gpus_per_node), 1.0)
+    return link * share(transport, nodes, link) * gain
 
 
 def step_latency_s(transport, table=None) -> np.ndarray:
@@ -224,7 +229,7 @@ def busbw_gbs(message_bytes, ranks, nodes, link_gbps, transport, collective="all
     gather = np.asarray(collective) == "all_gather"
     factor = np.where(gather, (n - 1) / n, 2 * (n - 1) / n)
     steps = np.where(gather, n - 1, 2 * (n - 1))
-    gain = np.where(gather, 1.0, two_node_gain(nodes, n / nodes))
+    gain = np.where(gather | ~np.isin(np.asarray(transport), TREE_CLASSES), 1.0, two_node_gain(nodes, n / nodes))
     bw = np.asarray(link_gbps, dtype=float) * share(transport, nodes, link_gbps) * gain / 8  # GB/s
     t = factor * s / (bw * 1e9) + steps * step_overhead_s(s, transport)
     return factor * s / t / 1e9
@@ -291,6 +296,7 @@ def fit(rows: list[dict]) -> dict:
        implies beyond the bus factor × S at its own setting's plateau busbw (largest busbw of the same source,
        VMs, GPUs, link, collective and algorithm), over the steps; median per source, median per class, never
        below the class's latency; a class without such rows takes its base class's, else its latency.
+    7. **Tree classes**: those with a two-VM default all-reduce row whose busbw passes the link.
 
     Returns ``classes`` (fabric → class), ``share`` (class → (2, 3–7, ≥ 8 VMs)), ``tcp_ceiling_gbps``,
     ``latency_s`` and ``bucket_step_s`` (class → s) and ``sources`` ((class, node class) → source keys behind it; ``latency`` too)."""
@@ -395,7 +401,10 @@ def fit(rows: list[dict]) -> dict:
             else:
                 bucket[cls], bucket_src[cls] = latency[cls], lat_src[cls]
         sources[(cls, "bucket")] = bucket_src[cls]
-    return {"classes": classes, "share": share_out, "tcp_ceiling_gbps": float(grid[int(np.argmin(err))]),
+    tree = sorted({classes[r.get("fabric") or r["transport"]] for r in rows
+                   if r["quantity"] == "busbw" and r["collective"] == "all_reduce" and r["algo"] == "default"
+                   and float(r["nodes"]) == 2 and float(r["busbw_GBps"]) * 8 > float(r["link_gbps"])})
+    return {"classes": classes, "share": share_out, "tcp_ceiling_gbps": float(grid[int(np.argmin(err))]), "tree": tree,
             "latency_s": latency, "bucket_step_s": bucket, "sources": sources, "tcp_points": tcp_pts}
 
 

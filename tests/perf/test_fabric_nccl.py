@@ -35,6 +35,7 @@ def test_every_fabric_constant_is_the_fit_rule_on_the_csv(rows):
     for cls, shares in network.SHARES.items():
         assert np.allclose(f["share"][cls], shares, atol=5e-4), (cls, f["share"][cls], shares)
     assert f["tcp_ceiling_gbps"] == network.TCP_CEILING_GBPS
+    assert tuple(f["tree"]) == network.TREE_CLASSES
     for table, fitted in ((network.STEP_LATENCY_S, f["latency_s"]), (network.BUCKET_STEP_S, f["bucket_step_s"])):
         assert set(table) == set(network.TRANSPORTS)
         for cls, v in table.items():
