@@ -215,7 +215,7 @@ def main() -> None:
         b, a_ = c["before"], c["after"]
         print(f"{g:30s} {c['rows']:4d} {c['sources']:3d}   {b['mape']:11.0%} {b['coverage']:5.0%}   "
               f"{a_['mape']:10.0%} {a_['coverage']:5.0%} {a_['too_fast']:4d}")
-    print("per source (held out): MAPE before -> after; worst large-message predicted/measured")
+    print("per source (held out): MAPE before -> after; worst busbw or share row predicted/measured")
     for s, v in rep["per_source"].items():
         w = v["largest"]
         print(f"  {s}: {v['rows']} rows, {v['mape_before']:.0%} -> {v['mape_after']:.0%}"
