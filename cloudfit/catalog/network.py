@@ -15,14 +15,16 @@ each row with its public source; assumptions named in ``data/raw/network/PROVENA
   by node count (2, 3–7, ≥ 8 VMs), and the latency per ring step, derived from the csv's public nccl-tests rows by
   :func:`fit` (a stated rule, not by hand; ``bench/fabric_nccl.py`` checks it leave-one-source-out, results in
   ``bench/RESULTS_multinode.md``). EFA 0.79 / 0.60 / 0.55 of the link (p3dn, p4d ×2 sources, A3 Mega's TCPXO —
-  whose rows fall inside EFA's, so it stays in the class), 2.3 µs a step (p5, p6-b200, A3 Mega); GPUDirect-TCPX
-  (A3 High) 0.53 of its 1,000 Gbit/s (a ring-forced run below every EFA source: its own class; 3+ VMs by EFA's
-  node-count ratio), EFA's latency (no small-message row); RDMA (InfiniBand: Nebius, CoreWeave; RoCE: A3 Ultra,
-  two threads) 0.72 on 2 VMs, 1.9 µs a step — 3+ VMs by EFA's ratio (only EFA has rows beyond two VMs).
-  On **two VMs of several GPUs** NCCL's tree moves each byte across the link once where a ring over all n GPUs
-  moves 2(n−1)/n of it, so the all-reduce's bus bandwidth reaches share × link × 2(n−1)/n
-  (:func:`two_node_gain`: A3 Mega measured 338.8 GB/s busbw over a 225 GB/s link); from three VMs it is share ×
-  link. The socket curve above stays as it was (its share rows unchanged; :func:`fit` re-derives C = 127).
+  whose rows fall inside EFA's, so it stays in the class), 2.3 µs a step at small messages (p5, p6-b200, A3 Mega)
+  and 20.4 µs at bucket-sized ones (p4d, A3 Mega); GPUDirect-TCPX (A3 High) 0.53 of its 1,000 Gbit/s (a
+  ring-forced run below every EFA source: its own class; 3+ VMs by EFA's node-count ratio), 47 µs a step at
+  bucket sizes; RDMA (InfiniBand: Nebius, CoreWeave; RoCE: A3 Ultra, two threads) 0.72 on 2 VMs — 3+ VMs by EFA's
+  ratio (only EFA has rows beyond two VMs) — 1.9 / 4.4 µs a step. A step's overhead rises from the small-message
+  latency to the bucket-sized one at 1 MiB (:func:`step_overhead_s`). On **two VMs of several GPUs** NCCL's tree
+  moves each byte across the link once where a ring over all n GPUs moves 2(n−1)/n of it, so for the classes whose
+  two-VM runs show it (:data:`TREE_CLASSES`: EFA, RDMA) the all-reduce's bus bandwidth reaches share × link ×
+  2(n−1)/n (:func:`two_node_gain`: A3 Mega measured 338.8 GB/s busbw over a 225 GB/s link); from three VMs it is
+  share × link. The socket curve above stays as it was (its share rows unchanged; :func:`fit` re-derives C = 127).
 
 The all-reduce of ``g`` gradient bytes over ``n`` ranks is a ring: ``2(n−1)/n · g / link`` plus ``2(n−1)`` steps of
 latency per bucket (PyTorch DDP's default ``bucket_cap_mb`` = 25 MB: ``ceil(g / 25 MB)`` buckets). Buckets overlap

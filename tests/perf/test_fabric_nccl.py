@@ -131,4 +131,4 @@ def test_no_public_run_beats_the_wire_bound(rows):
                                            transport=r["fabric"])
         assert t >= n / bound_sps * (1 - 1e-6), (r["source"], r["bytes"], t, n / bound_sps)
         beaten_old += t < 2 * (n - 1) / n * s / (float(r["link_gbps"]) * 1e9 / 8)
-    assert beaten_old >= 10  # the rows the ring bound got wrong
+    assert beaten_old >= 30  # the rows the ring bound got wrong (31: p4d, A3 Mega, Nebius, CoreWeave)
