@@ -105,7 +105,7 @@ def predict(row: dict, c: dict) -> tuple[float, float]:
         gather = coll == "all_gather"
         factor = (n - 1) / n if gather else 2 * (n - 1) / n
         steps = (n - 1) if gather else 2 * (n - 1)
-        gain = float(network.two_node_gain(nodes, gpn)) if (gain_ok and not gather) else 1.0
+        gain = float(network.tree_gain(nodes, gpn)) if (gain_ok and not gather) else 1.0
         bw = link * float(network.share(cls, nodes, link)) * gain / 8 * 1e9
         t = factor * s / bw + steps * float(network.step_overhead_s(s, cls))
         if kind == "time":

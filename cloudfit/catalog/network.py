@@ -14,17 +14,18 @@ each row with its public source; assumptions named in ``data/raw/network/PROVENA
 * **efa**, **tcpx**, **rdma** — the share of the wire NCCL's all-reduce keeps busy at large messages (≥ 256 MiB),
   by node count (2, 3–7, ≥ 8 VMs), and the latency per ring step, derived from the csv's public nccl-tests rows by
   :func:`fit` (a stated rule, not by hand; ``bench/fabric_nccl.py`` checks it leave-one-source-out, results in
-  ``bench/RESULTS_multinode.md``). EFA 0.79 / 0.60 / 0.55 of the link (p3dn, p4d ×2 sources, A3 Mega's TCPXO —
-  whose rows fall inside EFA's, so it stays in the class), 2.3 µs a step at small messages (p5, p6-b200, A3 Mega)
-  and 20.4 µs at bucket-sized ones (p4d, A3 Mega); GPUDirect-TCPX (A3 High) 0.53 of its 1,000 Gbit/s (a
-  ring-forced run below every EFA source: its own class; 3+ VMs by EFA's node-count ratio), 47 µs a step at
-  bucket sizes; RDMA (InfiniBand: Nebius, CoreWeave; RoCE: A3 Ultra, two threads) 0.72 on 2 VMs — 3+ VMs by EFA's
-  ratio (only EFA has rows beyond two VMs) — 1.9 / 4.4 µs a step. A step's overhead rises from the small-message
-  latency to the bucket-sized one at 1 MiB (:func:`step_overhead_s`). On **two VMs of several GPUs** NCCL's tree
-  moves each byte across the link once where a ring over all n GPUs moves 2(n−1)/n of it, so for the classes whose
-  two-VM runs show it (:data:`TREE_CLASSES`: EFA, RDMA) the all-reduce's bus bandwidth reaches share × link ×
-  2(n−1)/n (:func:`two_node_gain`: A3 Mega measured 338.8 GB/s busbw over a 225 GB/s link); from three VMs it is
-  share × link. The socket curve above stays as it was (its share rows unchanged; :func:`fit` re-derives C = 127).
+  ``bench/RESULTS_multinode.md``). EFA 0.79 / 0.46 / 0.46 (p3dn, p4d ×2 sources, A3 Mega's TCPXO — whose rows fall
+  inside EFA's, so it stays in the class), 2.3 µs a step at small messages (p5, p6-b200, A3 Mega) and 20.4 µs at
+  bucket-sized ones (p4d, A3 Mega); GPUDirect-TCPX (A3 High) 0.53 of its 1,000 Gbit/s (a ring-forced run below
+  every EFA source: its own class; 3+ VMs by the median within-source node-count ratio), 47 µs a step at bucket
+  sizes; RDMA (InfiniBand: Nebius, CoreWeave, two H100 clusters at 2, 4, 8 nodes; RoCE: A3 Ultra, two threads)
+  0.67 on 2 VMs, 0.63 on more, 1.3 / 3.7 µs a step. A step's overhead rises from the small-message latency to the
+  bucket-sized one at 1 MiB (:func:`step_overhead_s`). On **VMs of several GPUs** NCCL reduces inside the VM
+  first and each VM moves 2(m−1)/m of the buffer across its link, where a ring over all n GPUs would move 2(n−1)/n:
+  for the classes whose runs show it (:data:`TREE_CLASSES`: EFA, RDMA) the all-reduce's bus bandwidth reaches
+  share × link × (n−1)/n ÷ (m−1)/m (:func:`tree_gain`: 1.875 on 2 VMs of 8 GPUs — A3 Mega measured 338.8 GB/s
+  busbw over a 225 GB/s link — 1.29 on 4, 1.125 on 8). The socket curve above stays as it was (its share rows
+  unchanged; :func:`fit` re-derives C = 127).
 
 The all-reduce of ``g`` gradient bytes over ``n`` ranks is a ring: ``2(n−1)/n · g / link`` plus ``2(n−1)`` steps of
 latency per bucket (PyTorch DDP's default ``bucket_cap_mb`` = 25 MB: ``ceil(g / 25 MB)`` buckets). Buckets overlap
@@ -59,25 +60,26 @@ TCP_CEILING_GBPS = 127.0
 #: Share of the wire NCCL's all-reduce keeps busy at large messages, by node count (2, 3–7, ≥ 8 VMs): the
 #: :func:`fit` rule applied to ``data/raw/network/nccl_transport.csv`` (``tests/perf/test_fabric_nccl.py`` re-derives
 #: them). EFA (and GPUDirect-TCPXO, whose rows fall inside EFA's) from p3dn/p4d/p5/p6 and A3 Mega rows; TCPX from
-#: A3 High's (below every EFA source: its own class); RDMA (InfiniBand and RoCE) from Nebius, CoreWeave, A3 Ultra and
-#: two RoCE threads. Only EFA has rows beyond 2 VMs (p4dn 3–4, p3dn 8–32); the others' 3–7 and ≥ 8 shares are their
-#: 2-VM share × EFA's within-source ratio (a transfer, not a measurement).
-EFA_SHARE = (0.791, 0.6, 0.55)
-TCPX_SHARE = (0.533, 0.525, 0.367)
-RDMA_SHARE = (0.717, 0.706, 0.493)
+#: A3 High's (below every EFA source: its own class); RDMA (InfiniBand and RoCE) from Nebius, CoreWeave, A3 Ultra,
+#: two RoCE threads and two InfiniBand H100 clusters at 2, 4 and 8 nodes (NVIDIA/nccl-tests#309). Beyond two VMs:
+#: EFA from p4dn 3–4 and p3dn 8–32, RDMA from nccl-tests#309; TCPX's 3+ shares are its 2-VM share × the median
+#: within-source ratio (a transfer, not a measurement). A share is of what the VM must send at least (× :func:`tree_gain`).
+EFA_SHARE = (0.791, 0.458, 0.458)
+TCPX_SHARE = (0.533, 0.474, 0.474)
+RDMA_SHARE = (0.672, 0.629, 0.629)
 #: Latency per ring step (s): small-message (≤ 4 KiB) all-reduce / all-gather times over the model's step count
 #: (:func:`fit`); TCPX has no small-message row: EFA's. The floor a step pays — what the wire bound charges.
-STEP_LATENCY_S = {"tcp": 45.8e-6, "efa": 2.29e-6, "tcpx": 2.29e-6, "rdma": 1.9e-6}
+STEP_LATENCY_S = {"tcp": 45.8e-6, "efa": 2.29e-6, "tcpx": 2.29e-6, "rdma": 1.3e-6}
 #: Overhead per ring step (s) at bucket-sized messages (1–64 MiB: DDP's 25 MB buckets): what the measured times
 #: there exceed the source's own large-message bandwidth by, over the step count (:func:`fit`). NCCL's busbw ramps
 #: up far slower than the small-message latency suggests (p4d EFA at 4 MiB: 847 µs, ~30 µs a step on 16 GPUs), so
 #: the estimate (:func:`allreduce_s`, :func:`busbw_gbs`) charges this; sockets have no such row (their latency).
-BUCKET_STEP_S = {"tcp": 45.8e-6, "efa": 20.4e-6, "tcpx": 47.0e-6, "rdma": 4.44e-6}
+BUCKET_STEP_S = {"tcp": 45.8e-6, "efa": 20.4e-6, "tcpx": 47.0e-6, "rdma": 3.7e-6}
 #: Links at least this fast (Gbit/s) are RDMA-class when only the bandwidth is known.
 RDMA_CLASS_GBPS = 400.0
 
 TRANSPORTS = ("tcp", "efa", "tcpx", "rdma")
-#: Classes whose public two-VM all-reduces pass the link (NCCL's tree: :func:`two_node_gain`), the :func:`fit`
+#: Classes whose public two-VM all-reduces pass the link (NCCL's tree: :func:`tree_gain`), the :func:`fit`
 #: rule: EFA (p4d 77.9 GB/s busbw over 50; A3 Mega 338.8 over 225), RDMA (InfiniBand 467–481 over 400). TCPX's one
 #: run was ring-forced (GCP's TCPX settings) and the socket rows are stated shares: no gain taken for them.
 TREE_CLASSES = ("efa", "rdma")
@@ -112,15 +114,18 @@ def node_class(nodes) -> np.ndarray:
     return np.digitize(np.asarray(nodes, dtype=float), NODE_CLASS_EDGES)
 
 
-def two_node_gain(nodes, gpus_per_node) -> np.ndarray:
-    """How far NCCL's default all-reduce busbw can pass the VM link on two VMs of several GPUs: its tree reduces
-    inside each VM and moves each byte across the link once, where a ring over all n = 2g GPUs would move
-    2(n−1)/n of it (NVIDIA/nccl#209, sjeaugey: "up to 2x the network bandwidth with trees … does not apply to 3+
-    nodes"). 2(n−1)/n on 2 VMs of g > 1 GPUs, else 1."""
+def tree_gain(nodes, gpus_per_node) -> np.ndarray:
+    """How far NCCL's default all-reduce busbw can pass the VM link over m VMs of g GPUs: reducing inside each VM
+    first (NVLink SHARP / tree), each VM must move 2(m−1)/m of the buffer across its link where a ring over all
+    n = m·g GPUs would move 2(n−1)/n of it — busbw (defined by the ring's factor) reaches the link × (n−1)/n ÷
+    (m−1)/m: 1.875 on 2 VMs of 8 GPUs, 1.29 on 4, 1.125 on 8, → 1 (NVIDIA/nccl#209, sjeaugey: "up to 2x the network
+    bandwidth with trees" on two nodes; NVIDIA/nccl-tests#309: InfiniBand H100 clusters at 1.17 / 0.81–0.91 / 0.80
+    of the link on 2 / 4 / 8 nodes, 0.62–0.71 of this bound on each). 1 with one GPU a VM."""
     nodes = np.asarray(nodes, dtype=float)
     n = nodes * np.asarray(gpus_per_node, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        g = np.where((nodes == 2) & (n > 2), 2 * (n - 1) / np.maximum(n, 1.0), 1.0)
+        g = np.where((nodes >= 2) & (n > nodes), ((n - 1) / np.maximum(n, 1.0)) / ((nodes - 1) / np.maximum(nodes, 1.0)),
+                     1.0)
     return g
 
 
@@ -194,10 +199,10 @@ def share(transport, nodes, link_gbps=None) -> np.ndarray:
 
 def effective_gbps(link_gbps, nodes, transport, gpus_per_node=1.0) -> np.ndarray:
     """Gbit/s of NCCL's all-reduce bus bandwidth over a ``link_gbps`` VM link between ``nodes`` VMs of
-    ``gpus_per_node`` GPUs: the wire's share × the link, × :func:`two_node_gain` on two VMs of several GPUs (the
-    only case where busbw passes the link; 1 GPU a VM, the default, never does) for :data:`TREE_CLASSES`."""
+    ``gpus_per_node`` GPUs: the wire's share × the link, × :func:`tree_gain` on VMs of several GPUs for
+    :data:`TREE_CLASSES` (1 GPU a VM, the default, gets none)."""
     link = np.asarray(link_gbps, dtype=float)
-    gain = np.where(np.isin(np.asarray(transport), TREE_CLASSES), two_node_gain(nodes, gpus_per_node), 1.0)
+    gain = np.where(np.isin(np.asarray(transport), TREE_CLASSES), tree_gain(nodes, gpus_per_node), 1.0)
     return link * share(transport, nodes, link) * gain
 
 
@@ -223,7 +228,7 @@ def step_overhead_s(message_bytes, transport) -> np.ndarray:
 def busbw_gbs(message_bytes, ranks, nodes, link_gbps, transport, collective="all_reduce") -> np.ndarray:
     """GB/s of nccl-tests' bus bandwidth the model gives a ``message_bytes`` collective over ``ranks`` GPUs on
     ``nodes`` VMs: time = bus factor × S / (effective bus bandwidth) + steps × :func:`step_overhead_s`, where an all-reduce
-    takes 2(n−1) ring steps and bus factor 2(n−1)/n, an all-gather n−1 and (n−1)/n (and no two-VM tree gain). Never
+    takes 2(n−1) ring steps and bus factor 2(n−1)/n, an all-gather n−1 and (n−1)/n (and no tree gain). Never
     falls as the message grows (the latency term is fixed, the bandwidth term linear)."""
     s = np.asarray(message_bytes, dtype=float)
     n = np.asarray(ranks, dtype=float)
@@ -231,7 +236,7 @@ def busbw_gbs(message_bytes, ranks, nodes, link_gbps, transport, collective="all
     gather = np.asarray(collective) == "all_gather"
     factor = np.where(gather, (n - 1) / n, 2 * (n - 1) / n)
     steps = np.where(gather, n - 1, 2 * (n - 1))
-    gain = np.where(gather | ~np.isin(np.asarray(transport), TREE_CLASSES), 1.0, two_node_gain(nodes, n / nodes))
+    gain = np.where(gather | ~np.isin(np.asarray(transport), TREE_CLASSES), 1.0, tree_gain(nodes, n / nodes))
     bw = np.asarray(link_gbps, dtype=float) * share(transport, nodes, link_gbps) * gain / 8  # GB/s
     t = factor * s / (bw * 1e9) + steps * step_overhead_s(s, transport)
     return factor * s / t / 1e9
@@ -246,17 +251,17 @@ def _source_key(row: dict) -> tuple[str, str]:
 
 
 def _row_share(row: dict) -> tuple[float, bool] | None:
-    """A large-message row's share of the wire and whether it needed the two-VM tree assumption (None: not a
+    """A large-message row's share of the wire and whether it needed the tree assumption (None: not a
     large-message row). ``nccl_gbps_over_link`` rows are shares as their threads state them; ``busbw`` rows of
-    ≥ :data:`LARGE_BYTES` give busbw ÷ (link × :func:`two_node_gain`) — the gain only for default-algorithm
-    all-reduces on two VMs of several GPUs."""
+    ≥ :data:`LARGE_BYTES` give busbw ÷ (link × :func:`tree_gain`) — the gain only for default-algorithm
+    all-reduces on VMs of several GPUs."""
     if row["quantity"] == "nccl_gbps_over_link":
         return float(row["value"]), False
     if row["quantity"] != "busbw" or float(row["bytes"]) < LARGE_BYTES:
         return None
     nodes, gpn = float(row["nodes"]), float(row["gpus_per_node"])
     tree = row["collective"] == "all_reduce" and row["algo"] == "default"
-    gain = float(two_node_gain(nodes, gpn)) if tree else 1.0
+    gain = float(tree_gain(nodes, gpn)) if tree else 1.0
     return float(row["busbw_GBps"]) * 8 / (float(row["link_gbps"]) * gain), gain > 1.0
 
 
@@ -284,7 +289,7 @@ def fit(rows: list[dict]) -> dict:
        shares (:func:`_row_share`).
     2. **Classes**: a fabric leaves its base class (:data:`BASE_CLASS`) when each of its 2-VM source shares lies
        outside the range of the other fabrics' 2-VM source shares of the same kind in that class (like with like:
-       shares that needed the two-VM tree assumption against such shares, the others against the others), and at
+       shares that needed the tree assumption against such shares, the others against the others), and at
        least one has such a comparison.
     3. **Class share** per node class: the median over its sources. A node class without rows: the class's 2-VM
        share × the median within-source ratio (that node class ÷ 2 VMs) over every source that has both; then
