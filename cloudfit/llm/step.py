@@ -56,8 +56,8 @@ schedule: reduce inside the node over NVLink, exchange between nodes, broadcast 
 than a flat ring's (a group with one rank per node is unchanged). E.g. TP 16 over 2 nodes: 1.875× shorter.
 The node network runs as its fabric lets it (``node_transport``, a ``cloudfit.catalog.network.FABRICS`` name; issue 33):
 ``net_eff`` is fitted on the public runs, all InfiniBand/RoCE, so another fabric scales it by NCCL's share over that
-fabric ÷ the RDMA share (``network.effective_gbps``: sockets over a 100 Gbit/s gVNIC reach 0.68 of it, EFA on 8+ nodes
-0.73), never past the link; each collective across m nodes also waits ``LATENCY_STEPS``·(m−1) steps per pass of the
+fabric ÷ the RDMA share at the same node count (``network.effective_gbps``: sockets over a 100 Gbit/s gVNIC reach 0.71 of
+it on 2 nodes, GPUDirect-TCPX 0.74, EFA 1.10), never past the link; each collective across m nodes also waits ``LATENCY_STEPS``·(m−1) steps per pass of the
 fabric's step latency beyond RDMA's (``network.STEP_LATENCY_S``: what makes small messages slow over sockets; the
 fitted constants carry the RDMA fabric's own). Without a transport (the public rows) the fabric is RDMA-class and
 the step is exactly the fitted model's.
@@ -388,7 +388,13 @@ class _Links:
         if isinstance(self.transport, str) and self.transport == "rdma":
             return 1.0
         link = np.maximum(_f(self._link), 1e-9)
-        share = network.effective_gbps(link, np.maximum(m, 2.0), self.transport) / (link * network.RDMA_SHARE)
+        # the ratio at m nodes, never above its ratio at fewer nodes (RDMA's 3+-node shares are a transfer of EFA's
+        # node-count ratio; a fabric must not gain on it by spanning more nodes)
+        m = np.maximum(m, 2.0)
+        share = network.effective_gbps(link, m, self.transport) / network.effective_gbps(link, m, "rdma")
+        for fewer in (2.0, 3.0):
+            at = network.effective_gbps(link, fewer, self.transport) / network.effective_gbps(link, fewer, "rdma")
+            share = np.where(m >= fewer, np.minimum(share, at), share)
         return np.minimum(share, 1.0 / self.c.net_eff)
 
     def _nodes(self, group, stride):

@@ -42,9 +42,7 @@ def test_the_socket_share_is_the_least_squares_fit_to_the_public_points():
     assert abs(grid[int(np.argmin(err))] - network.TCP_CEILING_GBPS) <= 5
     for lk, s in pts:  # every public point within 1.55× (Sailor's GCP points above, the others below)
         assert abs(np.log(network.effective_gbps(lk, 2, "tcp") / lk / s)) < np.log(1.55), (lk, s)
-    efa = [float(r["value"]) for r in csv.DictReader(open(ROOT / "data/raw/network/nccl_transport.csv"))
-           if r["transport"] == "efa"]
-    assert network.EFA_SHARE[0] == max(efa) and min(network.EFA_SHARE) == min(efa)
+    # the other fabrics' shares: tests/perf/test_fabric_nccl.py (network.fit re-derives every constant)
 
 
 def test_no_transport_beats_the_link_and_faster_links_are_never_slower():
@@ -127,8 +125,9 @@ def test_the_shipped_model_never_beats_the_wire_on_any_catalog_shape():
             for nodes in (2, 8):
                 for batch in (1, 16):
                     qs.append(HardwareQuery(acc, count, nodes, gbps, "fp16", batch, vcpus=vcpus))
-                    n = count * nodes
-                    wire.append(2 * (n - 1) / n * prof.stats.gradient_bytes / (gbps * 1e9 / 8))
+                    # each VM sends at least 2(m-1)/m of the gradient (m VMs; a ring over all GPUs is not the least:
+                    # tests/perf/test_fabric_nccl.py::test_no_public_run_beats_the_wire_bound)
+                    wire.append(2 * (nodes - 1) / nodes * prof.stats.gradient_bytes / (gbps * 1e9 / 8))
         t = predict_many(prof, qs)
         ok = ~t.fits | (t.step_time_s >= np.array(wire) * (1 - 1e-9))
         assert ok.all(), (name, [q for q, g in zip(qs, ok) if not g][:3])
