@@ -17,7 +17,8 @@ band, anchored bands × (1 + slope × jump)):
 - **the transition prior** (``fit.fit_transitions`` on the older rows, ``model._transition``'s arithmetic): on
   single-device pairs of the same (source, workload) on two (accelerator, precision) points (nearest batch;
   precision pairs on one GPU count), non-negative least squares of log(measured ratio) on
-  ``features.TRANSITION_TERMS``. A held-out row's one-device speed is the shipped prediction (stats-only or
+  ``features.TRANSITION_TERMS``, a pair weighing ``fit.TRANSITION_RECENCY`` per generation between its newer
+  accelerator and the newest of the fit. A held-out row's one-device speed is the shipped prediction (stats-only or
   anchored) on the measured GPU nearest in spec × exp(c·x), the log jump clipped between 0 and the shipped
   model's own jump; times the shipped model's multi-device / one-device ratio, for anchored rows moved μ of the way
   to the full model's (prior × correction) where that is lower, μ chosen on the inner folds below
@@ -25,7 +26,10 @@ band, anchored bands × (1 + slope × jump)):
 - **the band by distance**: the same carried path's residuals on the *inner* leave-one-generation-out folds (for
   Hopper: Volta and Ampere from ≤ Pascal, Ampere from ≤ Volta; for Ampere: Volta from ≤ Pascal), their 10/90%
   quantiles per regime and distance (generation hops from the reference + 1 for a precision class never measured
-  on its family), as ``model.predict_many`` applies the shipped one.
+  on its family), as ``model.predict_many`` applies the shipped one; an anchored band never narrower than the band
+  a measured accelerator would get (the regime band × the anchor-jump scale), as ``predict_many`` gives it.
+
+The band designs and transition designs tried against the shipped ones, nested: ``bench/generation_variants.py``.
 
 A first try, a correction ∝ the calibrated prior's jump learned on the inner folds, is in commit d538758
 (it made Ampere worse: older transitions realised *more* than the prior's jump, newer ones less).
