@@ -715,7 +715,7 @@ def transition_pairs(prep: Prepared, rows: np.ndarray) -> list[tuple[int, int]]:
 #: The weight of a transition pair per generation between its newer row and the newest generation of the fit
 #: (``fit_transitions``): the tensor-core era's steps realised less of their spec ratios than the FP32 era's, and
 #: the next step is taught more by the last ones (issue 33; ``bench/RESULTS_generation.md``, "Bands by distance,
-#: nested: what was tried"). 1.0: every pair the same (main before 2026-11-27 17:00 UTC).
+#: nested: what was tried"). 1.0: every pair the same (the design before branch `anchor`).
 TRANSITION_RECENCY = 0.5
 
 
