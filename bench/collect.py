@@ -25,7 +25,7 @@ PARTS = [  # (file, the script that writes it)
     ("RESULTS_multinode.md", "bench/multinode.py"),
     ("RESULTS_checkpoint.md", "bench/dcp_async_save.py"),
     ("RESULTS_gpu.md", "bench/device/gpu_session.sh, bench/h100_zoo.py"),
-    ("RESULTS_generation.md", "bench/generation.py, bench/h100_zoo.py"),
+    ("RESULTS_generation.md", "bench/generation.py, bench/generation_variants.py, bench/h100_zoo.py"),
     ("RESULTS_llm_generation.md", "bench/llm_generation.py, scripts/fit_llm.py"),
     ("RESULTS_zoo.md", "bench/h100_zoo.py, bench/perf_eval.py"),
 ]

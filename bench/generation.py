@@ -17,7 +17,8 @@ band, anchored bands × (1 + slope × jump)):
 - **the transition prior** (``fit.fit_transitions`` on the older rows, ``model._transition``'s arithmetic): on
   single-device pairs of the same (source, workload) on two (accelerator, precision) points (nearest batch;
   precision pairs on one GPU count), non-negative least squares of log(measured ratio) on
-  ``features.TRANSITION_TERMS``. A held-out row's one-device speed is the shipped prediction (stats-only or
+  ``features.TRANSITION_TERMS``, a pair weighing ``fit.TRANSITION_RECENCY`` per generation between its newer
+  accelerator and the newest of the fit. A held-out row's one-device speed is the shipped prediction (stats-only or
   anchored) on the measured GPU nearest in spec × exp(c·x), the log jump clipped between 0 and the shipped
   model's own jump; times the shipped model's multi-device / one-device ratio, for anchored rows moved μ of the way
   to the full model's (prior × correction) where that is lower, μ chosen on the inner folds below
@@ -25,7 +26,10 @@ band, anchored bands × (1 + slope × jump)):
 - **the band by distance**: the same carried path's residuals on the *inner* leave-one-generation-out folds (for
   Hopper: Volta and Ampere from ≤ Pascal, Ampere from ≤ Volta; for Ampere: Volta from ≤ Pascal), their 10/90%
   quantiles per regime and distance (generation hops from the reference + 1 for a precision class never measured
-  on its family), as ``model.predict_many`` applies the shipped one.
+  on its family), as ``model.predict_many`` applies the shipped one; an anchored band never narrower than the band
+  a measured accelerator would get (the regime band × the anchor-jump scale), as ``predict_many`` gives it.
+
+The band designs and transition designs tried against the shipped ones, nested: ``bench/generation_variants.py``.
 
 A first try, a correction ∝ the calibrated prior's jump learned on the inner folds, is in commit d538758
 (it made Ampere worse: older transitions realised *more* than the prior's jump, newer ones less).
@@ -83,6 +87,9 @@ class Fold:
     gf: "fit_mod.GenerationFold"  # the fit on the older rows: shipped and carried predictions of ``held``
     lo: dict[str, np.ndarray]  # the shipped band (regime/novelty band widened to the unmeasured band)
     hi: dict[str, np.ndarray]
+    #: kind → (low, high) log band a measured accelerator would get (regime/novelty band × the anchor-jump scale):
+    #: ``predict_many``'s anchored band by distance is never narrower than it
+    measured_q: dict[str, tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=dict)
 
     @property
     def ref(self):
@@ -112,7 +119,7 @@ def fold(prep, target: float, *, lam=None, cal=True, progress=None) -> tuple[Fol
         lam = c.anchor_lambda
     gf = fit_mod.generation_fold(prep, train, held, lam)
     fp, fm = gf.fp, gf.fm
-    lo, hi = {}, {}
+    lo, hi, mq = {}, {}, {}
     if c is not None:
         new = fit_mod.novel(fp, train, held)
         scale = fit_mod.band_scale(fit_mod.anchor_jump(fp, fm, held), c.jump_slope)
@@ -125,7 +132,18 @@ def fold(prep, target: float, *, lam=None, cal=True, progress=None) -> tuple[Fol
             pred = gf.shipped[kind]
             lo[kind] = pred * np.exp(np.minimum(ql, ul) * sc)
             hi[kind] = pred * np.exp(np.maximum(qh, uh) * sc)
-    return Fold(target, train, held, gf, lo, hi), c
+            mq[kind] = (ql * sc, qh * sc)
+    return Fold(target, train, held, gf, lo, hi, mq), c
+
+
+def nested(prep, target: float, lam: dict, progress=None) -> tuple[list, float]:
+    """The inner leave-one-generation-out folds among the rows older than ``target`` (``fit.generation_folds``) with
+    the carried scaling μ calibrated on them and applied (as ``cloudfit model fit`` does on every row): what a
+    target's band and μ are learned from."""
+    older = np.flatnonzero(np.array([gen_of(a) for a in prep.table["accelerator"]]) < target)
+    inner = fit_mod.generation_folds(prep, older, lam, progress=progress)
+    mu = fit_mod.calibrate_scaling(prep, inner)
+    return [fit_mod.carried_scaling(fi, mu) for fi in inner], mu
 
 
 def fit_transitions(prep, rows: np.ndarray, constants=None) -> dict:
@@ -317,10 +335,7 @@ def main(argv=None) -> int:
                               ("multi", prep.multi[f.held])):
                 rec["before"][f"{kind}/{part}"] = summary(pred[sel], f.lo[kind][sel], f.hi[kind][sel], meas[f.held][sel])
         if args.after:
-            older = np.flatnonzero(np.array([gen_of(a) for a in prep.table["accelerator"]]) < target)
-            inner = fit_mod.generation_folds(prep, older, cal.anchor_lambda, progress=lambda s_: log(f"{name}: inner fit {s_}"))
-            mu = fit_mod.calibrate_scaling(prep, inner)  # the carried scaling, as `cloudfit model fit` calibrates it
-            inner = [fit_mod.carried_scaling(fi, mu) for fi in inner]
+            inner, mu = nested(prep, target, cal.anchor_lambda, progress=lambda s_: log(f"{name}: inner fit {s_}"))
             f.gf = fit_mod.carried_scaling(f.gf, mu)
             rec["carried_scaling"] = mu
             band = fit_mod.generation_band(prep, inner)
@@ -334,6 +349,8 @@ def main(argv=None) -> int:
             for kind in ("stats-only", "anchored"):
                 pred = f.gf.carried[kind]
                 glo, ghi = distance_band(band, kind, prep.multi[f.held], np.maximum(dist, 1))
+                if kind == "anchored":  # as predict_many: never narrower than a measured accelerator's anchored band
+                    glo, ghi = np.minimum(glo, f.measured_q[kind][0]), np.maximum(ghi, f.measured_q[kind][1])
                 lo_s, hi_s = pred * f.lo[kind] / f.gf.shipped[kind], pred * f.hi[kind] / f.gf.shipped[kind]
                 far = dist > 0  # distance 0 (none here): the unmeasured band, as predict_many keeps it
                 lo, hi = np.where(far, pred * np.exp(glo), lo_s), np.where(far, pred * np.exp(ghi), hi_s)

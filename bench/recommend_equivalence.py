@@ -8,7 +8,8 @@ The "before" tree is this tree's ``cloudfit/`` with the named files (or folders)
 export, so only they differ; both trees read a copy of this tree's ``cloudfit/perf/model.json``
 (the model can be refitted meanwhile) through ``cloudfit.perf.model.model_path``. ``--perf-from-export``
 takes ``cloudfit/perf`` and its model from the export in both trees instead (when this tree's
-performance model is mid-change). Each workload runs twice per tree — ``--json`` and the rich table
+performance model is mid-change). ``--model-from-export``: the "before" tree reads the export's model.json, the
+"after" tree this tree's (a refit and the code that reads it, compared whole). Each workload runs twice per tree — ``--json`` and the rich table
 — each with ``--out plan.json``; stdout, stderr, the exit code and plan.json must be identical
 (``created_at`` and the tree's own path aside). Exit code 1 if anything differs.
 """
@@ -119,6 +120,7 @@ def main() -> None:
     ap.add_argument("export", type=Path, help="a tree holding the code before (e.g. `git archive HEAD` extracted)")
     ap.add_argument("files", nargs="+", help="paths under the repository that the change touched")
     ap.add_argument("--perf-from-export", action="store_true", help="cloudfit/perf and its model.json from the export")
+    ap.add_argument("--model-from-export", action="store_true", help="the before tree reads the export's model.json")
     ns = ap.parse_args()
     t0 = time.time()
     bad = 0
@@ -134,13 +136,17 @@ def main() -> None:
             shutil.copy(ns.export / "cloudfit/perf/model.json", model)
         else:
             shutil.copy(REPO / "cloudfit/perf/model.json", model)
+        model_before = model
+        if ns.model_from_export:
+            model_before = tmp / "model_before.json"
+            shutil.copy(ns.export / "cloudfit/perf/model.json", model_before)
         for k, case in enumerate(CASES):
             args = case.split()
             outs = []
-            for tree in (before, after):
+            for tree, m in ((before, model_before), (after, model)):
                 d = tmp / "runs" / f"{tree.name}{k}"
                 d.mkdir(parents=True)
-                outs.append(run(tree, args, d, model))
+                outs.append(run(tree, args, d, m))
             diffs = []
             for mode in ("json", "table"):
                 for what, x, y in zip(("exit code", "stdout", "stderr", "plan.json"), outs[0][mode], outs[1][mode]):

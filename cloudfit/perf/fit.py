@@ -712,11 +712,21 @@ def transition_pairs(prep: Prepared, rows: np.ndarray) -> list[tuple[int, int]]:
     return sorted(out)
 
 
-def fit_transitions(prep: Prepared, rows: np.ndarray, constants: dict[str, float] | None = None) -> dict[str, Any]:
+#: The weight of a transition pair per generation between its newer row and the newest generation of the fit
+#: (``fit_transitions``): the tensor-core era's steps realised less of their spec ratios than the FP32 era's, and
+#: the next step is taught more by the last ones (issue 33; ``bench/RESULTS_generation.md``, "Bands by distance,
+#: nested: what was tried"). 1.0: every pair the same (the design before branch `anchor`).
+TRANSITION_RECENCY = 0.5
+
+
+def fit_transitions(prep: Prepared, rows: np.ndarray, constants: dict[str, float] | None = None, *,
+                    recency: float = TRANSITION_RECENCY) -> dict[str, Any]:
     """Non-negative least squares of log(measured_j / measured_i) over :func:`transition_pairs` of ``rows`` on
     ``features.TRANSITION_TERMS`` (s = the calibrated prior's tensor-op share, mean of the two rows), each
-    (source, workload) group weighing about the same. Non-negative: more peak, bandwidth, memory-bound speed or batch
-    never predicts a slower step. Returns the coefficients and their provenance (every pair)."""
+    (source, workload) group weighing about the same, times ``recency`` per generation between the pair's newer row
+    and the newest generation of ``rows`` (:data:`TRANSITION_RECENCY`). Non-negative: more peak, bandwidth,
+    memory-bound speed or batch never predicts a slower step. Returns the coefficients and their provenance (every
+    pair)."""
     from scipy.optimize import nnls
 
     pairs = transition_pairs(prep, rows)
@@ -734,11 +744,13 @@ def fit_transitions(prep: Prepared, rows: np.ndarray, constants: dict[str, float
     y = np.log(prep.measured[j] / prep.measured[i])
     keys = [f"{t['source'][a]}|{t['workload'][a]}" for a in i]
     cnt = {k: keys.count(k) for k in set(keys)}
-    w = np.sqrt(np.array([1.0 / np.sqrt(cnt[k]) for k in keys]))
+    gen = {a: features.generation(a) for a in set(t["accelerator"][rows])}
+    age = max(gen.values()) - np.array([max(gen[t["accelerator"][a]], gen[t["accelerator"][b]]) for a, b in pairs])
+    w = np.sqrt(np.array([1.0 / np.sqrt(cnt[k]) for k in keys]) * recency ** age)
     c = nnls(X * w[:, None], y * w)[0]
     c = [float(round(x, 4)) for x in c]
     point = lambda a: f"{t['accelerator'][a]}:{t['precision'][a]}:bs{int(t['batch_per_device'][a])}"  # noqa: E731
-    return {"terms": terms, "c": c, "groups": len(cnt),
+    return {"terms": terms, "c": c, "groups": len(cnt), "recency": recency,
             "rms_log": float(round(np.sqrt(np.mean((y - X @ np.array(c)) ** 2)), 4)),
             "pairs": [[str(t["source"][a]), str(t["workload"][a]), point(a), point(b)] for a, b in zip(i, j)]}
 
@@ -1014,7 +1026,8 @@ def fit_model(*, measurements: Path | None = None, stats: Path | None = None,
         "transition_prior": dict(fit_transitions(prep, rows), method=(
             "NNLS of log measured speed ratio over single-device pairs of the same source and workload on two "
             "(accelerator, precision) points (nearest batch), on log spec ratios split by the prior's tensor-op "
-            "share; applied to an accelerator with no measured row from the measured one nearest in spec, "
+            "share; each (source, workload) group weighing 1/sqrt(its pairs), times recency^(generations between the "
+            "pair's newer accelerator and the newest measured one); applied to an accelerator with no measured row from the measured one nearest in spec, "
             "clamped to spec dominance over the catalog (cloudfit.perf.model._transition)")),
         "generation_band": dict(generation_band(prep, folds), carried_scaling=mu,
                                 measured_precisions=measured_precisions(prep, rows), method=(

@@ -453,8 +453,10 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
         hi_q = np.where(unmeasured, np.maximum(hi_q, np.where(multi, u_multi[1], u_single[1]) * band_scale), hi_q)
         basis = [b + f"; {a}: no measured rows, spec-based" if u else b for b, a, u in zip(basis, r["acc"], unmeasured)]
     # issue 33, bands by distance: one carried a generation or more (or to a precision never measured on its
-    # reference) takes the band leave-one-generation-out calibrated at that distance instead — for a workload unlike
-    # every training workload, never narrower than that workload's band on a measured accelerator (the held-out
+    # reference) takes the band leave-one-generation-out calibrated at that distance instead — never narrower than
+    # the same query's band on a measured accelerator where that band knows more: an anchored one (it widens with
+    # the hardware jump from the anchors, which the generation residuals, all one or two hops from their anchors,
+    # do not see; the band widens with the distance) and a workload unlike every training workload (the held-out
     # generations' workloads were all measured on older ones: their residuals do not show a new workload's miss)
     if unmeasured.any() and m.generation_quantiles:
         dists = {k: extrapolation_distance(m, *k) for k in {(a, pr) for a, pr, u in zip(r["acc"], r["prec"], unmeasured) if u}}
@@ -462,7 +464,7 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
         far = dist > 0
         if far.any():
             g_lo, g_hi = generation_quantiles(m, kind, multi[far], dist[far])
-            if novelty == "new":
+            if novelty == "new" or kind == "anchored":
                 g_lo = np.minimum(g_lo, np.where(multi, q_multi[0], q_single[0])[far] * band_scale[far])
                 g_hi = np.maximum(g_hi, np.where(multi, q_multi[1], q_single[1])[far] * band_scale[far])
             lo_q[far], hi_q[far] = g_lo, g_hi

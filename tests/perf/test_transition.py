@@ -190,3 +190,44 @@ def test_the_carried_scaling_only_lowers_an_unmeasured_gpus_anchored_multi_devic
             assert (new.samples_per_second <= old.samples_per_second * (1 + 1e-12)).all(), name
             lowered += int((new.samples_per_second < old.samples_per_second * (1 - 1e-6)).sum())
     assert lowered > 0
+
+
+def test_older_transitions_weigh_less_in_the_transition_prior():
+    """fit.fit_transitions weighs a pair TRANSITION_RECENCY per generation between its newer accelerator and the newest
+    of the fit (each (source, workload) group otherwise the same): the shipped prior records the weight; on the
+    ≤ Ampere rows, which hold pairs ending at Ampere and older ones, the weight moves the coefficients, never the
+    pairs, and they stay non-negative whatever it is."""
+    from cloudfit.perf import fit as fit_mod
+
+    doc = json.loads(perf_model.model_path().read_text())
+    assert doc["transition_prior"]["recency"] == fit_mod.TRANSITION_RECENCY and 0 < fit_mod.TRANSITION_RECENCY < 1
+    prep = fit_mod.prepare()
+    rows = np.flatnonzero(np.array([features.generation(a) for a in prep.table["accelerator"]]) <= 3)  # ≤ Ampere
+    shipped, flat, only_new = (fit_mod.fit_transitions(prep, rows, recency=r) for r in (fit_mod.TRANSITION_RECENCY, 1.0, 0.0))
+    assert shipped["c"] != flat["c"] and shipped["c"] != only_new["c"] and shipped["pairs"] == flat["pairs"]
+    newest = [p for p in flat["pairs"] if max(features.generation(x.split(":")[0]) for x in p[2:]) == 3]
+    assert newest and len(newest) < len(flat["pairs"])
+    assert min(shipped["c"]) >= 0.0 and min(only_new["c"]) >= 0.0  # non-negative whatever the weights
+
+
+def test_an_unmeasured_gpus_anchored_band_is_never_narrower_than_a_measured_one(profiles):
+    """An anchored prediction on an accelerator with no measured row carries its anchor's jump too: its band by
+    distance holds the band the same query would get on a measured accelerator (the regime band widened with the
+    hardware jump from the anchors), which the generation residuals, one or two hops from their anchors, do not see."""
+    m = perf_model.load_model()
+    far = [a for a in sorted(hardware.ACCELERATORS) if not m.measured(a) and perf_model.extrapolation_distance(m, a, "fp16")]
+    assert far
+    q_lo, q_hi = m.log_quantiles["single-anchored|seen"]
+    g_lo, g_hi = m.generation_quantiles["single-anchored"][0]
+    assert q_hi > g_hi  # the generation band alone is narrower on the fast side: the floor is what holds it
+    seen = [n for n, p in profiles.items() if p.measurements and not m.novel(features.work_from_stats(p.stats))]
+    assert len(seen) >= 3 and "resnet50" in seen
+    for name in seen:
+        prof = profiles[name]
+        t = predict_many(prof, [HardwareQuery(a, 1, 1, 0.0, "fp16") for a in far])
+        sps = t.samples_per_second[t.fits]
+        st = prof.stats
+        cap = np.log(float(prior.launch_bound_sps(st.kernels_per_step or np.nan, st.batch_size, 1)) / sps)
+        lo, hi = np.log(t.low[t.fits] / sps), np.log(t.high[t.fits] / sps)
+        assert len(sps) and (lo <= min(q_lo, g_lo) + 1e-9).all(), (name, lo)  # the jump scale only widens the band
+        assert (hi >= np.minimum(q_hi, cap) - 1e-9).all(), (name, hi, cap)  # high: below the launch cap
