@@ -196,7 +196,7 @@ def _what_the_log_states(spec, rec, result) -> tuple[dict[str, Any], dict[str, A
     """Another stack's log (a local run's file; this run's lines): the layout it states
     (``Stack.layout_from_log``) and its after-warm-up medians (``stacks.base.median_rate``); ``({}, {})`` when
     there is no such log."""
-    run = getattr(spec.job, "stack", None)
+    run = getattr(getattr(spec, "job", None), "stack", None)
     log = (rec.info.get("log") if rec is not None else None) or ""
     if run is None or not log or not Path(log).is_file():
         return {}, {}

@@ -14,7 +14,8 @@ Plain Python only (no torch, no stack import at module import time): the planner
   micro_batch, grad_accum   sequences per micro-batch per data-parallel rank; micro-batches per optimizer step
   ac                   activation checkpointing: none | selective | full
   precision            bf16 | fp8 | fp32
-  compile              torch.compile the model (stacks that can)
+  compile              torch.compile the model (stacks that can); None: the plan does not say — the stack's default
+                       (torchtitan: on, the speed its plans are priced at; the others: off)
   pp_schedule          cloudfit's schedule name (``PP_SCHEDULES``) or None without a pipeline
   virtual_stages       stages per pipeline rank (1 = not interleaved)
   steps                optimizer steps; ``checkpoint_every_steps`` / ``checkpoint_dir`` the checkpoint interval and
@@ -94,7 +95,7 @@ class StackJob:
     grad_accum: int = 1
     ac: str = "selective"
     precision: str = "bf16"
-    compile: bool = False
+    compile: bool | None = None
     pp_schedule: str | None = None
     virtual_stages: int = 1
     steps: int = 1
@@ -200,7 +201,7 @@ class StackJob:
             lora_rank = lay.get("lora_rank")
             tps = float(lay.get("tokens_per_second") or 0.0)
             interval_h = (lay.get("checkpoint") or {}).get("interval_h")
-            compile_ = bool(lay.get("compile", False))
+            compile_ = None if lay.get("compile") is None else bool(lay["compile"])
             model_args = _model_args(list((lay.get("launch") or {}).get("args") or ()))
         except (KeyError, TypeError, ValueError) as e:
             raise UsageError(f"the plan's layout block is malformed ({e!s:.80}): re-run `cloudfit recommend`") from None

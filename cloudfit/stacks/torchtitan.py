@@ -215,9 +215,17 @@ class Torchtitan(Stack):
         if job.pp > 1:
             argv.append("--training.disable_cuda_graphs")  # trainer.py: CUDA graphs do not support PP yet
         argv += ["--training.mixed_precision_param", "float32" if job.precision == "fp32" else "bfloat16"]
-        # every switch said outright: torchtitan's base configs differ (llama3_405b compiles, for one)
-        argv.append("--compile.enable" if job.compile else "--compile.no-enable")
-        argv.append("--compile.enable-async-tensor-parallel" if job.compile and job.tp > 1
+        # every switch said outright: torchtitan's base configs differ (llama3_405b compiles, for one). A plan that
+        # does not say compiles: its speed is priced on public runs' fused kernels, and eager runs fell short of
+        # it on an H200 (bench/RESULTS_gpu.md: torchtitan eager 1.20x slower than planned; cloudfit's own step
+        # 1.44x faster compiled)
+        compiled = job.compile is not False
+        if job.compile is None:
+            notes.append("torch.compile on (the plan's speed assumes fused kernels; eager ran 20–30% below plans on an "
+                         "H200, bench/RESULTS_gpu.md): the first steps pay the compilation — `-- --compile.no-enable` "
+                         "turns it off")
+        argv.append("--compile.enable" if compiled else "--compile.no-enable")
+        argv.append("--compile.enable-async-tensor-parallel" if compiled and job.tp > 1
                     else "--compile.no-enable-async-tensor-parallel")
         if job.checkpoint_dir or job.checkpoint_every_steps:
             argv.append("--checkpoint.enable")
@@ -232,9 +240,9 @@ class Torchtitan(Stack):
         argv.append(AC_SUBCOMMAND[job.ac])  # a tyro subcommand: after every other flag
         if job.precision == "fp8":
             notes.append("float8: torchtitan's Float8LinearConverter (its default rowwise recipe; SM89+ GPUs)"
-                         + ("" if job.compile else "; without torch.compile its casts are not fused and float8 "
+                         + ("" if compiled else "; without torch.compile its casts are not fused and float8 "
                             "runs slower than planned: launch with compile on"))
-        files = {CONFIG_FILE: _config_source(flavor, base, job.precision == "fp8", job.compile)}
+        files = {CONFIG_FILE: _config_source(flavor, base, job.precision == "fp8", compiled)}
         env = {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}  # as torchtitan's run_train.sh sets it
         assets = {"llama3_8b": "8B", "llama3_70b": "70B", "llama3_405b": "405B"}[base]
         notes.append(f"torchtitan reads its tokenizer from hf_assets_path (./assets/hf/Llama-3.1-{assets}) and "
