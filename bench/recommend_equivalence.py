@@ -88,6 +88,12 @@ def _tree(dst: Path, cloudfit: Path) -> Path:
 
 def _replace(tree: Path, src_root: Path, rel: str) -> None:
     dst, src = tree / rel, src_root / rel
+    for parent in reversed(Path(rel).parents):  # a shipped-data folder is a link to this repo's: copy it first,
+        link = tree / parent                     # or the replacement would overwrite the repo's own file
+        if str(parent) != "." and link.is_symlink():
+            target = link.resolve()
+            link.unlink()
+            shutil.copytree(target, link, ignore=shutil.ignore_patterns("__pycache__"))
     if dst.is_dir():
         shutil.rmtree(dst)
     elif dst.exists():
