@@ -15,7 +15,9 @@ from cloudfit.search import Problem
 from cloudfit.types import Measurement
 from cloudfit.workload import make_workload
 
-ALL = dict(model="resnet50", epochs=90, dataset_size=1_281_167, deadline="24h", clouds=["all"])
+#: resnet101: its #1 (an H200) rests on no measurement; resnet50's profile holds a measured H200 row since the H200
+#: session of 2026-11-27 (bench/RESULTS_gpu.md), so its plan rests on measured rows
+ALL = dict(model="resnet101", epochs=90, dataset_size=1_281_167, deadline="24h", clouds=["gcp", "aws"])
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +31,11 @@ def plans(work):
 
 
 def test_measured_per_gpu_follows_the_family_rows_and_the_profile():
-    prof = load_workload_profile(make_workload(**ALL))
+    prof = load_workload_profile(make_workload(**{**ALL, "model": "resnet50"}))
     m = unknown.measured_gpus(prof, ["H100", "A100", "A100-80GB", "V100", "H200", "B200", "T4", "L4"])
-    # resnet50 has training-table rows on A100 (and its 80 GB variants), V100 and H100; none on the rest
-    assert m == {"A100": True, "A100-80GB": True, "B200": False, "H100": True, "H200": False, "L4": False,
+    # resnet50 has training-table rows on A100 (and its 80 GB variants), V100 and H100, and its profile a measured
+    # H200 row (the H200 session); none on the rest
+    assert m == {"A100": True, "A100-80GB": True, "B200": False, "H100": True, "H200": True, "L4": False,
                  "T4": False, "V100": True}
     # a model of no family in the table: only the profile's own (GPU) measurements count
     other = dataclasses.replace(prof, model="my-net", measurements=())
@@ -166,7 +169,7 @@ def test_search_command_carries_the_workloads_options():
 def test_the_pessimistic_end_ranks_as_the_planner_does_under_a_budget(objective):
     """Under a budget the planner picks the cost × time knee (or the fastest): the re-rank at the bands' low end
     picks what --risk p90 picks, though it prices again only the candidates that could win there."""
-    w = make_workload(model="resnet50", epochs=90, dataset_size=1_281_167, budget="400", objective=objective,
+    w = make_workload(model="resnet101", epochs=90, dataset_size=1_281_167, budget="400", objective=objective,
                       clouds=["all"])
     plan, low = recommend(w), recommend(w, risk="p90")
     u = plan.provenance["unknown"]
