@@ -154,6 +154,7 @@ class LocalExecutor:
 
     def run(self, spec: RunSpec, on_event: EventSink | None = None) -> RunResult:
         _require_torch()  # before anything exists or is charged
+        _stack_imports(spec)
         emit = on_event or (lambda e: None)
         budget, prior = carried_budget(self.store, spec)
         guard, schedules = self._guard(spec, budget)
@@ -258,6 +259,36 @@ def _require_torch() -> None:
 
     if find_spec("torch") is None:
         raise ModuleNotFoundError("No module named 'torch'", name="torch")
+
+
+#: Seconds the pre-flight import of a stack's entry module may take (torch's own import is most of it)
+PREFLIGHT_S = 300.0
+
+
+def _stack_imports(spec: RunSpec) -> None:
+    """A stack run as ``-m MODULE`` under torchrun (torchtitan's ``-m torchtitan.train``) first imports MODULE once
+    in this Python, before anything exists or is charged: an import that cannot succeed (torchtitan 0.3.0 on torch
+    2.11: ``cannot import name 'DataParallelMeshDims'``, seen on an H200) is one line, not a job that torchrun
+    restarts three times over the same error (75 s there). ``UsageError`` naming the module and the error."""
+    run = spec.job.stack
+    if run is None:
+        return
+    cmd = run.command(spec.configs[0], None)
+    argv = list(cmd.argv)
+    if cmd.launcher != "torchrun" or len(argv) < 2 or argv[0] != "-m":
+        return
+    module = argv[1]
+    try:
+        p = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
+                           timeout=PREFLIGHT_S, stdin=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    except subprocess.TimeoutExpired:
+        return  # slow, not broken: torchrun will say
+    if p.returncode != 0:
+        from cloudfit.errors import UsageError
+
+        last = next((ln.strip() for ln in reversed(p.stderr.splitlines()) if ln.strip()), f"exit {p.returncode}")
+        raise UsageError(f"{module} does not import in {sys.executable} ({last[:300]}): the {run.name} stack cannot "
+                         "run here; nothing launched")
 
 
 def _job_info(spec: RunSpec) -> dict[str, Any]:

@@ -403,3 +403,25 @@ def test_a_command_ending_on_its_own_is_not_a_budget_stop_and_its_own_layout_is_
     st = json.loads(cli("status", "own-end", "--json").output)
     assert st["reason"] == "exited" and st["progress"]["step"] == 20
     assert st["progress"]["memory_gib"] == pytest.approx(137.27)
+
+
+def test_a_stack_that_does_not_import_here_is_one_line_and_nothing_is_launched(plan_path, tmp_path):
+    """torchtitan 0.3.0 on the H200's torch 2.11 failed at import and torchrun restarted it three times (75 s): the
+    local backend imports the stack's entry module once first. A torchtitan whose train module fails the same way
+    (a real package on PYTHONPATH raising that ImportError) is refused in one line, with no cluster made."""
+    import os
+
+    pkg = tmp_path / "site" / "torchtitan"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text("raise ImportError(\"cannot import name 'DataParallelMeshDims' from "
+                                  "'torch.distributed.fsdp'\")\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
+    r = run_cloudfit("launch", str(plan_path), "--yes", "--name", "noimport", "--ranks", "1", "--", "--hf_assets_path",
+                     str(tmp_path), env=env, timeout=300)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith("Note: ")]  # the launch's notes first
+    assert len(lines) == 1 and "torchtitan.train does not import" in lines[0] and "DataParallelMeshDims" in lines[0]
+    assert "nothing launched" in lines[0] and "Traceback" not in r.stderr
+    st = run_cloudfit("status", "noimport")
+    assert st.returncode != 0 or "noimport" not in st.stdout
