@@ -425,3 +425,42 @@ def test_a_stack_that_does_not_import_here_is_one_line_and_nothing_is_launched(p
     assert "nothing launched" in lines[0] and "Traceback" not in r.stderr
     st = run_cloudfit("status", "noimport")
     assert st.returncode != 0 or "noimport" not in st.stdout
+
+
+def test_a_node_whose_stack_does_not_import_fails_in_one_line_before_torchrun(cli, fake, plan_path, tmp_path):
+    """`launch plan.json --stack torchtitan -- --flags` on gcp: the node's real startup script imports torchtitan's
+    entry module once before torchrun; a torchtitan that cannot import there (a real package raising the H200
+    session's ImportError) fails the node with that line as its guest error — not torchrun restarting it attempt after
+    attempt on billed GPUs."""
+    from tests.fakes.compute_server import FakeMetadata
+
+    r = cli("launch", str(plan_path), "--yes", *_gcp(fake, "--checkpoint-dir", CKPT, "--check-interval", "0.1",
+                                                         "--steps", "3", "--name", "noimp"),
+            "--", "--hf_assets_path", "/assets")
+    assert "Traceback" not in r.output  # the fake VMs report nothing; the node below is what is under test
+    body = fake.inserted[-1]
+    items = {i["key"]: i["value"] for i in body["metadata"]["items"]}
+    script = items.pop("startup-script")
+    assert "ENTRY_MODULE=torchtitan.train" in script
+    site = tmp_path / "site" / "torchtitan"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("")
+    (site / "train.py").write_text("raise ImportError(\"cannot import name 'DataParallelMeshDims' from "
+                                   "'torch.distributed.fsdp'\")\n")
+    md = FakeMetadata({**items, "cloudfit-master-addr": "self", "cloudfit-stop-at": f"{time.time() + 600:.0f}"})
+    script = script.replace("BUCKET=ckpt-bucket", "BUCKET=").replace("CKPT=/mnt/cloudfit/ckpt-bucket/titan",
+                                                                     f"CKPT={tmp_path / 'ckpt'}")
+    env = {**os.environ, "CLOUDFIT_METADATA_URL": md.url, "CLOUDFIT_WORK_DIR": str(tmp_path / "node"),
+           "CLOUDFIT_LINGER_S": "0", "CLOUDFIT_NO_SHUTDOWN": "1", "CLOUDFIT_WATCH_S": "0.2",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")]),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    try:
+        p = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120,
+                           cwd=str(tmp_path))
+    finally:
+        md.close()
+    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
+    assert md.guest["cloudfit/state"] == "failed"
+    err = md.guest["cloudfit/error"]
+    assert "torchtitan.train does not import on this VM" in err and "DataParallelMeshDims" in err
+    assert not (tmp_path / "node" / "job.log").exists()  # the job (and torchrun) never started

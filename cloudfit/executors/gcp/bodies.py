@@ -65,7 +65,7 @@ def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: 
         bucket, local = split_bucket(checkpoint_dir)
     else:
         bucket, local = "", checkpoint_dir
-    mode, parser, sigterm, stack_env, seq_arg = "torchrun", "", "", "", ""
+    mode, parser, sigterm, stack_env, seq_arg, module = "torchrun", "", "", "", "", ""
     if spec.job.stack is not None:  # another stack (or the user's command with the plan's layout)
         from cloudfit.executors.stack_job import node_job
 
@@ -75,6 +75,8 @@ def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: 
         stack_env = "\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in sorted(nj.env.items())
                               if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k))
         seq_arg = f"--seq-len {int(spec.job.stack.seq_len)}" if spec.job.stack.seq_len else ""
+        if mode == "torchrun" and len(nj.argv) > 1 and nj.argv[0] == "-m" and re.fullmatch(r"[\w.]+", nj.argv[1]):
+            module = nj.argv[1]  # imported once on the node before torchrun (startup.sh)
     elif spec.job.command:
         entry = "--no-python " + " ".join(shlex.quote(a) for a in spec.job.command)
         sigterm = "1"
@@ -90,7 +92,7 @@ def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: 
               "ENTRY": entry if mode == "torchrun" else "true", "DIRECT_ENTRY": entry if mode == "direct" else "true",
               "WORKDIR_SHA": spec.job.workdir.sha256 if spec.job.workdir is not None else "",
               "LAUNCH_MODE": mode, "LOG_PARSER": parser, "SIGTERM_ON_STOP": sigterm, "STACK_ENV": stack_env,
-              "TOTAL_STEPS": str(int(spec.job.steps)), "SEQ_LEN_ARG": seq_arg}
+              "TOTAL_STEPS": str(int(spec.job.steps)), "SEQ_LEN_ARG": seq_arg, "ENTRY_MODULE": module}
     text = (Path(__file__).with_name("startup.sh")).read_text()
     for k, v in values.items():  # ENTRY and PIP_ARGS are already shell words (quoted where needed)
         text = text.replace("{{%s}}" % k, v if k in ("ENTRY", "DIRECT_ENTRY", "PIP_ARGS", "STACK_ENV", "TOTAL_STEPS", "SEQ_LEN_ARG")

@@ -110,6 +110,13 @@ if [ -n "$WORKDIR_SHA" ]; then
 fi
 cd "$JOB_DIR" || fail "cannot enter $JOB_DIR"
 # <<< workdir
+# A stack run as `-m MODULE` is imported once first (from the job's folder, as torchrun would): an import that cannot
+# succeed fails the node in one line rather than torchrun restarting it, attempt after attempt, on billed GPUs
+# (torchtitan 0.3.0 on an older torch: bench/RESULTS_gpu.md).
+ENTRY_MODULE={{ENTRY_MODULE}}
+if [ -n "$ENTRY_MODULE" ] && ! why=$("$PY" -c "import $ENTRY_MODULE" 2>&1 >/dev/null); then
+  fail "$ENTRY_MODULE does not import on this VM ($(printf '%s\n' "$why" | grep -v '^[[:space:]]*$' | tail -n 1 | head -c 300))"
+fi
 
 # Watcher: a stop request (metadata cloudfit-stop) or the stop time turns into the stop file the
 # trainer checks every step; progress is reported as guest attributes for the launcher.
