@@ -187,6 +187,13 @@ def run_script(spec: RunSpec, config: ClusterConfig, cap_s: float | None, stop_a
                   'NODE_RANK="$SKYPILOT_NODE_RANK" MASTER_ADDR MASTER_PORT=29500',
                   f"{cap}{words} > >(tee -a {JOB_LOG}) 2>&1"]
     else:
+        if len(nj.argv) > 1 and nj.argv[0] == "-m" and re.fullmatch(r"[\w.]+", nj.argv[1]):
+            # imported once first, as on GCP (startup.sh): an import that cannot succeed is one line, not torchrun
+            # restarting it on billed GPUs
+            m = nj.argv[1]
+            lines.append(f'if ! why=$(python -c "import {m}" 2>&1 >/dev/null); then echo "cloudfit: {m} does not '
+                         f'import on this node ($(printf \'%s\\n\' "$why" | grep -v \'^[[:space:]]*$\' | tail -n 1 '
+                         f'| head -c 300))" | tee -a {JOB_LOG} >&2; [ -n "$BG" ] && kill $BG 2>/dev/null; exit 1; fi')
         lines.append(f"{cap}{torchrun}{words} > >(tee -a {JOB_LOG}) 2>&1")
     lines += ["rc=$?",
               "[ -n \"$BG\" ] && kill $BG 2>/dev/null",  # the follower and the echo loop end with the job

@@ -506,6 +506,37 @@ def test_the_sky_run_script_runs_a_users_command_from_the_workdir_and_echoes_its
     assert prog["step"] == 3 and prog["tokens_per_second"] == 4000.0 and prog["checkpoint_step"] == 3, prog
 
 
+def test_the_sky_run_script_stops_in_one_line_when_the_stack_does_not_import(tmp_path, titan_plan):
+    """The task's `run` imports torchtitan's entry module once before torchrun, as GCP's startup script does: a
+    torchtitan that cannot import on the node (a real package raising the H200 session's ImportError) ends the run
+    with that line, and torchrun never starts."""
+    import cloudfit
+    from cloudfit.executors.sky import run_script
+    from cloudfit.executors.workdir import unpack
+
+    plan = cloudfit.load_plan(str(titan_plan))
+    ready = cloudfit.prepare_launch(plan, get_executor("sky"), command=("--hf_assets_path", "/assets"),
+                                    stack="torchtitan", name="noimp", budget_usd=50.0)
+    spec = ready.spec
+    assert spec.job.stack.name == "torchtitan"
+    home = tmp_path / "home"
+    unpack(spec.job.workdir.tar_gz, spec.job.workdir.sha256, home / "sky_workdir")
+    site = tmp_path / "site" / "torchtitan"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("")
+    (site / "train.py").write_text("raise ImportError(\"cannot import name 'DataParallelMeshDims' from "
+                                   "'torch.distributed.fsdp'\")\n")
+    script = run_script(spec, spec.configs[0], 120, None).replace("/tmp/", f"{tmp_path}/")
+    script = script.replace("python -m", f"{sys.executable} -m").replace("python -c", f"{sys.executable} -c")
+    env = {**os.environ, "HOME": str(home), "SKYPILOT_NODE_IPS": "127.0.0.1", "SKYPILOT_NUM_NODES": "1",
+           "SKYPILOT_NODE_RANK": "0", "SKYPILOT_NUM_GPUS_PER_NODE": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
+    p = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "cloudfit: torchtitan.train does not import on this node" in p.stderr and "DataParallelMeshDims" in p.stderr
+    assert "torchelastic" not in p.stderr and "cloudfit.runtime.torchrun" not in p.stderr
+
+
 def _sky_workdir(spec, into):
     from cloudfit.executors.sky import SkyExecutor
 
