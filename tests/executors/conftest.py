@@ -44,3 +44,25 @@ def gcp(fake):
         return GcpExecutor(**opts)
 
     return make
+
+
+def run_startup(script: str, metadata: dict, work, cwd, env: dict | None = None):
+    """Run a rendered GCP startup script for real on this machine as one node: a fake metadata server holding
+    ``metadata``, ``work`` its work folder, no linger or shutdown, this venv's python first on PATH. Returns
+    (CompletedProcess, the metadata server — its ``guest`` attributes are what the node reported)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.fakes.compute_server import FakeMetadata
+
+    md = FakeMetadata(metadata)
+    e = {**os.environ, "CLOUDFIT_METADATA_URL": md.url, "CLOUDFIT_WORK_DIR": str(work), "CLOUDFIT_LINGER_S": "0",
+         "CLOUDFIT_NO_SHUTDOWN": "1", "CLOUDFIT_WATCH_S": "0.2",
+         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **(env or {})}
+    try:
+        p = subprocess.run(["bash", "-c", script], env=e, capture_output=True, text=True, timeout=120, cwd=str(cwd))
+    finally:
+        md.close()
+    return p, md

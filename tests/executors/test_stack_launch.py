@@ -432,7 +432,7 @@ def test_a_node_whose_stack_does_not_import_fails_in_one_line_before_torchrun(cl
     entry module once before torchrun; a torchtitan that cannot import there (a real package raising the H200
     session's ImportError) fails the node with that line as its guest error — not torchrun restarting it attempt after
     attempt on billed GPUs."""
-    from tests.fakes.compute_server import FakeMetadata
+    from tests.executors.conftest import run_startup
 
     r = cli("launch", str(plan_path), "--yes", *_gcp(fake, "--checkpoint-dir", CKPT, "--check-interval", "0.1",
                                                          "--steps", "3", "--name", "noimp"),
@@ -447,18 +447,11 @@ def test_a_node_whose_stack_does_not_import_fails_in_one_line_before_torchrun(cl
     (site / "__init__.py").write_text("")
     (site / "train.py").write_text("raise ImportError(\"cannot import name 'DataParallelMeshDims' from "
                                    "'torch.distributed.fsdp'\")\n")
-    md = FakeMetadata({**items, "cloudfit-master-addr": "self", "cloudfit-stop-at": f"{time.time() + 600:.0f}"})
     script = script.replace("BUCKET=ckpt-bucket", "BUCKET=").replace("CKPT=/mnt/cloudfit/ckpt-bucket/titan",
                                                                      f"CKPT={tmp_path / 'ckpt'}")
-    env = {**os.environ, "CLOUDFIT_METADATA_URL": md.url, "CLOUDFIT_WORK_DIR": str(tmp_path / "node"),
-           "CLOUDFIT_LINGER_S": "0", "CLOUDFIT_NO_SHUTDOWN": "1", "CLOUDFIT_WATCH_S": "0.2",
-           "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")]),
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    try:
-        p = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120,
-                           cwd=str(tmp_path))
-    finally:
-        md.close()
+    p, md = run_startup(script, {**items, "cloudfit-master-addr": "self", "cloudfit-stop-at": f"{time.time() + 600:.0f}"},
+                        tmp_path / "node", tmp_path,
+                        {"PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])})
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
     assert md.guest["cloudfit/state"] == "failed"
     err = md.guest["cloudfit/error"]

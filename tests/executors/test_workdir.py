@@ -7,7 +7,6 @@ import hashlib
 import io
 import json
 import os
-import subprocess
 import sys
 import tarfile
 import time
@@ -109,21 +108,12 @@ def _startup(tmp_path: Path, packed, command: tuple[str, ...], chunks: dict[str,
     from cloudfit.executors.gcp import render_startup_script
     from cloudfit.types import ClusterConfig
     from tests.executors.plans import offering
-    from tests.fakes.compute_server import FakeMetadata
+    from tests.executors.conftest import run_startup
 
     spec = RunSpec("boot", (ClusterConfig(offering(), 1, True),), JobSpec(command=command, workdir=packed), 1.0)
     script = render_startup_script(spec, spec.configs[0], str(tmp_path / "ckpt"))
-    md = FakeMetadata({"cloudfit-node-rank": "0", "cloudfit-nnodes": "1", "cloudfit-master-addr": "self",
-                       "cloudfit-stop-at": f"{time.time() + 600:.0f}", **chunks})
-    env = {**os.environ, "CLOUDFIT_METADATA_URL": md.url, "CLOUDFIT_WORK_DIR": str(tmp_path / "work"),
-           "CLOUDFIT_LINGER_S": "0", "CLOUDFIT_NO_SHUTDOWN": "1", "CLOUDFIT_WATCH_S": "0.2",
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    try:
-        p = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120,
-                           cwd=str(tmp_path))
-    finally:
-        md.close()
-    return p, md
+    return run_startup(script, {"cloudfit-node-rank": "0", "cloudfit-nnodes": "1", "cloudfit-master-addr": "self",
+                                "cloudfit-stop-at": f"{time.time() + 600:.0f}", **chunks}, tmp_path / "work", tmp_path)
 
 
 def _node_project(tmp_path: Path) -> Path:
