@@ -594,7 +594,8 @@ class LLM:
             model=model, optimizer=opt, step=steps.step, samples_per_step=samples,
             tokens_per_step=samples * a.seq_len, eval_loss=steps.eval_loss, notes=notes, line={"layout": label},
             describe={"model": cfg.name, "model_config": cfg.to_dict(), "parameters": cfg.parameters(),
-                      "layout": {**layout.to_dict(), "label": label}, "seq_len": a.seq_len, "precision": precision, "compile": bool(a.compile),
+                      "layout": {**layout.to_dict(), "label": label}, "seq_len": a.seq_len, "precision": precision,
+                      "compile": bool(a.compile),
                       "batch_size_per_rank": layout.micro_batch * layout.grad_accum, "rehearsal_of": a.rehearsal_of},
             marker={"model_config": cfg.to_dict(), "layout": {**layout.to_dict(), "label": label, "world_size": r.world}},
             check_resume=_resume_check(cfg, layout, r.world, notes))

@@ -270,14 +270,15 @@ def _stack_imports(spec: RunSpec) -> None:
     in this Python, before anything exists or is charged: an import that cannot succeed (torchtitan 0.3.0 on torch
     2.11: ``cannot import name 'DataParallelMeshDims'``, seen on an H200) is one line, not a job that torchrun
     restarts three times over the same error (75 s there). ``UsageError`` naming the module and the error."""
+    from cloudfit.executors.stack_job import entry_module
+
     run = spec.job.stack
     if run is None:
         return
     cmd = run.command(spec.configs[0], None)
-    argv = list(cmd.argv)
-    if cmd.launcher != "torchrun" or len(argv) < 2 or argv[0] != "-m":
+    module = entry_module(cmd.argv) if cmd.launcher == "torchrun" else None
+    if module is None:
         return
-    module = argv[1]
     try:
         p = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
                            timeout=PREFLIGHT_S, stdin=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -187,10 +187,10 @@ def run_script(spec: RunSpec, config: ClusterConfig, cap_s: float | None, stop_a
                   'NODE_RANK="$SKYPILOT_NODE_RANK" MASTER_ADDR MASTER_PORT=29500',
                   f"{cap}{words} > >(tee -a {JOB_LOG}) 2>&1"]
     else:
-        if len(nj.argv) > 1 and nj.argv[0] == "-m" and re.fullmatch(r"[\w.]+", nj.argv[1]):
-            # imported once first, as on GCP (startup.sh): an import that cannot succeed is one line, not torchrun
-            # restarting it on billed GPUs
-            m = nj.argv[1]
+        from cloudfit.executors.stack_job import entry_module
+
+        m = entry_module(nj.argv)
+        if m:  # imported once first, as on GCP (stack_job.entry_module)
             lines.append(f'if ! why=$(python -c "import {m}" 2>&1 >/dev/null); then echo "cloudfit: {m} does not '
                          f'import on this node ($(printf \'%s\\n\' "$why" | grep -v \'^[[:space:]]*$\' | tail -n 1 '
                          f'| head -c 300))" | tee -a {JOB_LOG} >&2; [ -n "$BG" ] && kill $BG 2>/dev/null; exit 1; fi')

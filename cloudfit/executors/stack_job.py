@@ -11,6 +11,7 @@ command (``custom``) the one ``--stack`` names, else custom's documented one-lin
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,16 @@ class StackRun:
         return cmd.guarantee or ("a stop sends SIGTERM; what is kept is the newest checkpoint the log reported"
                                  if cmd.checkpoint_on_sigterm else
                                  "a stop sends SIGTERM; work since the newest checkpoint the log reported is lost")
+
+
+def entry_module(argv) -> str | None:
+    """The module a torchrun entry ``-m MODULE …`` runs (``torchtitan.train``), which every backend imports once
+    before torchrun so that an import that cannot succeed is one line, not torchrun restarting it on billed GPUs
+    (local: ``executors.local``; GCP: ``startup.sh``; SkyPilot: ``sky.run_script``); None for any other entry."""
+    argv = tuple(argv)
+    if len(argv) > 1 and argv[0] == "-m" and re.fullmatch(r"[A-Za-z_][\w.]*", str(argv[1])):
+        return str(argv[1])
+    return None
 
 
 #: Programs that start their own ranks: a command beginning with one runs once per node (``direct``), not under

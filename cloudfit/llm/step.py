@@ -390,11 +390,13 @@ class _Links:
         link = np.maximum(_f(self._link), 1e-9)
         # the ratio at m nodes, never above its ratio at fewer nodes (RDMA's 3+-node shares are a transfer of EFA's
         # node-count ratio; a fabric must not gain on it by spanning more nodes)
+        def ratio(nodes):
+            return network.effective_gbps(link, nodes, self.transport) / network.effective_gbps(link, nodes, "rdma")
+
         m = np.maximum(m, 2.0)
-        share = network.effective_gbps(link, m, self.transport) / network.effective_gbps(link, m, "rdma")
+        share = ratio(m)
         for fewer in (2.0, 3.0):
-            at = network.effective_gbps(link, fewer, self.transport) / network.effective_gbps(link, fewer, "rdma")
-            share = np.where(m >= fewer, np.minimum(share, at), share)
+            share = np.where(m >= fewer, np.minimum(share, ratio(fewer)), share)
         return np.minimum(share, 1.0 / self.c.net_eff)
 
     def _nodes(self, group, stride):

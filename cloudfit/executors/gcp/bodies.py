@@ -67,7 +67,7 @@ def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: 
         bucket, local = "", checkpoint_dir
     mode, parser, sigterm, stack_env, seq_arg, module = "torchrun", "", "", "", "", ""
     if spec.job.stack is not None:  # another stack (or the user's command with the plan's layout)
-        from cloudfit.executors.stack_job import node_job
+        from cloudfit.executors.stack_job import entry_module, node_job
 
         nj = node_job(spec, config, local)
         mode, parser, sigterm = nj.mode, nj.log_parser, "1"
@@ -75,8 +75,8 @@ def render_startup_script(spec: RunSpec, config: ClusterConfig, checkpoint_dir: 
         stack_env = "\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in sorted(nj.env.items())
                               if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k))
         seq_arg = f"--seq-len {int(spec.job.stack.seq_len)}" if spec.job.stack.seq_len else ""
-        if mode == "torchrun" and len(nj.argv) > 1 and nj.argv[0] == "-m" and re.fullmatch(r"[\w.]+", nj.argv[1]):
-            module = nj.argv[1]  # imported once on the node before torchrun (startup.sh)
+        if mode == "torchrun":
+            module = entry_module(nj.argv) or ""  # imported once on the node before torchrun (startup.sh)
     elif spec.job.command:
         entry = "--no-python " + " ".join(shlex.quote(a) for a in spec.job.command)
         sigterm = "1"
