@@ -270,11 +270,18 @@ def default_stack_refusal(plan) -> str | None:
                                                        model=str(lay.get("model") or ""))
     if not why:
         return None
+    from cloudfit.errors import UsageError
+    from cloudfit.stacks.base import StackJob
+
+    try:  # Accelerate is named only where it runs this layout (it has no selective checkpointing, for one)
+        accelerate = stacks.get("accelerate").refuse(StackJob.from_plan(plan)) is None
+    except UsageError:
+        accelerate = False
     what = "fine-tunes with LoRA" if lay.get("finetune") == "lora" else "trains a model"
     return (f"this plan names no stack and {what}, which {DEFAULT_GPU_STACK} (the GPU default) cannot run "
             f"({why.split(':')[0]}): launch your own script with the plan's layout — `cloudfit launch plan.json -- "
-            "python finetune.py` (CLOUDFIT_* environment and cloudfit_layout.json) or `--stack accelerate -- "
-            "finetune.py`")
+            "python finetune.py` (CLOUDFIT_* environment and cloudfit_layout.json)"
+            + (" or `--stack accelerate -- finetune.py`" if accelerate else ""))
 
 
 def choose_stack(plan, backend: str, stack: str | None, command: tuple[str, ...]) -> tuple[str, str, list[str]]:

@@ -115,6 +115,18 @@ def test_a_lora_plan_with_no_stack_is_not_handed_to_torchtitan_it_asks_for_the_u
     r = cli("launch", str(lora), "--dry-run", *_gcp(fake, "--checkpoint-dir", CKPT))
     assert r.exit_code == 2 and "Traceback" not in r.output
     assert "names no stack and fine-tunes with LoRA" in r.output and "-- python finetune.py" in r.output
+    # Accelerate is offered only for a layout it runs: no selective activation checkpointing in Accelerate
+    for ac, offered in (("selective", False), ("full", True)):
+        d["layout"]["degrees"]["ac"] = ac
+        lora.write_text(json.dumps(d))
+        a = cli("launch", str(lora), "--dry-run", *_gcp(fake, "--checkpoint-dir", CKPT))
+        assert a.exit_code == 2 and ("--stack accelerate -- finetune.py" in a.output) == offered, a.output
+        if offered:
+            s = cli("launch", str(lora), "--dry-run", "--stack", "accelerate", *_gcp(fake, "--checkpoint-dir", CKPT),
+                    "--", str(_project(tmp_path / ac) / "train.py"))
+            assert s.exit_code == 0, s.output  # the way out it names works
+    d["layout"]["degrees"]["ac"] = "selective"
+    lora.write_text(json.dumps(d))
     proj = _project(tmp_path)
     g = cli("launch", str(lora), "--dry-run", *_gcp(fake, "--checkpoint-dir", CKPT), "--", "python",
             str(proj / "train.py"))
