@@ -214,25 +214,49 @@ class _Anchors:
     labels: tuple[str, ...]
     log_prior_per_device: np.ndarray  # log(prior / devices) at each anchor: where its hardware sits
     log_count: np.ndarray = field(default_factory=lambda: np.zeros(0))  # log devices per node at each anchor
+    chip: tuple[str, ...] = ()  # "accelerator|precision class" of each anchor (``chip_key``)
+
+
+def chip_key(accelerator: str, precision: str) -> str:
+    """The chip and arithmetic a measurement ran: a query on the same key is measured for this workload. FP8 is
+    its 16-bit run's key, as for the table's measured chips (no FP8 row anywhere: the prior carries FP8 from it)."""
+    return f"{accelerator}|{features.precision_class('bf16' if precision == 'fp8' else precision)}"
+
+
+def own_chip_mask(anchors: _Anchors, chips: Sequence[str]) -> np.ndarray | None:
+    """(queries, anchors) bool: a query whose chip (``chip_key``) the profile measured is anchored on those
+    measurements alone — another GPU's run says less about this chip than its own (H200 at its measured point
+    read +4% when an H100 run weighed as much); other queries on every anchor. None where no query has its own."""
+    if not anchors.chip:
+        return None
+    own = np.asarray(chips, dtype=object)[:, None] == np.asarray(anchors.chip, dtype=object)[None, :]
+    has = own.any(axis=1)
+    if not has.any():
+        return None
+    return np.where(has[:, None], own, True)
 
 
 def anchor_weights(log_batch_q: np.ndarray, log_batch_a: np.ndarray, log_count_q: np.ndarray | None = None,
-                   log_count_a: np.ndarray | None = None) -> np.ndarray:
+                   log_count_a: np.ndarray | None = None, allowed: np.ndarray | None = None) -> np.ndarray:
     """(queries, anchors) similarity weights exp(−|Δ log batch| / ANCHOR_SCALE − |Δ log devices per node| /
-    ANCHOR_DEVICE_SCALE), rows summing to 1 (no device term where counts are not given). Shared by
-    prediction and cross-validation (``fit.anchor_weight_matrix``)."""
+    ANCHOR_DEVICE_SCALE), rows summing to 1 (no device term where counts are not given); ``allowed``
+    (queries, anchors) bool: the others weigh 0. Shared by prediction and cross-validation
+    (``fit.anchor_weight_matrix``)."""
     d = np.abs(np.asarray(log_batch_q, dtype=float)[:, None] - np.asarray(log_batch_a, dtype=float)[None, :]) / ANCHOR_SCALE
     if log_count_q is not None and log_count_a is not None:
         d = d + np.abs(np.asarray(log_count_q, dtype=float)[:, None]
                        - np.asarray(log_count_a, dtype=float)[None, :]) / ANCHOR_DEVICE_SCALE
+    if allowed is not None:
+        d = np.where(allowed, d, np.inf)
     w = np.exp(-(d - d.min(axis=1, keepdims=True)))
     return w / w.sum(1, keepdims=True)
 
 
 def anchor_shift(anchors: _Anchors, log_batch: np.ndarray, count: np.ndarray, nodes: np.ndarray,
-                 lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                 lam: np.ndarray, chips: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(shift, weights): the anchored log shift Σₐ wₐ·(log(measuredₐ / priorₐ) − λ·fₐ) of each query, and
-    its weights at the query's devices per node.
+    its weights at the query's devices per node. ``chips``: each query's ``chip_key`` — a query on a chip
+    the profile measured weighs only those anchors (``own_chip_mask``).
 
     Anchors at several device counts make the shift depend on the count, and then two physical rules need
     care: a query on n nodes takes the least shift of the same devices per node on 1..n nodes *and* of
@@ -241,7 +265,8 @@ def anchor_shift(anchors: _Anchors, log_batch: np.ndarray, count: np.ndarray, no
     anchor count the weights no longer change, so k stops there."""
     lb = np.asarray(log_batch, dtype=float)
     lam = np.asarray(lam, dtype=float)
-    w = anchor_weights(lb, anchors.log_batch, np.log(count), anchors.log_count)
+    allowed = None if chips is None else own_chip_mask(anchors, chips)
+    w = anchor_weights(lb, anchors.log_batch, np.log(count), anchors.log_count, allowed)
     shift = w @ anchors.log_over_prior - lam * (w @ anchors.correction)
     if len(anchors.log_count) and np.ptp(anchors.log_count) > 0:
         multi_node = np.flatnonzero(nodes > 1)
@@ -249,7 +274,9 @@ def anchor_shift(anchors: _Anchors, log_batch: np.ndarray, count: np.ndarray, no
             # The envelope depends on (batch, devices per node, λ) and the node count only: the recommender's
             # thousands of queries share a few such keys, so make each key's running minimum once.
             c_top = float(np.exp(anchors.log_count.max()))
-            cols = (lb[multi_node], count[multi_node], lam[multi_node])
+            group = np.zeros(len(lb), dtype=np.int64) if allowed is None else \
+                np.unique(allowed, axis=0, return_inverse=True)[1].ravel()
+            cols = (lb[multi_node], count[multi_node], lam[multi_node], group[multi_node])
             codes = [np.unique(col, return_inverse=True) for col in cols]
             key = np.zeros(len(multi_node), dtype=np.int64)
             for vals, inv in codes:
@@ -262,7 +289,8 @@ def anchor_shift(anchors: _Anchors, log_batch: np.ndarray, count: np.ndarray, no
                 k_top = int(min(n[rows].max(), np.ceil(c_top / c) + 1))
                 ks = np.arange(1, k_top + 1, dtype=float)
                 wk = anchor_weights(np.full(k_top, lb[multi_node[r]]), anchors.log_batch, np.log(c * ks),
-                                    anchors.log_count)
+                                    anchors.log_count, None if allowed is None else
+                                    np.repeat(allowed[multi_node[r]][None, :], k_top, axis=0))
                 sk = np.minimum.accumulate(wk @ anchors.log_over_prior - lam[multi_node[r]] * (wk @ anchors.correction))
                 idx = multi_node[rows]
                 shift[idx] = np.minimum(shift[idx], sk[np.minimum(n[rows], k_top).astype(int) - 1])
@@ -372,7 +400,8 @@ def _anchors(m: FittedModel, profile: Profile, work: prior.Work) -> _Anchors | N
     labels = tuple(f"{u.accelerator}×{u.count} bs{u.batch_size_per_device} {u.precision}" for u in usable)
     meas_sps = np.array([u.samples_per_second for u in usable])
     return _Anchors(np.log(meas_sps / p.samples_per_second), f, np.log(r["batch"]), labels,
-                    np.log(p.samples_per_second / r["count"]), np.log(r["count"]))
+                    np.log(p.samples_per_second / r["count"]), np.log(r["count"]),
+                    tuple(chip_key(u.accelerator, u.precision) for u in usable))
 
 
 def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_file: str | None = None) -> PredictionTable:
@@ -413,9 +442,9 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
     sps, w = _shipped_sps(m, anchors, r, p, f)
     if anchors is not None:
         kind = "anchored"
-        n_a = len(anchors.labels)
-        basis = [f"anchored on {anchors.labels[b]}" + (f" (+{n_a - 1} more)" if n_a > 1 else "")
-                 for b in np.argmax(w, axis=1)]
+        n_w = (w > 0).sum(axis=1)
+        basis = [f"anchored on {anchors.labels[b]}" + (f" (+{n - 1} more)" if n > 1 else "")
+                 for b, n in zip(np.argmax(w, axis=1), n_w)]
         # The band widens with the hardware jump from the anchors (one-device prior vs theirs).
         dev1 = np.arange(len(uq))
         for i, (_, d1) in base.items():
@@ -424,9 +453,11 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
         band_scale = 1.0 + m.jump_slope * jump
     else:
         kind, basis = "stats-only", ["stats-only"] * len(uq)
-    # Accelerators with no measured row (none of the same chip) in the training data.
+    # Accelerators with no measured row (none of the same chip) in the training data, unless this profile
+    # measured the chip at the query's arithmetic: then it is measured for this workload.
+    own = set(anchors.chip) if anchors is not None else set()
     known = {a: m.measured(a) for a in set(r["acc"])}  # per accelerator, not per row
-    unmeasured = np.array([not known[a] for a in r["acc"]])
+    unmeasured = np.array([not known[a] and chip_key(a, pr) not in own for a, pr in zip(r["acc"], r["prec"])])
     if anchors is not None and unmeasured.any() and m.carried_scaling:
         sps = _carry_scaling(m, sps, p.samples_per_second, f, r, base, unmeasured)
     if unmeasured.any() and m.transition:
@@ -521,7 +552,8 @@ def _shipped_sps(m: FittedModel, anchors: _Anchors | None, r: dict[str, Any], p:
         return p.samples_per_second * np.exp(m.stats_lambda * f), None
     multi = r["count"] * r["nodes"] > 1
     lam = np.where(multi, m.anchor_lambda["multi"], m.anchor_lambda["single"])
-    shift, w = anchor_shift(anchors, np.log(r["batch"]), r["count"], r["nodes"], lam)
+    shift, w = anchor_shift(anchors, np.log(r["batch"]), r["count"], r["nodes"], lam,
+                            [chip_key(a, pr) for a, pr in zip(r["acc"], r["prec"])])
     return p.samples_per_second * np.exp(lam * f + shift), w
 
 
@@ -583,8 +615,7 @@ def _transition(m: FittedModel, work: prior.Work, anchors: _Anchors | None, r: d
     accs = tuple(sorted(hardware.ACCELERATORS))
     n = len(accs)
     idx = {a: j for j, a in enumerate(accs)}
-    meas = np.array([m.measured(a) for a in accs])
-    mi = np.flatnonzero(meas)
+    own_chips = set(anchors.chip) if anchors is not None else set()
     one = sorted({(prec16[i], float(r["batch"][i])) for i in todo})
     rr = _rows([HardwareQuery(a, 1, 1, 0.0, p_, int(b_)) for p_, b_ in one for a in accs])
     _, p1, f1 = _evaluate(m, work, rr)
@@ -592,7 +623,10 @@ def _transition(m: FittedModel, work: prior.Work, anchors: _Anchors | None, r: d
     share1 = (p1.tensor_s / np.maximum(p1.compute_s, 1e-300)).reshape(len(one), n)
     mem1 = np.maximum(p1.memory_s, 1e-300).reshape(len(one), n)
     carry, final1 = {}, {}  # (precision, batch) → per catalog accelerator
+    meas_at: dict[str, np.ndarray] = {}  # per precision: measured in the table, or by this profile on the chip
     for u, (prec, batch) in enumerate(one):
+        meas = meas_at.setdefault(prec, np.array([m.measured(a) or chip_key(a, prec) in own_chips for a in accs]))
+        mi = np.flatnonzero(meas)
         _, logs, dom = _catalog_specs(prec, 1)
         t = np.ones(n)
         for g in np.flatnonzero(~meas):

@@ -305,8 +305,8 @@ def test_the_readme_example_that_stays_on_gcp_fits_80_columns(cli, monkeypatch):
     assert "data $" in lines[head] or any(line.startswith("data $ (transfer + storage") for line in lines[head:])
     assert lines[head + 2].split()[1] == "gcp"
     text = " ".join(r.stdout.split())
-    assert "Staying near the data is cheaper: moving 300 GB from GCP us-central1 to AWS" in text
-    assert "(with the $36.00 transfer)" in text
+    assert "Moving 300 GB from GCP us-central1 to GCP us-east4 costs $6.00" in text
+    assert "against the best plan near the data (11× g2-standard-4 in us-central1-a" in text
 
 
 def test_the_readme_bill_section_shows_the_real_output_and_the_crossovers(cli, monkeypatch):
@@ -324,12 +324,14 @@ def test_the_readme_bill_section_shows_the_real_output_and_the_crossovers(cli, m
     for line in block.splitlines():
         if line.strip() and line.strip() != "…":
             assert line.rstrip() in out, line
-    for gb, cloud, moves in ((191, "aws", True), (192, "gcp", False), (300, "gcp", False)):
+    for gb, cloud, moves in ((153, "aws", True), (154.5, "gcp", True), (300, "gcp", True), (325, "gcp", True),
+                             (326, "gcp", False)):
         p = bill_plan.recommend(_workload(), Bill.of("gs://bkt/imagenet", f"{gb}GB", None, 2, "gs://my-bucket/models"),
                                 None)
         assert p.plan.chosen.config.offering.cloud == cloud and (p.split(p.plan.chosen)["transfer_usd"] > 0) == moves
     flat = " ".join(section.split())
-    assert "leaves GCP up to 191 GB, and from 192 GB on it stays next to the data" in flat
+    assert "leaves GCP up to 153 GB; from 154 GB to 325 GB it stays on GCP but copies the data" in flat
+    assert "from 326 GB on it runs next to the data" in flat
 
 
 def test_launch_dry_run_shows_the_data_step_the_plan_assumed(cli, tmp_path):

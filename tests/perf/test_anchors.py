@@ -135,3 +135,47 @@ def test_the_eval_reports_the_same_scale_regime_beside_the_issue_regime(table):
     frame = evaluate.to_frame(report, kind="anchored-same-scale")
     assert len(frame) == regimes["multi-anchored-same-scale"]["n"] and frame["multi"].all()
     assert all(np.isnan(recs[i]["cloudfit"]["anchored-same-scale"]) for i in np.flatnonzero(~small.multi))
+
+
+def _two_chips(base, h100, h200):
+    return dataclasses.replace(base, measurements=(
+        Measurement("H100", 1, 1, 256, "bf16", h100, source="measured"),
+        Measurement("H200", 1, 1, 256, "bf16", h200, source="measured")))
+
+
+@pytest.mark.parametrize("h200_over_h100", [0.9, 1.1, 1.5])
+def test_a_chip_the_profile_measured_is_predicted_at_its_own_measurement(base, h200_over_h100):
+    """Two GPUs measured at one batch: each one, asked at its measured point (either 16-bit precision), reads
+    its own number — not a blend with the other GPU's run (H100 read 8% below its own measurement when an H200
+    run weighed as much) — and says it rests on its own run, not on "no measured rows"."""
+    h100 = 2200.0
+    p = _two_chips(base, h100, h100 * h200_over_h100)
+    for acc, want in (("H100", h100), ("H200", h100 * h200_over_h100)):
+        for prec in ("bf16", "fp16"):
+            t = predict_many(p, [HardwareQuery(acc, 1, 1, 0.0, prec, 256)])
+            assert float(t.samples_per_second[0]) == pytest.approx(want, rel=1e-6), (acc, prec)
+            assert t.basis[0] == f"anchored on {acc}×1 bs256 bf16", t.basis[0]
+            assert t.low[0] < want < t.high[0]
+    # a chip the profile did not measure still leans on both runs, and says what it is
+    t = predict_many(p, [HardwareQuery("B200", 1, 1, 0.0, "bf16", 256)])
+    assert "(+1 more)" in t.basis[0] and "B200: no measured rows" in t.basis[0]
+    # another arithmetic on a measured chip is not its own measurement
+    t32 = predict_many(p, [HardwareQuery("H200", 1, 1, 0.0, "fp32", 256)])
+    assert "(+1 more)" in t32.basis[0]
+
+
+def test_own_chip_anchors_keep_the_physics_rules(base):
+    """Anchored on its own run, a measured chip still never gains per-GPU speed from more nodes, and N one-GPU
+    VMs never beat one N-GPU VM (the envelope of ``anchor_shift`` with the own-chip weights)."""
+    p = dataclasses.replace(base, measurements=(
+        Measurement("H100", 1, 1, 256, "bf16", 2200.0, source="measured"),
+        Measurement("H100", 8, 1, 256, "bf16", 8 * 2200.0 * 0.7, source="measured"),
+        Measurement("A100", 1, 1, 256, "bf16", 1300.0, source="measured")))
+    qs = [HardwareQuery("H100", c, n, 200.0, "bf16", 256) for c in (1, 8) for n in (1, 2, 4, 8)]
+    t = predict_many(p, qs)
+    per = {(q.count, q.nodes): float(s) / (q.count * q.nodes) for q, s in zip(qs, t.samples_per_second)}
+    for c in (1, 8):
+        seq = [per[c, n] for n in (1, 2, 4, 8)]
+        assert all(b <= a * (1 + 1e-9) for a, b in zip(seq, seq[1:])), (c, seq)
+    assert per[1, 8] <= per[8, 1] * (1 + 1e-9)
+    assert abs(np.log(per[8, 1] / (2200.0 * 0.7))) < 0.05  # leans on its own 8-GPU run (0.7 of linear)
