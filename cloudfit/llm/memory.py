@@ -34,6 +34,14 @@ and their gradients, bf16). With a pipeline a stage runs several micro-batches t
 keeps the whole stage gathered until its last micro-batch (no reshard after forward or backward, gradient
 reduce-scatter only after the last one): the stage's bf16 weights and its unsharded gradients, accumulated in
 the fp32 reduce dtype (4 B), stay resident on top of the sharded states.
+PyTorch stacks (``fsdp``: torchtitan, Accelerate, a user's script) with nothing sharded, tensor- or
+pipeline-parallel — one GPU, or DDP replicas — train with AMP, not FSDP's mixed precision (torchtitan's
+``maybe_enable_amp``: "Mixed precision training is handled by AMP"): fp32 weights (4 B) and gradients (4 B), the
+two moments (8 B), and autocast's bf16 copy of every weight cast in the forward (2 B, cached until the forward
+ends and, under gradient accumulation, alive beside the gradients): 18 B per parameter. Measured: torchtitan
+0.2.2, llama3-8b on one H200 at seq 2,048, full AC, mb=1 ga=4 peaked at 137.27 GiB (this rule: ~145; the
+16 B rule said 130.0 and let mb=2 ga=2 "fit" at 131.9 GiB — it ran out of memory; bench/RESULTS_gpu.md).
+cloudfit's own trainer wraps FSDP2 even on one rank (bf16 weights): the 16 B rule.
 Framework overhead: CUDA context, NCCL buffers and allocator fragmentation, 2.5 GiB + 5% of the rest
 (a measured-style allowance: PyTorch reserves typically 3–8% above allocated at peak).
 """
@@ -162,6 +170,9 @@ def _parts(st: TokenStats, *, tp, pp, cp, vp, zero, dp_shard, micro_batch, grad_
         grads, opt = adapters * grad_bytes / g_div, adapters * 12.0 / o_div
     else:
         weights, grads, opt = p_stage * w_bytes / w_div, p_stage * grad_bytes / g_div, p_stage * 12.0 / o_div
+        if framework == "fsdp":  # nothing sharded, no TP/PP: AMP (fp32 weights + their bf16 autocast copy)
+            amp = (shard == 1) & (tp == 1) & (pp == 1)
+            weights, grads, opt = (np.where(amp, p_stage * b, x) for b, x in ((6.0, weights), (4.0, grads), (8.0, opt)))
     flight = np.where(pp == 1, 1.0, np.where(gp > 0, ga, np.minimum(ga, pp) *
                                              np.where(vp > 1, 1.0 + (pp - 1) / (pp * vp), 1.0)))
     tokens_mb = mb * st.seq_len / cp

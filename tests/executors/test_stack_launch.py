@@ -399,7 +399,10 @@ def test_a_command_ending_on_its_own_is_not_a_budget_stop_and_its_own_layout_is_
     replay.write_text("import os, time\nlines = %r\nif os.environ.get('RANK', '0') == '0':\n"
                       "    for l in lines:\n        print(l, flush=True)\n        time.sleep(0.02)\n" % lines)
     plan = tmp_path / "plan.json"
-    r = cli("recommend", "--model", "llama3-8b", "--tokens", "1e8", "--seq-len", "2048", "--deadline", "7d",
+    # the run's own plan (llama3-8b, mb=2, ga=2 on one H200) is no longer made: AMP's fp32 weights and their bf16
+    # autocast copy leave no 8B layout within one H200's headroom (cloudfit/llm/memory.py); a 1B plan with the same
+    # micro-batch and accumulation stands in for it — what is tested is how the launch reads the log
+    r = cli("recommend", "--model", "llama3-1b", "--tokens", "1e8", "--seq-len", "2048", "--deadline", "7d",
             "--accelerators", "H200", "--clouds", "nebius", "--stack", "torchtitan", "--max-gpus", "1",
             "--global-batch", "4", "--layout", "mb=2,ac=full", "--out", str(plan))
     assert r.exit_code == 0, r.output

@@ -180,3 +180,24 @@ def test_megatron_deepspeed_loss_bytes():
     fused = (peak("megatron", 8).total_gib - peak("megatron", 1).total_gib) / 7
     assert ours == pytest.approx(slope, rel=0.10)
     assert fused < 0.7 * slope  # the 4 B rule misses a third of the growth
+
+
+def test_a_pytorch_stack_on_one_unsharded_gpu_trains_with_amp():
+    """torchtitan on one GPU (no FSDP, TP or PP) trains with AMP: fp32 weights and gradients, the two moments and
+    autocast's bf16 copy of the weights — 18 B per parameter where FSDP's mixed precision holds 16. The H200 run of
+    2026-11-27 (bench/RESULTS_gpu.md): llama3-8b, seq 2,048, full AC, mb=1 ga=4 peaked at 137.27 GiB; the 16 B rule
+    said 130.0 and called mb=2 ga=2 fitting at 131.9 GiB, which ran out of memory on the 139.8 GiB the GPU has."""
+    kw = dict(seq=2048, capacity_gib=141, framework="fsdp")
+    ran = _mem("llama3-8b", "fsdp=1,ac=full,mb=1,ga=4", 1, batch=4, **kw)
+    oom = _mem("llama3-8b", "fsdp=1,ac=full,mb=2,ga=2", 1, batch=4, **kw)
+    assert ran.states_gib * GIB / 1e9 == pytest.approx(128.5 * 18 / 16, rel=0.01)
+    assert ran.total_gib >= 137.27  # never below the measured peak
+    assert oom.total_gib > 139.8 and not oom.fits
+    # FSDP's own mixed precision (sharded, or cloudfit's trainer, which wraps FSDP2 even on one rank): 16 B
+    assert _mem("llama3-8b", "fsdp=2,ac=full", 2, seq=2048, framework="fsdp", capacity_gib=141).states_gib \
+        == pytest.approx(ran.states_gib * 16 / 18 / 2, rel=1e-9)
+    own = _mem("llama3-8b", "fsdp=1,ac=full,mb=1,ga=4", 1, batch=4, seq=2048, capacity_gib=141, framework="cloudfit")
+    assert own.states_gib == pytest.approx(ran.states_gib * 16 / 18, rel=1e-9)
+    # DDP replicas are unsharded too: AMP
+    assert _mem("llama3-8b", "dp=2", 2, seq=2048, framework="fsdp", capacity_gib=141).states_gib \
+        == pytest.approx(ran.states_gib, rel=1e-9)
