@@ -1,6 +1,6 @@
 """NCCL's all-reduce by cloud fabric, leave-one-source-out (issue 33, item 2).
 
-    python bench/fabric_nccl.py [--json out.json]        # ~10 s, no GPU
+    python bench/fabric_nccl.py [--json out.json]        # ~5 s, no GPU
 
 Every public nccl-tests row of ``data/raw/network/nccl_transport.csv`` (its PROVENANCE) is predicted by
 ``cloudfit/catalog/network.py`` with the constants :func:`cloudfit.catalog.network.fit` derives **without that row's
@@ -9,11 +9,13 @@ per VM (:func:`network.busbw_gbs`), the share of an as-stated ``nccl_gbps_over_l
 source that is a fabric's only one is then predicted from its base class (TCPX from EFA's sources). Rows printed as
 < 0.1 GB/s (nccl-tests' two decimals) are not scored on busbw; rows ≤ 4 KiB with a time are scored on time (the latency).
 
-**Band** (10–90%): for held-out source s, every other source s' is predicted from a fit without s and s'; the band
-is the 10th–90th percentile of those log(measured / predicted) errors of s's fabric class (all classes pooled when
-the class has fewer than two other sources). **Before** = main's constants (1591024): EFA 0.80 / 0.60 / 0.55 of the
-link, RDMA 0.75, TCPX/TCPXO taken as EFA, 20 / 10 / 45.8 µs a step, no two-VM tree gain; its band the same
-percentiles of the other sources' errors under those constants. MAPE and coverage are per row, pooled by fabric.
+**Band** (:func:`conformal_band`, the rule fixed before the numbers were read): for held-out source s, every other
+source t is predicted from a fit without s and t; the calibration sources are those of the row's regime (small / mid
+/ large) in the row's fabric class if there are at least 4, else every class's sources of that regime; each source
+weighs 1 (its rows share the weight) and the band is their source-weighted quantiles at (1 − q, q),
+q = 0.9 · (k + 1)/k for k sources (split-conformal over sources; below 9 sources, their range).
+**Before** = main 06400a5's ``bench/fabric_nccl.py`` and ``network.py`` (read from git, :func:`main_report`) on this
+csv: its leave-one-source-out model and its 10–90% band. MAPE and coverage are per row, pooled by fabric.
 """
 
 from __future__ import annotations
@@ -34,11 +36,6 @@ from cloudfit.catalog import network  # noqa: E402
 
 CSV = REPO / "data/raw/network/nccl_transport.csv"
 MIN_SCORED_GBS = 0.1
-
-#: main's constants (1591024), the "before" of the report.
-BEFORE = {"classes": {**network.BASE_CLASS}, "share": {"efa": (0.80, 0.60, 0.55), "rdma": (0.75, 0.75, 0.75)},
-          "tcp_ceiling_gbps": 127.0, "latency_s": {"tcp": 45.8e-6, "efa": 20e-6, "rdma": 10e-6}, "gain": False}
-
 
 def load_rows(path: Path = CSV) -> list[dict]:
     """The csv's rows as ``csv.DictReader`` gives them (the format ``network.fit`` reads)."""

@@ -67,7 +67,8 @@ TCP_CEILING_GBPS = 127.0
 #: A3 High's (below every EFA source: its own class); RDMA (InfiniBand and RoCE) from Nebius, CoreWeave, A3 Ultra,
 #: two RoCE threads and two InfiniBand H100 clusters at 2, 4 and 8 nodes (NVIDIA/nccl-tests#309). Beyond two VMs:
 #: EFA from p4dn 3–4 and p3dn 8–32, RDMA from nccl-tests#309; TCPX's 3+ shares are its 2-VM share × the median
-#: within-source ratio (a transfer, not a measurement). A share is of what the VM must send at least (× :func:`tree_gain`),
+#: within-source ratio (a transfer, not a measurement). A share is of what the VM must send at least
+#: (× :func:`tree_gain`),
 #: at the plateau: each large-message row divided by its class's :func:`ramp_factor` at its size.
 EFA_SHARE = (0.8, 0.49, 0.49)
 TCPX_SHARE = (0.568, 0.516, 0.516)
@@ -79,10 +80,11 @@ STEP_LATENCY_S = {"tcp": 45.8e-6, "efa": 2.29e-6, "tcpx": 2.29e-6, "rdma": 1.3e-
 #: :func:`ramp_factor` = 1 / (1 + (S_h / S)^p) — the message must fill NCCL's channels × pipelined buffers before the
 #: wire is busy (nccl-tests doc/PERFORMANCE.md @dcf81895: "time ... roughly equal to overhead + size / bw"; p = 1 is
 #: that Hockney form, p < 1 a ramp that NCCL's per-size protocol and channel choice makes gentler). S_h (bytes: half
-#: the plateau) and p per class, the :func:`fit` rule on the csv's 1 MiB–256 MiB rows (each setting's log(B/b − 1)
-#: on log S, median per source, then over sources; a class without such rows takes the median over every source):
-#: p4d 38–42 MiB, A3 High TCPX 47 (its p of 1.1 capped at 1), A3 Mega TCPXO 26 (all_gather) and 128 (all_reduce), A3 Ultra 25–26, InfiniBand
-#: 36–43 MiB — nearly one size across fabrics, as NCCL's buffers are. Sockets: no ramp row (0: latency + size/bw).
+#: the plateau) and p per class, the :func:`fit` rule on the csv's rows above 4 KiB and below 0.9 of their setting's
+#: plateau (each setting's log(B/b − 1) on log S, median per source, then over sources; a class without such rows
+#: takes the median over every source): p4d 38–42 MiB, A3 High TCPX 47 (its p of 1.1 capped at 1), A3 Mega TCPXO 26
+#: (all_gather) and 128 (all_reduce), A3 Ultra 25–26, InfiniBand 36–43 MiB — nearly one size across fabrics and a
+#: 7× range of plateaus, as NCCL's buffers are. Sockets: no ramp row (0: latency + size/bw, as fitted on Gavel).
 RAMP_BYTES = {"tcp": 0.0, "efa": 41.6e6, "tcpx": 46.7e6, "rdma": 33.2e6}
 RAMP_EXP = {"tcp": 1.0, "efa": 0.82, "tcpx": 1.0, "rdma": 0.821}
 #: Links at least this fast (Gbit/s) are RDMA-class when only the bandwidth is known.
