@@ -68,14 +68,15 @@ TCP_CEILING_GBPS = 127.0
 #: two RoCE threads and two InfiniBand H100 clusters at 2, 4 and 8 nodes (NVIDIA/nccl-tests#309). Beyond two VMs:
 #: EFA from p4dn 3–4 and p3dn 8–32, RDMA from nccl-tests#309; TCPX's 3+ shares are its 2-VM share × the median
 #: within-source ratio (a transfer, not a measurement). A share is of what the VM must send at least
-#: (× :func:`tree_gain`),
-#: at the plateau: each large-message row divided by its class's :func:`ramp_factor` at its size.
+#: (× :func:`tree_gain`), at the plateau: each large-message row divided by its class's :func:`ramp_factor` at its size.
 EFA_SHARE = (0.8, 0.49, 0.49)
 TCPX_SHARE = (0.568, 0.516, 0.516)
 RDMA_SHARE = (0.696, 0.672, 0.672)
-#: Latency per ring step (s): small-message (≤ 4 KiB) all-reduce / all-gather times over the model's step count
-#: (:func:`fit`); TCPX has no small-message row: EFA's. The floor a step pays — what the wire bound charges.
-STEP_LATENCY_S = {"tcp": 45.8e-6, "efa": 2.29e-6, "tcpx": 2.29e-6, "rdma": 1.3e-6}
+#: Latency per hop (s): small-message (≤ 4 KiB) all-reduce / all-gather times over the collective's hops
+#: (:func:`latency_steps`: NCCL's tree for a default all-reduce across VMs — InfiniBand's 25 µs on 2 × 8 GPUs and
+#: 35 µs on 4 × 8 are 1.6 and 1.9 µs a hop, a ring's 30 and 62 steps would be 0.8 and 0.6 —, a ring otherwise)
+#: (:func:`fit`); TCPX has no small-message row: EFA's. The floor a hop pays — what the wire bound charges.
+STEP_LATENCY_S = {"tcp": 45.8e-6, "efa": 4.29e-6, "tcpx": 4.29e-6, "rdma": 1.83e-6}
 #: NCCL's ramp to the plateau (bucket-sized messages): a collective of S bytes reaches the share's bus bandwidth ×
 #: :func:`ramp_factor` = 1 / (1 + (S_h / S)^p) — the message must fill NCCL's channels × pipelined buffers before the
 #: wire is busy (nccl-tests doc/PERFORMANCE.md @dcf81895: "time ... roughly equal to overhead + size / bw"; p = 1 is
@@ -228,6 +229,18 @@ def step_latency_s(transport) -> np.ndarray:
     return out
 
 
+def latency_steps(ranks, nodes, collective="all_reduce", tree=True) -> np.ndarray:
+    """Latency-bound hops of a small collective over ``ranks`` GPUs on ``nodes`` VMs: an all-gather's ring n − 1; an
+    all-reduce's ring 2(n − 1), or with ``tree`` (NCCL's tree, which it picks for small all-reduces across VMs) a
+    chain inside each VM and a binary tree across them, up and down: 2(g − 1) + 2⌈log2 m⌉ (g GPUs a VM)."""
+    n = np.asarray(ranks, dtype=float)
+    m = np.maximum(np.asarray(nodes, dtype=float), 1.0)
+    g = n / m
+    ring = np.where(np.asarray(collective) == "all_gather", n - 1, 2 * (n - 1))
+    hops = 2 * (g - 1) + 2 * np.ceil(np.log2(m))
+    return np.where(np.asarray(tree) & (np.asarray(collective) != "all_gather"), np.minimum(hops, ring), ring)
+
+
 def ramp_factor(message_bytes, transport) -> np.ndarray:
     """Share of the plateau bus bandwidth a ``message_bytes`` collective reaches over ``transport``:
     1 / (1 + (S_h / S)^p) (:data:`RAMP_BYTES`, :data:`RAMP_EXP`); 1 where the class has no ramp (sockets).
@@ -255,8 +268,8 @@ def collective_s(message_bytes, ranks, nodes, link_gbps, transport, collective="
     nodes = np.asarray(nodes, dtype=float)
     gather = np.asarray(collective) == "all_gather"
     factor = np.where(gather, (n - 1) / n, 2 * (n - 1) / n)
-    steps = np.where(gather, n - 1, 2 * (n - 1))
     use_gain = ~gather & np.isin(np.asarray(transport), TREE_CLASSES) & np.asarray(tree)
+    steps = latency_steps(n, nodes, collective, use_gain)
     gain = np.where(use_gain, tree_gain(nodes, n / nodes), 1.0)
     bw = np.asarray(link_gbps, dtype=float) * share(transport, nodes, link_gbps) * gain / 8 * 1e9  # B/s
     lat, wire = steps * step_latency_s(transport), factor * s / bw / ramp_factor(s, transport)
@@ -307,14 +320,16 @@ def _setting_key(row: dict) -> tuple:
 
 
 def _row_latency(row: dict) -> float | None:
-    """Seconds per ring step of a small-message row: its time ÷ the collective's steps (2(n−1) for an all-reduce,
-    n−1 for an all-gather or broadcast); the ``step_latency_s`` row as stated."""
+    """Seconds per hop of a small-message row: its time ÷ the collective's :func:`latency_steps` (NCCL's tree for a
+    default-algorithm all-reduce across VMs, a ring otherwise; n−1 for an all-gather or broadcast); the
+    ``step_latency_s`` row as stated."""
     if row["quantity"] == "step_latency_s":
         return float(row["value"])
     if row["quantity"] != "busbw" or not row.get("time_us") or float(row["bytes"]) > SMALL_BYTES:
         return None
     n = float(row["nodes"]) * float(row["gpus_per_node"])
-    steps = 2 * (n - 1) if row["collective"] == "all_reduce" else n - 1
+    coll = "all_reduce" if row["collective"] == "all_reduce" else "all_gather"
+    steps = float(latency_steps(n, float(row["nodes"]), coll, row["algo"] == "default" and float(row["nodes"]) > 1))
     return float(row["time_us"]) * 1e-6 / steps
 
 
@@ -517,7 +532,7 @@ def allreduce_s(gradient_bytes, ranks, nodes, link_gbps, intra_bps, transport=No
     ramp = np.where(multi, ramp_factor(per_bucket, transport), 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         wire = 2 * (n - 1) / n * per_bucket / link / ramp
-        steps = 2 * (n - 1) * lat
+        steps = latency_steps(n, nodes, "all_reduce", multi & np.isin(transport, TREE_CLASSES)) * lat
         binds = multi & (transport != "tcp")  # sockets: latency + size / bw, as Gavel's runs were fitted
         ring = np.where(n > 1, buckets(g) * np.where(binds, np.maximum(wire, steps), wire + steps), 0.0)
     return ring
