@@ -216,6 +216,8 @@ def run(rows: list[dict] | None = None) -> dict:
         groups.setdefault(_fabric(r), []).append(i)
         groups.setdefault(f"{_fabric(r)} · {regime(r)}", []).append(i)
         groups.setdefault(f"all · {regime(r)}", []).append(i)
+        if r["bytes"] and 2**20 <= float(r["bytes"]) <= network.BUCKET_MAX_BYTES:  # DDP's / FSDP's bucket sizes
+            groups.setdefault("all · mid, 1-64 MiB", []).append(i)
     groups["all"] = idx
     for g, ii in sorted(groups.items()):
         cell = {"rows": len(ii), "sources": len({source_of(rows[i]) for i in ii})}

@@ -79,7 +79,7 @@ RDMA_SHARE = (0.696, 0.672, 0.672)
 STEP_LATENCY_S = {"tcp": 45.8e-6, "efa": 4.29e-6, "tcpx": 4.29e-6, "rdma": 1.83e-6}
 #: NCCL's ramp to the plateau (bucket-sized messages): a collective of S bytes reaches the share's bus bandwidth ×
 #: :func:`ramp_factor` = 1 / (1 + (S_h / S)^p) — the message must fill NCCL's channels × pipelined buffers before the
-#: wire is busy (nccl-tests doc/PERFORMANCE.md @dcf81895: "time ... roughly equal to overhead + size / bw"; p = 1 is
+#: wire is busy (nccl-tests doc/PERFORMANCE.md @03a204a1: "time ... roughly equal to overhead + size / bw"; p = 1 is
 #: that Hockney form, p < 1 a ramp that NCCL's per-size protocol and channel choice makes gentler). S_h (bytes: half
 #: the plateau) and p per class, the :func:`fit` rule on the csv's rows above 4 KiB and below 0.9 of their setting's
 #: plateau (each setting's log(B/b − 1) on log S, median per source, then over sources; a class without such rows
@@ -257,7 +257,7 @@ def ramp_factor(message_bytes, transport) -> np.ndarray:
 
 def collective_s(message_bytes, ranks, nodes, link_gbps, transport, collective="all_reduce", tree=True) -> np.ndarray:
     """Seconds of one ``message_bytes`` collective over ``ranks`` GPUs on ``nodes`` VMs (nccl-tests' definitions,
-    doc/PERFORMANCE.md @dcf81895: an all-reduce's bus factor 2(n−1)/n, an all-gather's (n−1)/n): the larger of the
+    doc/PERFORMANCE.md @03a204a1: an all-reduce's bus factor 2(n−1)/n, an all-gather's (n−1)/n): the larger of the
     small-message latency of its ring steps (2(n−1), or n−1) and the bus factor × S at the plateau bus bandwidth
     (the share × the link × :func:`tree_gain` for a default all-reduce in a :data:`TREE_CLASSES` class;
     ``tree=False`` for a ring-forced one) ÷ :func:`ramp_factor` — latency-bound or bandwidth-bound, whichever binds
