@@ -12,17 +12,17 @@ each row with its public source; assumptions named in ``data/raw/network/PROVENA
   V100). It gives 80% at 10 Gbit/s, 64% at 50, 51% at 100 — Sailor's GCP points sit above it (its 50 Gbit/s point
   1.5×), the others below (Azure 1.34×): the sources disagree by up to 1.5×, the band's business. Per ring step 45.8 µs (nccl-tests#82, 8-byte broadcast over sockets).
 * **efa**, **tcpx**, **rdma** — the share of the wire NCCL's all-reduce keeps busy at the plateau, by node count
-  (2, 3–7, ≥ 8 VMs), NCCL's ramp to that plateau with the message size, and the latency per ring step, derived
+  (2, 3–7, ≥ 8 VMs), NCCL's ramp to that plateau with the message size, and the latency per hop, derived
   from the csv's public nccl-tests rows by :func:`fit` (a stated rule, not by hand; ``bench/fabric_nccl.py``
   checks it leave-one-source-out, results in ``bench/RESULTS.md``). A collective of S bytes reaches the plateau
   × 1 / (1 + (S_h/S)^p) (:func:`ramp_factor`, :func:`collective_s`): half the plateau at S_h = 40 MiB for EFA
   (p4d, A3 Mega TCPXO), 45 MiB for TCPX, 32 MiB for RDMA (InfiniBand, A3 Ultra) — DDP's 25 MB buckets and
   FSDP's per-layer collectives live on this ramp, at 30–50% of the plateau. Plateau shares: EFA 0.80 / 0.49 /
-  0.49 (p3dn, p4d ×2 sources, A3 Mega's TCPXO — whose rows fall inside EFA's, so it stays in the class), 2.3 µs a
-  step at small messages (p5, p6-b200, A3 Mega); GPUDirect-TCPX (A3 High) 0.57 of its 1,000 Gbit/s (a ring-forced
+  0.49 (p3dn, p4d ×2 sources, A3 Mega's TCPXO — whose rows fall inside EFA's, so it stays in the class), 4.3 µs a
+  hop at small messages (p5, p6-b200, A3 Mega; :func:`latency_steps`); GPUDirect-TCPX (A3 High) 0.57 of its 1,000 Gbit/s (a ring-forced
   run below every EFA source: its own class; 3+ VMs by the median within-source node-count ratio); RDMA
   (InfiniBand: Nebius, CoreWeave, two H100 clusters at 2, 4, 8 nodes; RoCE: A3 Ultra, two threads) 0.70 on 2
-  VMs, 0.67 on more, 1.3 µs a step. A collective is latency-bound or bandwidth-bound, whichever binds. On **VMs
+  VMs, 0.67 on more, 1.8 µs a hop. A collective is latency-bound or bandwidth-bound, whichever binds. On **VMs
   of several GPUs** NCCL reduces inside the VM
   first and each VM moves 2(m−1)/m of the buffer across its link, where a ring over all n GPUs would move 2(n−1)/n:
   for the classes whose runs show it (:data:`TREE_CLASSES`: EFA, RDMA) the all-reduce's bus bandwidth reaches
@@ -31,7 +31,8 @@ each row with its public source; assumptions named in ``data/raw/network/PROVENA
   unchanged; :func:`fit` re-derives C = 127).
 
 The all-reduce of ``g`` gradient bytes over ``n`` ranks is a ring: per bucket ``2(n−1)/n · bucket / link`` at the
-ramp's bandwidth for the bucket's size, or ``2(n−1)`` steps of latency where those bind (their sum over sockets)
+ramp's bandwidth for the bucket's size, or its hops' latency where those bind (:func:`latency_steps`; over sockets
+the sum of a ring's ``2(n−1)`` steps and the bytes)
 (PyTorch DDP's default ``bucket_cap_mb`` = 25 MB: ``ceil(g / 25 MB)`` buckets). Buckets overlap
 with the backward pass except the last one, which can only start when backward has ended: the exposed share of the
 all-reduce is at least the last bucket's share of the gradient (all of it when the gradient fits in one bucket), and
@@ -220,7 +221,7 @@ def effective_gbps(link_gbps, nodes, transport, gpus_per_node=1.0) -> np.ndarray
 
 
 def step_latency_s(transport) -> np.ndarray:
-    """Per row, the class's small-message latency per ring step (:data:`STEP_LATENCY_S`)."""
+    """Per row, the class's small-message latency per hop (:data:`STEP_LATENCY_S`)."""
     table = STEP_LATENCY_S
     t = np.asarray(transport)
     out = np.full(t.shape, table["rdma"])
@@ -258,7 +259,7 @@ def ramp_factor(message_bytes, transport) -> np.ndarray:
 def collective_s(message_bytes, ranks, nodes, link_gbps, transport, collective="all_reduce", tree=True) -> np.ndarray:
     """Seconds of one ``message_bytes`` collective over ``ranks`` GPUs on ``nodes`` VMs (nccl-tests' definitions,
     doc/PERFORMANCE.md @03a204a1: an all-reduce's bus factor 2(n−1)/n, an all-gather's (n−1)/n): the larger of the
-    small-message latency of its ring steps (2(n−1), or n−1) and the bus factor × S at the plateau bus bandwidth
+    small-message latency of its hops (:func:`latency_steps`) and the bus factor × S at the plateau bus bandwidth
     (the share × the link × :func:`tree_gain` for a default all-reduce in a :data:`TREE_CLASSES` class;
     ``tree=False`` for a ring-forced one) ÷ :func:`ramp_factor` — latency-bound or bandwidth-bound, whichever binds
     (their sum over sockets, whose one latency row and Gavel's runs were read that way). The time never falls as S
