@@ -11,24 +11,29 @@ each row with its public source; assumptions named in ``data/raw/network/PROVENA
   (54% of 25 Gbit/s), NVIDIA/nccl#209 (≤ 60% of 32 Gbit/s, 2019) and NVIDIA/nccl#450 (40% of 100 Gbit/s, 4 × 8
   V100). It gives 80% at 10 Gbit/s, 64% at 50, 51% at 100 — Sailor's GCP points sit above it (its 50 Gbit/s point
   1.5×), the others below (Azure 1.34×): the sources disagree by up to 1.5×, the band's business. Per ring step 45.8 µs (nccl-tests#82, 8-byte broadcast over sockets).
-* **efa**, **tcpx**, **rdma** — the share of the wire NCCL's all-reduce keeps busy at large messages (≥ 256 MiB),
-  by node count (2, 3–7, ≥ 8 VMs), and the latency per ring step, derived from the csv's public nccl-tests rows by
-  :func:`fit` (a stated rule, not by hand; ``bench/fabric_nccl.py`` checks it leave-one-source-out, results in
-  ``bench/RESULTS_multinode.md``). EFA 0.79 / 0.46 / 0.46 (p3dn, p4d ×2 sources, A3 Mega's TCPXO — whose rows fall
-  inside EFA's, so it stays in the class), 2.3 µs a step at small messages (p5, p6-b200, A3 Mega) and 20.4 µs at
-  bucket-sized ones (p4d, A3 Mega); GPUDirect-TCPX (A3 High) 0.53 of its 1,000 Gbit/s (a ring-forced run below
-  every EFA source: its own class; 3+ VMs by the median within-source node-count ratio), 47 µs a step at bucket
-  sizes; RDMA (InfiniBand: Nebius, CoreWeave, two H100 clusters at 2, 4, 8 nodes; RoCE: A3 Ultra, two threads)
-  0.67 on 2 VMs, 0.63 on more, 1.3 / 3.7 µs a step. A step's overhead rises from the small-message latency to the
-  bucket-sized one at 1 MiB (:func:`step_overhead_s`). On **VMs of several GPUs** NCCL reduces inside the VM
+* **efa**, **tcpx**, **rdma** — the share of the wire NCCL's all-reduce keeps busy at the plateau, by node count
+  (2, 3–7, ≥ 8 VMs), NCCL's ramp to that plateau with the message size, and the latency per hop, derived
+  from the csv's public nccl-tests rows by :func:`fit` (a stated rule, not by hand; ``bench/fabric_nccl.py``
+  checks it leave-one-source-out, results in ``bench/RESULTS.md``). A collective of S bytes reaches the plateau
+  × 1 / (1 + (S_h/S)^p) (:func:`ramp_factor`, :func:`collective_s`): half the plateau at S_h = 40 MiB for EFA
+  (p4d, A3 Mega TCPXO), 45 MiB for TCPX, 32 MiB for RDMA (InfiniBand, A3 Ultra) — DDP's 25 MB buckets and
+  FSDP's per-layer collectives live on this ramp, at 30–50% of the plateau. Plateau shares: EFA 0.80 / 0.49 /
+  0.49 (p3dn, p4d ×2 sources, A3 Mega's TCPXO — whose rows fall inside EFA's, so it stays in the class), 4.3 µs a
+  hop at small messages (p5, p6-b200, A3 Mega; :func:`latency_steps`); GPUDirect-TCPX (A3 High) 0.57 of its 1,000 Gbit/s (a ring-forced
+  run below every EFA source: its own class; 3+ VMs by the median within-source node-count ratio); RDMA
+  (InfiniBand: Nebius, CoreWeave, two H100 clusters at 2, 4, 8 nodes; RoCE: A3 Ultra, two threads) 0.70 on 2
+  VMs, 0.67 on more, 1.8 µs a hop. A collective is latency-bound or bandwidth-bound, whichever binds. On **VMs
+  of several GPUs** NCCL reduces inside the VM
   first and each VM moves 2(m−1)/m of the buffer across its link, where a ring over all n GPUs would move 2(n−1)/n:
   for the classes whose runs show it (:data:`TREE_CLASSES`: EFA, RDMA) the all-reduce's bus bandwidth reaches
   share × link × (n−1)/n ÷ (m−1)/m (:func:`tree_gain`: 1.875 on 2 VMs of 8 GPUs — A3 Mega measured 338.8 GB/s
   busbw over a 225 GB/s link — 1.29 on 4, 1.125 on 8). The socket curve above stays as it was (its share rows
   unchanged; :func:`fit` re-derives C = 127).
 
-The all-reduce of ``g`` gradient bytes over ``n`` ranks is a ring: ``2(n−1)/n · g / link`` plus ``2(n−1)`` steps of
-latency per bucket (PyTorch DDP's default ``bucket_cap_mb`` = 25 MB: ``ceil(g / 25 MB)`` buckets). Buckets overlap
+The all-reduce of ``g`` gradient bytes over ``n`` ranks is a ring: per bucket ``2(n−1)/n · bucket / link`` at the
+ramp's bandwidth for the bucket's size, or its hops' latency where those bind (:func:`latency_steps`; over sockets
+the sum of a ring's ``2(n−1)`` steps and the bytes)
+(PyTorch DDP's default ``bucket_cap_mb`` = 25 MB: ``ceil(g / 25 MB)`` buckets). Buckets overlap
 with the backward pass except the last one, which can only start when backward has ended: the exposed share of the
 all-reduce is at least the last bucket's share of the gradient (all of it when the gradient fits in one bucket), and
 the rest hides behind backward only as far as backward lasts — at small batches per GPU backward is short and most
@@ -63,18 +68,27 @@ TCP_CEILING_GBPS = 127.0
 #: A3 High's (below every EFA source: its own class); RDMA (InfiniBand and RoCE) from Nebius, CoreWeave, A3 Ultra,
 #: two RoCE threads and two InfiniBand H100 clusters at 2, 4 and 8 nodes (NVIDIA/nccl-tests#309). Beyond two VMs:
 #: EFA from p4dn 3–4 and p3dn 8–32, RDMA from nccl-tests#309; TCPX's 3+ shares are its 2-VM share × the median
-#: within-source ratio (a transfer, not a measurement). A share is of what the VM must send at least (× :func:`tree_gain`).
-EFA_SHARE = (0.791, 0.458, 0.458)
-TCPX_SHARE = (0.533, 0.474, 0.474)
-RDMA_SHARE = (0.672, 0.629, 0.629)
-#: Latency per ring step (s): small-message (≤ 4 KiB) all-reduce / all-gather times over the model's step count
-#: (:func:`fit`); TCPX has no small-message row: EFA's. The floor a step pays — what the wire bound charges.
-STEP_LATENCY_S = {"tcp": 45.8e-6, "efa": 2.29e-6, "tcpx": 2.29e-6, "rdma": 1.3e-6}
-#: Overhead per ring step (s) at bucket-sized messages (1–64 MiB: DDP's 25 MB buckets): what the measured times
-#: there exceed the source's own large-message bandwidth by, over the step count (:func:`fit`). NCCL's busbw ramps
-#: up far slower than the small-message latency suggests (p4d EFA at 4 MiB: 847 µs, ~30 µs a step on 16 GPUs), so
-#: the estimate (:func:`allreduce_s`, :func:`busbw_gbs`) charges this; sockets have no such row (their latency).
-BUCKET_STEP_S = {"tcp": 45.8e-6, "efa": 20.4e-6, "tcpx": 47.0e-6, "rdma": 3.7e-6}
+#: within-source ratio (a transfer, not a measurement). A share is of what the VM must send at least
+#: (× :func:`tree_gain`), at the plateau: each large-message row divided by its class's :func:`ramp_factor` at its size.
+EFA_SHARE = (0.8, 0.49, 0.49)
+TCPX_SHARE = (0.568, 0.516, 0.516)
+RDMA_SHARE = (0.696, 0.672, 0.672)
+#: Latency per hop (s): small-message (≤ 4 KiB) all-reduce / all-gather times over the collective's hops
+#: (:func:`latency_steps`: NCCL's tree for a default all-reduce across VMs — InfiniBand's 25 µs on 2 × 8 GPUs and
+#: 35 µs on 4 × 8 are 1.6 and 1.9 µs a hop, a ring's 30 and 62 steps would be 0.8 and 0.6 —, a ring otherwise)
+#: (:func:`fit`); TCPX has no small-message row: EFA's. The floor a hop pays — what the wire bound charges.
+STEP_LATENCY_S = {"tcp": 45.8e-6, "efa": 4.29e-6, "tcpx": 4.29e-6, "rdma": 1.83e-6}
+#: NCCL's ramp to the plateau (bucket-sized messages): a collective of S bytes reaches the share's bus bandwidth ×
+#: :func:`ramp_factor` = 1 / (1 + (S_h / S)^p) — the message must fill NCCL's channels × pipelined buffers before the
+#: wire is busy (nccl-tests doc/PERFORMANCE.md @03a204a1: "time ... roughly equal to overhead + size / bw"; p = 1 is
+#: that Hockney form, p < 1 a ramp that NCCL's per-size protocol and channel choice makes gentler). S_h (bytes: half
+#: the plateau) and p per class, the :func:`fit` rule on the csv's rows above 4 KiB and below 0.9 of their setting's
+#: plateau (each setting's log(B/b − 1) on log S, median per source, then over sources; a class without such rows
+#: takes the median over every source): p4d 38–42 MiB, A3 High TCPX 47 (its p of 1.1 capped at 1), A3 Mega TCPXO 26
+#: (all_gather) and 128 (all_reduce), A3 Ultra 25–26, InfiniBand 36–43 MiB — nearly one size across fabrics and a
+#: 7× range of plateaus, as NCCL's buffers are. Sockets: no ramp row (0: latency + size/bw, as fitted on Gavel).
+RAMP_BYTES = {"tcp": 0.0, "efa": 41.6e6, "tcpx": 46.7e6, "rdma": 33.2e6}
+RAMP_EXP = {"tcp": 1.0, "efa": 0.82, "tcpx": 1.0, "rdma": 0.821}
 #: Links at least this fast (Gbit/s) are RDMA-class when only the bandwidth is known.
 RDMA_CLASS_GBPS = 400.0
 
@@ -206,10 +220,9 @@ def effective_gbps(link_gbps, nodes, transport, gpus_per_node=1.0) -> np.ndarray
     return link * share(transport, nodes, link) * gain
 
 
-def step_latency_s(transport, table=None) -> np.ndarray:
-    """Per row, the class's small-message latency per ring step (``table``: :data:`BUCKET_STEP_S` for the
-    overhead at bucket-sized messages)."""
-    table = STEP_LATENCY_S if table is None else table
+def step_latency_s(transport) -> np.ndarray:
+    """Per row, the class's small-message latency per hop (:data:`STEP_LATENCY_S`)."""
+    table = STEP_LATENCY_S
     t = np.asarray(transport)
     out = np.full(t.shape, table["rdma"])
     for cls, lat in table.items():
@@ -217,29 +230,60 @@ def step_latency_s(transport, table=None) -> np.ndarray:
     return out
 
 
-def step_overhead_s(message_bytes, transport) -> np.ndarray:
-    """Per ring step of a ``message_bytes`` collective: the small-message latency (:data:`STEP_LATENCY_S`) rising
-    linearly to the bucket-sized overhead (:data:`BUCKET_STEP_S`) at 1 MiB and flat from there,
-    max(latency, overhead × min(1, S / 1 MiB)) — continuous, and the bus bandwidth it gives never falls as S grows."""
-    s = np.asarray(message_bytes, dtype=float)
-    return np.maximum(step_latency_s(transport), step_latency_s(transport, BUCKET_STEP_S) * np.minimum(1.0, s / 2**20))
+def latency_steps(ranks, nodes, collective="all_reduce", tree=True) -> np.ndarray:
+    """Latency-bound hops of a small collective over ``ranks`` GPUs on ``nodes`` VMs: an all-gather's ring n − 1; an
+    all-reduce's ring 2(n − 1), or with ``tree`` (NCCL's tree, which it picks for small all-reduces across VMs) a
+    chain inside each VM and a binary tree across them, up and down: 2(g − 1) + 2⌈log2 m⌉ (g GPUs a VM)."""
+    n = np.asarray(ranks, dtype=float)
+    m = np.maximum(np.asarray(nodes, dtype=float), 1.0)
+    g = n / m
+    ring = np.where(np.asarray(collective) == "all_gather", n - 1, 2 * (n - 1))
+    hops = 2 * (g - 1) + 2 * np.ceil(np.log2(m))
+    return np.where(np.asarray(tree) & (np.asarray(collective) != "all_gather"), np.minimum(hops, ring), ring)
 
 
-def busbw_gbs(message_bytes, ranks, nodes, link_gbps, transport, collective="all_reduce") -> np.ndarray:
-    """GB/s of nccl-tests' bus bandwidth the model gives a ``message_bytes`` collective over ``ranks`` GPUs on
-    ``nodes`` VMs: time = bus factor × S / (effective bus bandwidth) + steps × :func:`step_overhead_s`, where an all-reduce
-    takes 2(n−1) ring steps and bus factor 2(n−1)/n, an all-gather n−1 and (n−1)/n (and no tree gain). Never
-    falls as the message grows (the latency term is fixed, the bandwidth term linear)."""
+def ramp_factor(message_bytes, transport) -> np.ndarray:
+    """Share of the plateau bus bandwidth a ``message_bytes`` collective reaches over ``transport``:
+    1 / (1 + (S_h / S)^p) (:data:`RAMP_BYTES`, :data:`RAMP_EXP`); 1 where the class has no ramp (sockets).
+    Rises with S (p > 0), → 1 for large messages."""
+    s = np.maximum(np.asarray(message_bytes, dtype=float), 1.0)
+    t = np.asarray(transport)
+    sh = np.zeros(np.broadcast_shapes(s.shape, t.shape))
+    p = np.ones_like(sh)
+    for cls in RAMP_BYTES:
+        sh = np.where(t == cls, RAMP_BYTES[cls], sh)
+        p = np.where(t == cls, RAMP_EXP[cls], p)
+    return 1.0 / (1.0 + (sh / s) ** p)
+
+
+def collective_s(message_bytes, ranks, nodes, link_gbps, transport, collective="all_reduce", tree=True) -> np.ndarray:
+    """Seconds of one ``message_bytes`` collective over ``ranks`` GPUs on ``nodes`` VMs (nccl-tests' definitions,
+    doc/PERFORMANCE.md @03a204a1: an all-reduce's bus factor 2(n−1)/n, an all-gather's (n−1)/n): the larger of the
+    small-message latency of its hops (:func:`latency_steps`) and the bus factor × S at the plateau bus bandwidth
+    (the share × the link × :func:`tree_gain` for a default all-reduce in a :data:`TREE_CLASSES` class;
+    ``tree=False`` for a ring-forced one) ÷ :func:`ramp_factor` — latency-bound or bandwidth-bound, whichever binds
+    (their sum over sockets, whose one latency row and Gavel's runs were read that way). The time never falls as S
+    grows, nor does the bus bandwidth."""
     s = np.asarray(message_bytes, dtype=float)
     n = np.asarray(ranks, dtype=float)
     nodes = np.asarray(nodes, dtype=float)
     gather = np.asarray(collective) == "all_gather"
     factor = np.where(gather, (n - 1) / n, 2 * (n - 1) / n)
-    steps = np.where(gather, n - 1, 2 * (n - 1))
-    gain = np.where(gather | ~np.isin(np.asarray(transport), TREE_CLASSES), 1.0, tree_gain(nodes, n / nodes))
-    bw = np.asarray(link_gbps, dtype=float) * share(transport, nodes, link_gbps) * gain / 8  # GB/s
-    t = factor * s / (bw * 1e9) + steps * step_overhead_s(s, transport)
-    return factor * s / t / 1e9
+    use_gain = ~gather & np.isin(np.asarray(transport), TREE_CLASSES) & np.asarray(tree)
+    steps = latency_steps(n, nodes, collective, use_gain)
+    gain = np.where(use_gain, tree_gain(nodes, n / nodes), 1.0)
+    bw = np.asarray(link_gbps, dtype=float) * share(transport, nodes, link_gbps) * gain / 8 * 1e9  # B/s
+    lat, wire = steps * step_latency_s(transport), factor * s / bw / ramp_factor(s, transport)
+    return np.where(np.asarray(transport) == "tcp", lat + wire, np.maximum(lat, wire))
+
+
+def busbw_gbs(message_bytes, ranks, nodes, link_gbps, transport, collective="all_reduce", tree=True) -> np.ndarray:
+    """GB/s of nccl-tests' bus bandwidth the model gives a ``message_bytes`` collective (:func:`collective_s`):
+    bus factor × S ÷ time. Never falls as the message grows."""
+    s = np.asarray(message_bytes, dtype=float)
+    n = np.asarray(ranks, dtype=float)
+    factor = np.where(np.asarray(collective) == "all_gather", (n - 1) / n, 2 * (n - 1) / n)
+    return factor * s / collective_s(s, ranks, nodes, link_gbps, transport, collective, tree) / 1e9
 
 
 def _source_key(row: dict) -> tuple[str, str]:
@@ -250,19 +294,25 @@ def _source_key(row: dict) -> tuple[str, str]:
     return src.split(" (")[0].split(" @")[0].strip(), row.get("fabric") or row["transport"]
 
 
-def _row_share(row: dict) -> tuple[float, bool] | None:
+def _row_share(row: dict, ramp: dict | None = None, cls: str | None = None) -> tuple[float, bool] | None:
     """A large-message row's share of the wire and whether it needed the tree assumption (None: not a
-    large-message row). ``nccl_gbps_over_link`` rows are shares as their threads state them; ``busbw`` rows of
+    large-message row). ``nccl_gbps_over_link`` rows are shares as their threads state them (at "large" messages,
+    no size: taken as the plateau); ``busbw`` rows of
     ≥ :data:`LARGE_BYTES` give busbw ÷ (link × :func:`tree_gain`) — the gain only for default-algorithm
-    all-reduces on VMs of several GPUs."""
+    all-reduces on VMs of several GPUs — ÷ the ramp factor of class ``cls`` at the row's size where ``ramp``
+    ((S_h, p) per class) is given: the plateau share."""
     if row["quantity"] == "nccl_gbps_over_link":
         return float(row["value"]), False
     if row["quantity"] != "busbw" or float(row["bytes"]) < LARGE_BYTES:
         return None
+    r = 1.0
+    if ramp is not None and cls in ramp:
+        sh, p = ramp[cls]
+        r = 1.0 / (1.0 + (sh / float(row["bytes"])) ** p)
     nodes, gpn = float(row["nodes"]), float(row["gpus_per_node"])
     tree = row["collective"] == "all_reduce" and row["algo"] == "default"
     gain = float(tree_gain(nodes, gpn)) if tree else 1.0
-    return float(row["busbw_GBps"]) * 8 / (float(row["link_gbps"]) * gain), gain > 1.0
+    return float(row["busbw_GBps"]) * 8 / (float(row["link_gbps"]) * gain) / r, gain > 1.0
 
 
 def _setting_key(row: dict) -> tuple:
@@ -271,18 +321,61 @@ def _setting_key(row: dict) -> tuple:
 
 
 def _row_latency(row: dict) -> float | None:
-    """Seconds per ring step of a small-message row: its time ÷ the collective's steps (2(n−1) for an all-reduce,
-    n−1 for an all-gather or broadcast); the ``step_latency_s`` row as stated."""
+    """Seconds per hop of a small-message row: its time ÷ the collective's :func:`latency_steps` (NCCL's tree for a
+    default-algorithm all-reduce across VMs, a ring otherwise; n−1 for an all-gather or broadcast); the
+    ``step_latency_s`` row as stated."""
     if row["quantity"] == "step_latency_s":
         return float(row["value"])
     if row["quantity"] != "busbw" or not row.get("time_us") or float(row["bytes"]) > SMALL_BYTES:
         return None
     n = float(row["nodes"]) * float(row["gpus_per_node"])
-    steps = 2 * (n - 1) if row["collective"] == "all_reduce" else n - 1
+    coll = "all_reduce" if row["collective"] == "all_reduce" else "all_gather"
+    steps = float(latency_steps(n, float(row["nodes"]), coll, row["algo"] == "default" and float(row["nodes"]) > 1))
     return float(row["time_us"]) * 1e-6 / steps
 
 
-def fit(rows: list[dict]) -> dict:
+#: Rows that shape the ramp: a setting's busbw rows above :data:`SMALL_BYTES`, printed ≥ 0.1 GB/s and ≤ 0.9 of
+#: the setting's plateau (its largest busbw; the setting must reach :data:`LARGE_BYTES`), at least 3 of them over
+#: at least a 16× span of sizes.
+RAMP_MAX_OF_PLATEAU = 0.9
+RAMP_MIN_GBS = 0.1
+
+
+def ramp_points(rows: list[dict]) -> dict:
+    """Per (fabric, source): the (S_h bytes, p) of each of its settings, from the least-squares line of
+    log(B/b − 1) = p·log S_h − p·log S over the setting's ramp rows (b the row's busbw, B the setting's plateau);
+    p at most 1 (the time S/b grows with S only so), S_h then from the line's value at the rows' mean log S."""
+    plateau, biggest, pts = {}, {}, {}
+    for r in rows:
+        if r["quantity"] == "busbw":
+            k = _setting_key(r)
+            plateau[k] = max(plateau.get(k, 0.0), float(r["busbw_GBps"]))
+            biggest[k] = max(biggest.get(k, 0.0), float(r["bytes"]))
+    for r in rows:
+        if r["quantity"] != "busbw" or float(r["bytes"]) <= SMALL_BYTES:
+            continue
+        k = _setting_key(r)
+        b, big = float(r["busbw_GBps"]), plateau[k]
+        if biggest[k] < LARGE_BYTES or b < RAMP_MIN_GBS or b > RAMP_MAX_OF_PLATEAU * big:
+            continue
+        pts.setdefault(k, []).append((np.log(float(r["bytes"])), np.log(big / b - 1.0)))
+    out: dict = {}
+    for k, v in pts.items():
+        x = np.array([a for a, _ in v])
+        y = np.array([c for _, c in v])
+        if len(v) < 3 or x.max() - x.min() < np.log(16.0):
+            continue
+        slope, icpt = np.polyfit(x, y, 1)
+        if slope >= 0:
+            continue
+        p = min(-float(slope), 1.0)  # p > 1 would make a bigger message take less time: capped at Hockney's 1
+        fabric = k[0][1]
+        sh = float(np.exp(x.mean() + (icpt + slope * x.mean()) / p))  # = exp(icpt / p) when p is not capped
+        out.setdefault((fabric, k[0]), []).append((sh, p))
+    return out
+
+
+def fit(rows: list[dict], ramp_by: str = "class") -> dict:
     """The network constants from ``nccl_transport.csv`` rows (dicts as ``csv.DictReader`` gives them), by a fixed rule:
 
     1. **Share** of each source (one thread or file × fabric) per node class: the median of its large-message rows'
@@ -291,38 +384,48 @@ def fit(rows: list[dict]) -> dict:
        outside the range of the other fabrics' 2-VM source shares of the same kind in that class (like with like:
        shares that needed the tree assumption against such shares, the others against the others), and at
        least one has such a comparison.
-    3. **Class share** per node class: the median over its sources. A node class without rows: the class's 2-VM
-       share × the median within-source ratio (that node class ÷ 2 VMs) over every source that has both; then
+    3. **Ramp** (:func:`ramp_points`): per source the median of its settings' log S_h and p; per class the median
+       over its sources; a class without a ramp source (or every class, ``ramp_by="all"``) the median over every
+       source. Sockets: none (S_h = 0).
+    4. **Class share** per node class: step 1 again with each ``busbw`` row divided by its class's ramp factor at
+       its size (the plateau share), the median over the class's sources. A node class without rows: the class's
+       2-VM share × the median within-source ratio (that node class ÷ 2 VMs) over every source that has both; then
        never above the class's share for fewer VMs.
-    4. **Socket curve**: C of ``1/(1/η₀ + link/C)`` minimising the squared log error over the ``tcp`` share rows
+    5. **Socket curve**: C of ``1/(1/η₀ + link/C)`` minimising the squared log error over the ``tcp`` share rows
        (grid 50–1000 Gbit/s, η₀ = :data:`TCP_ETA0`).
-    5. **Step latency** per class: the median over its sources of each source's median :func:`_row_latency`; a class
+    6. **Step latency** per class: the median over its sources of each source's median :func:`_row_latency`; a class
        without small-message rows takes its base class's, a base class without any the median of the other
        non-socket classes'. (A node class without a within-source ratio takes the other node class's, else 1.)
-    6. **Overhead per step at bucket-sized messages** (1 MiB – :data:`BUCKET_MAX_BYTES`): per row, the time its busbw
-       implies beyond the bus factor × S at its own setting's plateau busbw (largest busbw of the same source,
-       VMs, GPUs, link, collective and algorithm), over the steps; median per source, median per class, never
-       below the class's latency; a class without such rows takes its base class's, else its latency.
     7. **Tree classes**: those with a two-VM default all-reduce row whose busbw passes the link.
 
     Returns ``classes`` (fabric → class), ``share`` (class → (2, 3–7, ≥ 8 VMs)), ``tcp_ceiling_gbps``,
-    ``latency_s`` and ``bucket_step_s`` (class → s) and ``sources`` ((class, node class) → source keys behind it; ``latency`` too)."""
-    shares: dict = {}  # (fabric, source, node class) -> list of (share, needs tree)
+    ``latency_s`` (class → s), ``ramp_bytes`` and ``ramp_exp`` (class → S_h, p) and ``sources`` ((class, node
+    class) → source keys behind it; ``latency`` and ``ramp`` too)."""
+    def fabric_of_row(r):
+        return r.get("fabric") or ("sockets" if r["transport"] == "tcp" else r["transport"])
+
+    def source_shares(ramp=None, classes=None):
+        shares: dict = {}  # (fabric, source, node class) -> list of (share, needs tree)
+        for r in rows:
+            fabric = fabric_of_row(r)
+            if BASE_CLASS.get(fabric) == "tcp":
+                continue
+            s = _row_share(r, ramp, classes[fabric] if classes else None)
+            if s is not None:
+                shares.setdefault((fabric, _source_key(r), int(node_class(float(r["nodes"])))), []).append(s)
+        return {k: (float(np.median([v for v, _ in pts])), all(t for _, t in pts)) for k, pts in shares.items()}
+
     lats: dict = {}  # (fabric, source) -> list of seconds
     tcp_pts = []
     for r in rows:
-        fabric = r.get("fabric") or ("sockets" if r["transport"] == "tcp" else r["transport"])
-        key = _source_key(r)
+        fabric = fabric_of_row(r)
         s = _row_share(r)
-        if s is not None and BASE_CLASS.get(fabric) == "tcp":
-            if r["quantity"] == "nccl_gbps_over_link":
-                tcp_pts.append((float(r["link_gbps"]), s[0]))
-        elif s is not None:
-            shares.setdefault((fabric, key, int(node_class(float(r["nodes"])))), []).append(s)
+        if s is not None and BASE_CLASS.get(fabric) == "tcp" and r["quantity"] == "nccl_gbps_over_link":
+            tcp_pts.append((float(r["link_gbps"]), s[0]))
         lat = _row_latency(r)
         if lat is not None:
-            lats.setdefault((fabric, key), []).append(lat)
-    per_source = {k: (float(np.median([v for v, _ in pts])), all(t for _, t in pts)) for k, pts in shares.items()}
+            lats.setdefault((fabric, _source_key(r)), []).append(lat)
+    per_source = source_shares()
     classes = dict(BASE_CLASS)
     for fabric, base in BASE_CLASS.items():
         verdicts = []  # per own 2-VM source with comparable others: outside their range?
@@ -335,7 +438,26 @@ def fit(rows: list[dict]) -> dict:
                 verdicts.append(v < min(rest) or v > max(rest))
         if verdicts and all(verdicts):
             classes[fabric] = fabric
-    share_out, sources = {}, {}
+    sources = {}
+    # 3. the ramp
+    per_ramp = {k: (float(np.median([np.log(a) for a, _ in v])), float(np.median([p for _, p in v])))
+                for k, v in ramp_points(rows).items()}
+    pooled = (float(np.exp(np.median([a for a, _ in per_ramp.values()]))),
+              float(np.median([p for _, p in per_ramp.values()]))) if per_ramp else (0.0, 1.0)
+    ramp, ramp_src = {"tcp": (0.0, 1.0)}, {"tcp": []}
+    for cls in sorted({c for c in classes.values() if c != "tcp"}):
+        own = {key: v for (f, key), v in per_ramp.items() if classes[f] == cls}
+        if own and ramp_by == "class":
+            ramp[cls] = (float(np.exp(np.median([a for a, _ in own.values()]))),
+                         float(np.median([p for _, p in own.values()])))
+            ramp_src[cls] = sorted(own)
+        else:
+            ramp[cls] = pooled
+            ramp_src[cls] = sorted(key for _, key in per_ramp)
+    ramp = {c: (float(f"{a:.3g}"), round(p, 3)) for c, (a, p) in ramp.items()}
+    # 4. plateau shares
+    per_source = source_shares(ramp, classes)
+    share_out = {}
     ratios = {1: [], 2: []}
     for (f, key, k), (v, _) in per_source.items():
         if k > 0 and (f, key, 0) in per_source:
@@ -353,7 +475,7 @@ def fit(rows: list[dict]) -> dict:
                 sources[(cls, k)] = sources[(cls, 0)] + ["ratio:" + s for s in sorted(
                     str(key) for (f, key, kk) in per_source if kk == k and (f, key, 0) in per_source)]
         vals = list(np.minimum.accumulate(vals))
-        share_out[cls] = tuple(round(v, 3) for v in vals)
+        share_out[cls] = tuple(round(min(v, 1.0), 3) for v in vals)
     grid = np.arange(50.0, 1000.0, 1.0)
     lk = np.array([p[0] for p in tcp_pts])
     sh = np.array([p[1] for p in tcp_pts])
@@ -376,43 +498,13 @@ def fit(rows: list[dict]) -> dict:
     for cls, v in latency.items():
         latency[cls] = float(f"{v:.3g}")
         sources[(cls, "latency")] = lat_src[cls]
-    # 6. overhead per step at bucket-sized messages: per row (1–64 MiB) the measured time beyond the bus factor × S
-    # at its own setting's plateau busbw, over the steps; median per source, per class; none: the class's latency
-    plateau: dict = {}
-    for r in rows:
-        if r["quantity"] == "busbw":
-            k = _setting_key(r)
-            plateau[k] = max(plateau.get(k, 0.0), float(r["busbw_GBps"]))
-    ramps: dict = {}
-    for r in rows:
-        if r["quantity"] != "busbw" or not (2**20 <= float(r["bytes"]) <= BUCKET_MAX_BYTES):
-            continue
-        fabric = r.get("fabric") or r["transport"]
-        n = float(r["nodes"]) * float(r["gpus_per_node"])
-        gather = r["collective"] == "all_gather"
-        factor, steps = ((n - 1) / n, n - 1) if gather else (2 * (n - 1) / n, 2 * (n - 1))
-        t = factor * float(r["bytes"]) / (float(r["busbw_GBps"]) * 1e9)
-        extra = t - factor * float(r["bytes"]) / (plateau[_setting_key(r)] * 1e9)
-        ramps.setdefault((fabric, _source_key(r)), []).append(max(extra, 0.0) / steps)
-    bucket, bucket_src = {}, {}
-    for cls in sorted(set(classes.values())):
-        per = {key: float(np.median(v)) for (f, key), v in ramps.items() if classes[f] == cls}
-        if per:
-            bucket[cls] = max(float(f"{float(np.median(list(per.values()))):.3g}"), latency[cls])
-            bucket_src[cls] = sorted(per)
-    for cls in sorted(set(classes.values())):
-        if cls not in bucket:
-            base = BASE_CLASS.get(cls, cls)
-            if base in bucket:
-                bucket[cls], bucket_src[cls] = max(bucket[base], latency[cls]), bucket_src[base]
-            else:
-                bucket[cls], bucket_src[cls] = latency[cls], lat_src[cls]
-        sources[(cls, "bucket")] = bucket_src[cls]
-    tree = sorted({classes[r.get("fabric") or r["transport"]] for r in rows
+        sources[(cls, "ramp")] = ramp_src.get(cls, [])
+    tree = sorted({classes[fabric_of_row(r)] for r in rows
                    if r["quantity"] == "busbw" and r["collective"] == "all_reduce" and r["algo"] == "default"
                    and float(r["nodes"]) == 2 and float(r["busbw_GBps"]) * 8 > float(r["link_gbps"])})
     return {"classes": classes, "share": share_out, "tcp_ceiling_gbps": float(grid[int(np.argmin(err))]), "tree": tree,
-            "latency_s": latency, "bucket_step_s": bucket, "sources": sources, "tcp_points": tcp_pts}
+            "latency_s": latency, "ramp_bytes": {c: a for c, (a, _) in ramp.items()},
+            "ramp_exp": {c: p for c, (_, p) in ramp.items()}, "sources": sources, "tcp_points": tcp_pts}
 
 
 def buckets(gradient_bytes) -> np.ndarray:
@@ -433,11 +525,17 @@ def allreduce_s(gradient_bytes, ranks, nodes, link_gbps, intra_bps, transport=No
     net_bps = effective_gbps(link_gbps, nodes, transport, n / np.maximum(nodes, 1.0)) * 1e9 / 8
     multi = nodes > 1
     link = np.where(multi, np.minimum(intra_bps, net_bps), intra_bps)
-    # the overhead a step pays at bucket-sized messages; never below a step inside the VM
+    # each bucket between VMs as :func:`collective_s` times it — its steps' latency (never below a step inside the
+    # VM) or its bytes at the bandwidth NCCL's ramp reaches at the bucket's size (:func:`ramp_factor`), whichever
+    # binds; over sockets and inside one VM the ring's latency and bytes add up, as before
     per_bucket = g / buckets(g)
-    lat = np.where(multi, np.maximum(step_overhead_s(per_bucket, transport), intra_latency_s), intra_latency_s)
+    lat = np.where(multi, np.maximum(step_latency_s(transport), intra_latency_s), intra_latency_s)
+    ramp = np.where(multi, ramp_factor(per_bucket, transport), 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ring = np.where(n > 1, 2 * (n - 1) / n * g / link + buckets(g) * 2 * (n - 1) * lat, 0.0)
+        wire = 2 * (n - 1) / n * per_bucket / link / ramp
+        steps = latency_steps(n, nodes, "all_reduce", multi & np.isin(transport, TREE_CLASSES)) * lat
+        binds = multi & (transport != "tcp")  # sockets: latency + size / bw, as Gavel's runs were fitted
+        ring = np.where(n > 1, buckets(g) * np.where(binds, np.maximum(wire, steps), wire + steps), 0.0)
     return ring
 
 
