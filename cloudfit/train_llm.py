@@ -219,10 +219,10 @@ def _parser() -> argparse.ArgumentParser:
                         "3e-4 at 8B, 1.5e-4 at 70B, 8e-5 at 405B)")
     t.add_argument("--warmup-steps", type=int, default=5)
     t.add_argument("--precision", default="auto", help="fp32 | bf16 (FSDP2 mixed precision) | auto: bf16 on GPUs, fp32 on CPUs")
-    t.add_argument("--compile", action="store_true",
+    t.add_argument("--compile", nargs="?", const="on", default="off", choices=("on", "off", "auto"),
                    help="each transformer block under torch.compile before FSDP2 wraps it (as torchtitan does): "
                         "1.44x the eager step for llama3-1b on one H200 (bench/RESULTS_gpu.md); first steps pay the "
-                        "compilation")
+                        "compilation. auto: on GPUs, not on a CPU rehearsal (what a plan that does not say runs)")
     t.add_argument("--init", default="auto", help="full | meta (build on the meta device, initialise after sharding) | auto")
     add_shared_args(p, interval_s=None, progress_every_s=1.0)
     return p
@@ -576,7 +576,8 @@ class LLM:
         init = a.init if a.init != "auto" else ("meta" if r.cuda else "full")
         m = device_mesh(layout, r.device.type)
         model = llm_model.build(cfg, max_seq_len=a.seq_len, seed=a.seed, device="meta" if init == "meta" else r.device)
-        if a.compile:  # per block, before sharding: FSDP2's hooks stay outside the compiled graphs
+        compiled = a.compile == "on" or (a.compile == "auto" and bool(r.cuda))
+        if compiled:  # per block, before sharding: FSDP2's hooks stay outside the compiled graphs
             for block in model.layers.values():
                 block.compile()
         parallelize(model, layout, m, precision)
@@ -595,7 +596,7 @@ class LLM:
             tokens_per_step=samples * a.seq_len, eval_loss=steps.eval_loss, notes=notes, line={"layout": label},
             describe={"model": cfg.name, "model_config": cfg.to_dict(), "parameters": cfg.parameters(),
                       "layout": {**layout.to_dict(), "label": label}, "seq_len": a.seq_len, "precision": precision,
-                      "compile": bool(a.compile),
+                      "compile": compiled,
                       "batch_size_per_rank": layout.micro_batch * layout.grad_accum, "rehearsal_of": a.rehearsal_of},
             marker={"model_config": cfg.to_dict(), "layout": {**layout.to_dict(), "label": label, "world_size": r.world}},
             check_resume=_resume_check(cfg, layout, r.world, notes))

@@ -172,7 +172,7 @@ def test_compiled_blocks_train_as_the_eager_ones_do(tmp_path):
     for compiled in (False, True):
         argv = ["--shape", "llama3-1b", "--shrink", "--layers", "2", "--seq-len", "32", "--micro-batch", "2",
                 "--ac", "selective", "--steps", "3", "--checkpoint-dir", str(tmp_path / str(compiled)),
-                "--precision", "fp32"] + (["--compile"] if compiled else [])
+                "--precision", "fp32"] + (["--compile"] if compiled else ["--compile", "auto"])  # auto: eager on CPU
         a = train_llm.parse_args(argv)
         r = join()
         try:
@@ -185,7 +185,7 @@ def test_compiled_blocks_train_as_the_eager_ones_do(tmp_path):
     assert losses[True][-1] < losses[True][0]  # it trains
 
 
-def test_the_own_stack_passes_compile_when_the_plan_asks():
+def test_the_own_stack_compiles_unless_the_plan_says_not():
     import dataclasses
 
     from cloudfit import stacks
@@ -196,8 +196,14 @@ def test_the_own_stack_passes_compile_when_the_plan_asks():
     job = StackJob(model="llama3-1b", shape=zoo.get("llama3-1b").to_dict(), seq_len=2048, nodes=1,
                    gpus_per_node=8, dp_shard=8, steps=10)
     own = stacks.get("cloudfit")
-    assert "--compile" not in own.command(job).argv
-    assert "--compile" in own.command(dataclasses.replace(job, compile=True)).argv
+    unsaid = own.command(job)  # a plan that does not say: compiled on GPUs, eager on a CPU rehearsal, and said so
+    i = unsaid.argv.index("--compile")
+    assert unsaid.argv[i + 1] == "auto" and any("--compile off" in n for n in unsaid.notes)
+    on = own.command(dataclasses.replace(job, compile=True)).argv
+    assert on[on.index("--compile") + 1] == "on"
+    assert "--compile" not in own.command(dataclasses.replace(job, compile=False)).argv
     from cloudfit.train_llm import parse_args
 
-    assert parse_args(["--steps", "1", "--checkpoint-dir", "/tmp/x", "--compile"]).compile is True
+    base = ["--steps", "1", "--checkpoint-dir", "/tmp/x"]
+    assert parse_args(base + ["--compile"]).compile == "on" and parse_args(base).compile == "off"
+    assert parse_args(base + ["--compile", "auto"]).compile == "auto"
