@@ -448,6 +448,17 @@ def _basis(table) -> str:
                 unmeasured.add(r.split(":")[0])
             else:
                 heads.add(r)
+    # "anchored on RUN" and "anchored on RUN (+N more)" name the profile's runs each row leans on most: say them once
+    runs, more = set(), False
+    for h in [h for h in heads if h.startswith("anchored on ")]:
+        heads.discard(h)
+        run, plus, _ = h[len("anchored on "):].partition(" (+")
+        runs.add(run)
+        more = more or bool(plus)
+    if runs:
+        heads.add("anchored on " + ", ".join(sorted(runs)) + (" (+ the profile's other runs)" if more and len(runs) == 1
+                                                              else " (each chip on its own runs, the others on all)"
+                                                              if more else ""))
     out = ", ".join(sorted(heads))
     return out + (f"; no measured rows, spec-based: {', '.join(sorted(unmeasured))}" if unmeasured else "")
 
