@@ -248,8 +248,8 @@ def facts(space, problem, chosen: int, *, risk: str = "median", measured: dict[s
         out["pessimistic"] = {"chosen": at_chosen, "best": best, "same": same}
     if with_probe:
         p = probe(space, chosen)
-        if p is not None:
-            p["command"] = search_command(space.workload, p, acc)
+        if p is not None:  # a command only where `cloudfit search` can run this probe (on GCP's offering)
+            p["command"] = search_command(space.workload, p, acc) if p["on_gcp"] else None
             p["accelerator"] = acc
         out["probe"] = p
     return out

@@ -46,6 +46,8 @@ def test_table_marks_unmeasured_gpus_and_prices_the_probe(plan, width):
     assert f"measure first: ~${p['usd']:,.2f}" in flat
     # the command `cloudfit search` runs where it can probe (GCP); elsewhere the line says it cannot
     assert (p["command"] in flat) if p["on_gcp"] else "`cloudfit search` probes on GCP only" in flat
+    # a probe off GCP carries no command (a `cloudfit search` there would probe another cluster at another price)
+    assert (p["command"] is None) == (not p["on_gcp"])
     from cloudfit.plan.unknown import describe
 
     assert f"Best plan on measured rows: {describe(plan.provenance['unknown']['measured_alternative'])}" in flat
