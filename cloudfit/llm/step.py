@@ -54,10 +54,6 @@ collective over m nodes moves 2(m−1)/m of its buffer through each node's netwo
 schedule: reduce inside the node over NVLink, exchange between nodes, broadcast inside), not the
 2(n−1)/n of a flat ring over all n ranks: across m < n nodes the network term is (n−1)/n ÷ (m−1)/m shorter
 than a flat ring's (a group with one rank per node is unchanged). E.g. TP 16 over 2 nodes: 1.875× shorter.
-Where the NVLink domain spans several nodes (a GB200 / GB300 NVL72 rack: 72 GPUs, each with its own NIC) the
-domain is the "node" of that schedule: a collective inside it never touches the network, one across racks counts
-racks (not 8-GPU trays) and the group's ranks per rack; pipeline sends cross the network only when a stage fills
-the domain (a 64-GPU pipelined job in one rack sends over NVLink).
 The node network runs as its fabric lets it (``node_transport``, a ``cloudfit.catalog.network.FABRICS`` name; issue 33):
 ``net_eff`` is fitted on the public runs, all InfiniBand/RoCE, so another fabric scales it by NCCL's share over that
 fabric ÷ the RDMA share at the same node count (``network.effective_gbps``: sockets over a 100 Gbit/s gVNIC reach 0.71 of
@@ -380,10 +376,7 @@ class _Links:
     the ring formula over the n ranks moves 2(m−1)/m of the buffer across the m nodes spanned."""
 
     def __init__(self, c, *, gpn, dom, intra, inter, link_gbps=None, transport=None):
-        self.c, self.dom, self.intra = c, dom, intra
-        # the unit the hierarchical schedule reduces inside before crossing the network: the node, or the NVLink
-        # domain where it spans several nodes (a GB200/GB300 NVL72 rack: 72 GPUs, each with its own NIC)
-        self.gpn = np.maximum(gpn, dom)
+        self.c, self.gpn, self.dom, self.intra = c, gpn, dom, intra
         # the fabric's share relative to the RDMA-class fabric net_eff was fitted on (1 for it), never past the link
         self.transport = "rdma" if transport is None else network.resolve(transport, link_gbps)
         # step latency beyond the RDMA fabric's (which the fitted constants already carry): 0 for the public runs
@@ -511,7 +504,7 @@ def step_time(*, layers, hidden, kv_dim, seq_len, vocab, act_none, layer_params,
                     inter=_f(node_gbps) / 8.0 / gpn * c.net_eff, link_gbps=_f(node_gbps), transport=node_transport)
     bw_tp = across(tp, 1.0)
     bw_cp = across(cp, tp)
-    pp_net = tp * cp * dpr * dps >= np.maximum(gpn, _f(nvlink_domain))  # a stage fills the node / NVLink domain
+    pp_net = tp * cp * dpr * dps >= gpn
     bw_pp = np.where(pp_net, across.inter, across.intra)
     # --- tensor parallel ----------------------------------------------------------------------
     act_bytes = tokens_mb * h * 2.0
