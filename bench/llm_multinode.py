@@ -1,6 +1,6 @@
 """The LLM step model on the public multi-node training runs, by fabric, leave-one-source-out (issue 33).
 
-    python bench/llm_multinode.py [--json out.json]   # ~5 minutes on 2 shared cores (≈ 25 deterministic fits)
+    python bench/llm_multinode.py [--json out.json]   # ~2–4 minutes on 2 shared cores (24 deterministic fits)
 
 Protocol (written before the numbers were looked at; nothing here is tuned to them):
 
@@ -247,28 +247,32 @@ def markdown(rep: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args()
-    t0 = time.perf_counter()
-    t = data.table()
-    say = lambda s: sys.stderr.write(f"  {s}\n")  # noqa: E731
-    rep = {"splits": {}, "bands": {}}
+def run(t: data.Table, say: Callable[[str], None] = lambda s: None) -> dict:
+    """The whole bench: both splits' reports and their bands."""
     inputs = band_inputs(t, say=say)
     cvr, sf = inputs
     # sanity: with nothing held out these are the shipped band and margin (cloudfit/llm/calibration.json,
     # anchor_bands.json) when those were written from the current table
-    rep["reproduced_shipped"] = {"band_log": list(fit_mod.band_from_residuals(cvr[np.isfinite(cvr)])),
-                                 "widen": widen_without(sf, t, np.zeros(len(t.rows), bool))}
+    rep = {"splits": {}, "bands": {},
+           "reproduced_shipped": {"band_log": list(fit_mod.band_from_residuals(cvr[np.isfinite(cvr)])),
+                                  "widen": widen_without(sf, t, np.zeros(len(t.rows), bool))}}
     for by in ("system", "source"):
         res = holdout(t, by=by, say=say, inputs=inputs)
         rep["splits"][by] = report(t, res)
         rep["bands"][by] = {g: {"fitted_log": list(res["band"][g]), "widen": res["widen"][g]} for g in res["band"]}
+    return rep
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", type=Path, help="also write the full report")
+    t0 = time.perf_counter()
+    rep = run(data.table(), say=lambda s: sys.stderr.write(f"  {s}\n"))
     rep["seconds"] = round(time.perf_counter() - t0, 1)
     rep["machine"] = f"{platform.machine()} {platform.system()}, 2-core shared VM, no GPU"
-    if args.json:
-        args.json.write_text(json.dumps(rep, indent=1, default=str) + "\n", encoding="utf-8")
+    out = ap.parse_args().json
+    if out:
+        out.write_text(json.dumps(rep, indent=1, default=str) + "\n", encoding="utf-8")
     sys.stdout.write(markdown(rep) + f"\n({rep['seconds']:.0f} s, {rep['machine']})\n")
     return 0
 

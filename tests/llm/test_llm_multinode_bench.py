@@ -6,8 +6,8 @@ real least squares: fast, and a held-out row that reached it would change the he
 
 from __future__ import annotations
 
+import importlib.util
 import math
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,12 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def B():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import llm_multinode
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return llm_multinode
+    spec = importlib.util.spec_from_file_location("llm_multinode", ROOT / "bench" / "llm_multinode.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.fixture(scope="module")
