@@ -38,7 +38,8 @@ these benchmarks measure speed and accuracy.
 """
 
 
-def main() -> None:
+def assemble() -> str:
+    """RESULTS.md's text from the parts (what ``main`` writes)."""
     out = [HEADER]
     for name, script in PARTS:
         p = HERE / name
@@ -49,7 +50,11 @@ def main() -> None:
         # demote the parts' top headings one level under this file's title
         lines = [("#" + ln) if ln.startswith("#") else ln for ln in text.splitlines()]
         out.append("\n" + "\n".join(lines) + "\n")
-    (HERE / "RESULTS.md").write_text("\n".join(out))
+    return "\n".join(out)
+
+
+def main() -> None:
+    (HERE / "RESULTS.md").write_text(assemble())
     print(f"wrote {HERE / 'RESULTS.md'}")
 
 
