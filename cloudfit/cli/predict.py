@@ -22,7 +22,7 @@ def predict(
         None, "--machine-type", help="VM machine type: sets the inter-node network (default: the catalog's largest VM)."),
     network_gbps: Optional[float] = typer.Option(None, "--network-gbps", help="Inter-node network cap in Gbit/s."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="LLM zoo model (e.g. llama3-8b): large-model path."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="An LLM of the zoo (e.g. llama3-8b: large-model path) or a shipped profile (resnet50)."),
     config: Optional[str] = typer.Option(None, "--config", help="A decoder's Hugging Face config.json (large-model path)."),
     seq_len: int = typer.Option(8192, "--seq-len", help="LLM: tokens per sequence."),
     layout: str = typer.Option("auto", "--layout", help="LLM: e.g. fsdp=128,tp=1,pp=1,cp=1,ac=selective, or auto."),
@@ -38,6 +38,8 @@ def predict(
     _check_point(accelerator, count, nodes, machine_type, network_gbps)
     framework = _framework_of(opts.stack_option(stack, framework))
     llm_profile = None
+    if model is not None and profile is None and config is None:
+        model, profile = _zoo_model_or_profile(model)
     if profile is not None:
         llm_profile = _llm_profile(profile)
         if model is not None or config is not None:
@@ -55,6 +57,22 @@ def predict(
         raise UsageError("give --profile (a profiled model) or --model NAME / --config config.json (an LLM)")
     _predict_profile(profile=profile, accelerator=accelerator, count=count, nodes=nodes, precision=precision,
                      batch_size=batch_size, machine_type=machine_type, network_gbps=network_gbps, as_json=as_json)
+
+
+def _zoo_model_or_profile(model: str) -> tuple[str | None, str | None]:
+    """``--model NAME`` as ``recommend`` reads it: an LLM of the zoo, else a shipped profile of that name
+    (``--model resnet50`` is ``--profile resnet50``); neither is one line naming both lists."""
+    from cloudfit.errors import UsageError
+    from cloudfit.llm import zoo
+    from cloudfit.profiling.io import shipped_profiles
+
+    if zoo.is_llm(model):
+        return model, None
+    shipped = shipped_profiles()
+    if model in shipped:
+        return None, model
+    raise UsageError(f"unknown model {model!r}: an LLM ({', '.join(zoo.names())}) or a shipped profile "
+                     f"({', '.join(sorted(shipped))}); or give --config config.json / --profile FILE")
 
 
 def _framework_of(stack: str | None) -> str | None:

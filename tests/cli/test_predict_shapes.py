@@ -60,3 +60,18 @@ def test_predict_takes_another_clouds_machine_type(acc, count, machine_type):  #
     out = json.loads(r.stdout)
     assert out["accelerator"] == acc and out["breakdown"]["communication_s"] > 0, out
     assert "no measured rows" in out["basis"], out["basis"]
+
+
+def test_predict_reads_model_as_recommend_does(cli):
+    """`predict --model resnet50` is the shipped profile (as `recommend --model resnet50` is), not "unknown LLM";
+    an LLM name stays the large-model path; a name that is neither is one line naming both lists, exit 2."""
+    import json
+
+    args = ["-a", "T4", "--count", "4", "--nodes", "2", "--batch-size", "64", "--json"]
+    by_model, by_profile = (cli("predict", flag, "resnet50", *args) for flag in ("--model", "--profile"))
+    assert by_model.exit_code == 0, by_model.output
+    assert json.loads(by_model.stdout) == json.loads(by_profile.stdout)
+    assert cli("predict", "--model", "Llama3-8B", "-a", "H100", "--count", "8").exit_code == 0
+    r = cli("predict", "--model", "resnet5", "-a", "T4")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "unknown model 'resnet5'" in r.stderr and "llama3-8b" in r.stderr and "resnet50" in r.stderr
