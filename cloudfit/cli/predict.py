@@ -22,7 +22,8 @@ def predict(
         None, "--machine-type", help="VM machine type: sets the inter-node network (default: the catalog's largest VM)."),
     network_gbps: Optional[float] = typer.Option(None, "--network-gbps", help="Inter-node network cap in Gbit/s."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="An LLM of the zoo (e.g. llama3-8b: large-model path) or a shipped profile (resnet50)."),
+    model: Optional[str] = typer.Option(
+        None, "--model", "-m", help="An LLM of the zoo (e.g. llama3-8b: large-model path) or a shipped profile (resnet50)."),
     config: Optional[str] = typer.Option(None, "--config", help="A decoder's Hugging Face config.json (large-model path)."),
     seq_len: int = typer.Option(8192, "--seq-len", help="LLM: tokens per sequence."),
     layout: str = typer.Option("auto", "--layout", help="LLM: e.g. fsdp=128,tp=1,pp=1,cp=1,ac=selective, or auto."),
