@@ -32,6 +32,7 @@ def _wait_for(cond, timeout=60.0):
     raise AssertionError("timed out")
 
 
+@pytest.mark.slow  # end to end, 10–16 s: CI's slow run (the README command stays under 10 minutes)
 def test_a_killed_rank_restarts_from_the_checkpoint_and_finishes(tmp_path):
     ex = LocalExecutor(max_ranks=2)
     ckpt = tmp_path / "ckpt"
@@ -181,6 +182,7 @@ report("completed")
 """
 
 
+@pytest.mark.slow  # end to end, 10–16 s: CI's slow run (the README command stays under 10 minutes)
 def test_the_local_backend_keeps_a_deadline_and_rehearses_the_switch(tmp_path):
     """`--deadline` was accepted but ignored locally. A simulated trainer (10 steps/s, progress and a
     checkpoint every step) on a spot config whose hazard makes staying miss while on-demand keeps it:

@@ -294,6 +294,7 @@ def test_a_budget_stop_lands_right_after_a_checkpoint_the_log_reports():
     assert not guard.should_stop(70.0)  # the plain guard would have run on and lost the steps after 70 s
 
 
+@pytest.mark.slow  # end to end, 10–16 s: CI's slow run (the README command stays under 10 minutes)
 def test_a_local_command_read_by_torchtitans_parser_stops_at_the_budget(tmp_path):
     """`launch plan.json --stack torchtitan -- python replay.py`: a command printing a real torchtitan log (the
     pr3393 excerpt) is read by torchtitan's parser; the budget guard stops it (exit 4) with the log's step in the

@@ -84,6 +84,7 @@ def test_a_vm_whose_install_fails_reports_it_and_powers_off(tmp_path, monkeypatc
     assert (tmp_path / "powered-off").exists()  # not left running until its cap
 
 
+@pytest.mark.slow  # end to end, 10–16 s: CI's slow run (the README command stays under 10 minutes)
 def test_a_finished_vm_deletes_itself_and_the_ranks_get_the_checkpoint_key(tmp_path):
     """Before: a finished VM powered off and stayed TERMINATED, billing its disk until `cloudfit down`
     (its launcher may be gone). The checkpoint key reaches every rank's environment from metadata."""
