@@ -236,6 +236,17 @@ def own_chip_mask(anchors: _Anchors, chips: Sequence[str]) -> np.ndarray | None:
     return np.where(has[:, None], own, True)
 
 
+def _own_chips(anchors: _Anchors | None) -> frozenset[str]:
+    """The ``chip_key``s the profile measured (none without anchors)."""
+    return frozenset(anchors.chip) if anchors is not None else frozenset()
+
+
+def _measured_here(m: FittedModel, own: frozenset[str], accelerator: str, chip: str) -> bool:
+    """Measured for this prediction: rows of the chip in the training data, or the profile's own run of it at the
+    query's arithmetic (``chip``, its ``chip_key``)."""
+    return m.measured(accelerator) or chip in own
+
+
 def anchor_weights(log_batch_q: np.ndarray, log_batch_a: np.ndarray, log_count_q: np.ndarray | None = None,
                    log_count_a: np.ndarray | None = None, allowed: np.ndarray | None = None) -> np.ndarray:
     """(queries, anchors) similarity weights exp(−|Δ log batch| / ANCHOR_SCALE − |Δ log devices per node| /
@@ -361,7 +372,10 @@ def _rows(qs: Sequence[HardwareQuery], default_batch: int | None = None) -> dict
     ps = np.array([1.0 if q.parallelism == "ps" else 0.0 for q in qs])
     ps_net = np.array([q.ps_network_gbps if q.ps_network_gbps else n for q, n in zip(qs, net)], dtype=float)
     batch = np.array([default_batch if q.batch_size is None else q.batch_size for q in qs], dtype=float)
-    return {"acc": acc, "prec": [q.precision for q in qs], "batch": batch,
+    prec = [q.precision for q in qs]
+    keys: dict[tuple[str, str], str] = {}  # thousands of queries, a few (chip, precision) pairs
+    chip = [keys.get(k) or keys.setdefault(k, chip_key(*k)) for k in zip(acc, prec)]
+    return {"acc": acc, "prec": prec, "chip": chip, "batch": batch,
             "count": count, "nodes": nodes,
             "intra": intra, "net": net, "ps": ps, "ps_count": np.array([q.ps_count for q in qs], dtype=float),
             "ps_net": ps_net, "transport": [q.transport if q.nodes > 1 else None for q in qs]}
@@ -401,7 +415,7 @@ def _anchors(m: FittedModel, profile: Profile, work: prior.Work) -> _Anchors | N
     meas_sps = np.array([u.samples_per_second for u in usable])
     return _Anchors(np.log(meas_sps / p.samples_per_second), f, np.log(r["batch"]), labels,
                     np.log(p.samples_per_second / r["count"]), np.log(r["count"]),
-                    tuple(chip_key(u.accelerator, u.precision) for u in usable))
+                    tuple(r["chip"]))
 
 
 def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_file: str | None = None) -> PredictionTable:
@@ -455,9 +469,9 @@ def predict_many(profile: Profile, queries: Sequence[HardwareQuery], *, model_fi
         kind, basis = "stats-only", ["stats-only"] * len(uq)
     # Accelerators with no measured row (none of the same chip) in the training data, unless this profile
     # measured the chip at the query's arithmetic: then it is measured for this workload.
-    own = set(anchors.chip) if anchors is not None else set()
-    known = {a: m.measured(a) for a in set(r["acc"])}  # per accelerator, not per row
-    unmeasured = np.array([not known[a] and chip_key(a, pr) not in own for a, pr in zip(r["acc"], r["prec"])])
+    own = _own_chips(anchors)
+    known = {(a, c): _measured_here(m, own, a, c) for a, c in set(zip(r["acc"], r["chip"]))}
+    unmeasured = np.array([not known[k] for k in zip(r["acc"], r["chip"])])
     if anchors is not None and unmeasured.any() and m.carried_scaling:
         sps = _carry_scaling(m, sps, p.samples_per_second, f, r, base, unmeasured)
     if unmeasured.any() and m.transition:
@@ -552,8 +566,7 @@ def _shipped_sps(m: FittedModel, anchors: _Anchors | None, r: dict[str, Any], p:
         return p.samples_per_second * np.exp(m.stats_lambda * f), None
     multi = r["count"] * r["nodes"] > 1
     lam = np.where(multi, m.anchor_lambda["multi"], m.anchor_lambda["single"])
-    shift, w = anchor_shift(anchors, np.log(r["batch"]), r["count"], r["nodes"], lam,
-                            [chip_key(a, pr) for a, pr in zip(r["acc"], r["prec"])])
+    shift, w = anchor_shift(anchors, np.log(r["batch"]), r["count"], r["nodes"], lam, r["chip"])
     return p.samples_per_second * np.exp(lam * f + shift), w
 
 
@@ -615,7 +628,7 @@ def _transition(m: FittedModel, work: prior.Work, anchors: _Anchors | None, r: d
     accs = tuple(sorted(hardware.ACCELERATORS))
     n = len(accs)
     idx = {a: j for j, a in enumerate(accs)}
-    own_chips = set(anchors.chip) if anchors is not None else set()
+    own_chips = _own_chips(anchors)
     one = sorted({(prec16[i], float(r["batch"][i])) for i in todo})
     rr = _rows([HardwareQuery(a, 1, 1, 0.0, p_, int(b_)) for p_, b_ in one for a in accs])
     _, p1, f1 = _evaluate(m, work, rr)
@@ -625,7 +638,7 @@ def _transition(m: FittedModel, work: prior.Work, anchors: _Anchors | None, r: d
     carry, final1 = {}, {}  # (precision, batch) → per catalog accelerator
     meas_at: dict[str, np.ndarray] = {}  # per precision: measured in the table, or by this profile on the chip
     for u, (prec, batch) in enumerate(one):
-        meas = meas_at.setdefault(prec, np.array([m.measured(a) or chip_key(a, prec) in own_chips for a in accs]))
+        meas = meas_at.setdefault(prec, np.array([_measured_here(m, own_chips, a, chip_key(a, prec)) for a in accs]))
         mi = np.flatnonzero(meas)
         _, logs, dom = _catalog_specs(prec, 1)
         t = np.ones(n)
