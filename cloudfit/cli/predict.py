@@ -61,19 +61,22 @@ def predict(
 
 
 def _zoo_model_or_profile(model: str) -> tuple[str | None, str | None]:
-    """``--model NAME`` as ``recommend`` reads it: an LLM of the zoo, else a shipped profile of that name
-    (``--model resnet50`` is ``--profile resnet50``); neither is one line naming both lists."""
-    from cloudfit.errors import UsageError
+    """``--model NAME`` as ``recommend`` reads it: an LLM of the zoo, else a profile ``resolve_profile`` finds
+    (``./NAME.json`` or a shipped one: ``--model resnet50`` is ``--profile resnet50``); neither is one line naming
+    both lists."""
+    from cloudfit.errors import ProfileError, UsageError
     from cloudfit.llm import zoo
-    from cloudfit.profiling.io import shipped_profiles
+    from cloudfit.profiling.io import resolve_profile, shipped_profiles
 
     if zoo.is_llm(model):
         return model, None
-    shipped = shipped_profiles()
-    if model in shipped:
-        return None, model
-    raise UsageError(f"unknown model {model!r}: an LLM ({', '.join(zoo.names())}) or a shipped profile "
-                     f"({', '.join(sorted(shipped))}); or give --config config.json / --profile FILE")
+    try:
+        resolve_profile(model)
+    except ProfileError:
+        raise UsageError(f"unknown model {model!r}: an LLM ({', '.join(zoo.names())}) or a shipped profile "
+                         f"({', '.join(sorted(shipped_profiles()))}); or give --config config.json / --profile FILE"
+                         ) from None
+    return None, model
 
 
 def _framework_of(stack: str | None) -> str | None:

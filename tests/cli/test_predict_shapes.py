@@ -62,7 +62,7 @@ def test_predict_takes_another_clouds_machine_type(acc, count, machine_type):  #
     assert "no measured rows" in out["basis"], out["basis"]
 
 
-def test_predict_reads_model_as_recommend_does(cli):
+def test_predict_reads_model_as_recommend_does(cli, tmp_path, monkeypatch):
     """`predict --model resnet50` is the shipped profile (as `recommend --model resnet50` is), not "unknown LLM";
     an LLM name stays the large-model path; a name that is neither is one line naming both lists, exit 2."""
     import json
@@ -75,3 +75,11 @@ def test_predict_reads_model_as_recommend_does(cli):
     r = cli("predict", "--model", "resnet5", "-a", "T4")
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
     assert "unknown model 'resnet5'" in r.stderr and "llama3-8b" in r.stderr and "resnet50" in r.stderr
+    # ./NAME.json (what `cloudfit profile run NAME` writes) is found as --profile NAME finds it
+    import shutil
+
+    from tests.conftest import REPO
+
+    shutil.copy(REPO / "profiles" / "resnet18.json", tmp_path / "mine.json")
+    monkeypatch.chdir(tmp_path)
+    assert cli("predict", "--model", "mine", "-a", "T4").exit_code == 0
