@@ -456,9 +456,10 @@ def _basis(table) -> str:
         runs.add(run)
         more = more or bool(plus)
     if runs:
-        heads.add("anchored on " + ", ".join(sorted(runs)) + (" (+ the profile's other runs)" if more and len(runs) == 1
-                                                              else " (each chip on its own runs, the others on all)"
-                                                              if more else ""))
+        others = ""
+        if more:
+            others = " (+ the profile's other runs)" if len(runs) == 1 else " (each chip on its own runs, the others on all)"
+        heads.add("anchored on " + ", ".join(sorted(runs)) + others)
     out = ", ".join(sorted(heads))
     return out + (f"; no measured rows, spec-based: {', '.join(sorted(unmeasured))}" if unmeasured else "")
 
