@@ -65,10 +65,6 @@ def constants(c: dict):
             setattr(network, k, v)
 
 
-def _fabric(row: dict) -> str:
-    return row.get("fabric") or ("sockets" if row["transport"] == "tcp" else row["transport"])
-
-
 def scored(row: dict) -> str | None:
     """What a row is scored on: "share", "busbw", "time" or None."""
     if row["quantity"] == "nccl_gbps_over_link":
@@ -92,7 +88,7 @@ def regime(row: dict) -> str:
 
 def predict(row: dict, c: dict) -> tuple[float, float]:
     """(measured, predicted) of a scored row under constants ``c``."""
-    cls = c["classes"][_fabric(row)]
+    cls = c["classes"][network.row_fabric(row)]
     kind = scored(row)
     with constants(c):
         if kind == "share":
@@ -193,7 +189,7 @@ def run(rows: list[dict] | None = None) -> dict:
                 continue
             ct = pair.get((s, t)) or pair[(t, s)]
             m2, p2 = predict(rows[j], ct)
-            resid.setdefault((s, t), []).append((regime(rows[j]), ct["classes"][_fabric(rows[j])], np.log(m2 / p2)))
+            resid.setdefault((s, t), []).append((regime(rows[j]), ct["classes"][network.row_fabric(rows[j])], np.log(m2 / p2)))
 
     def errors() -> dict:
         """Per row: measured, predicted (leave-one-source-out) and its band (:func:`conformal_band`)."""
@@ -203,7 +199,7 @@ def run(rows: list[dict] | None = None) -> dict:
             s = source_of(r)
             meas, pred = predict(r, loso[s])
             lo, hi = conformal_band({t: v for (ss, t), v in resid.items() if ss == s}, regime(r),
-                                    loso[s]["classes"][_fabric(r)])
+                                    loso[s]["classes"][network.row_fabric(r)])
             out[i] = {"measured": meas, "predicted": pred, "low": pred * np.exp(lo), "high": pred * np.exp(hi)}
         return out
 
@@ -213,8 +209,8 @@ def run(rows: list[dict] | None = None) -> dict:
     groups: dict[str, list[int]] = {}
     for i in idx:
         r = rows[i]
-        groups.setdefault(_fabric(r), []).append(i)
-        groups.setdefault(f"{_fabric(r)} · {regime(r)}", []).append(i)
+        groups.setdefault(network.row_fabric(r), []).append(i)
+        groups.setdefault(f"{network.row_fabric(r)} · {regime(r)}", []).append(i)
         groups.setdefault(f"all · {regime(r)}", []).append(i)
         if r["bytes"] and 2**20 <= float(r["bytes"]) <= network.BUCKET_MAX_BYTES:  # DDP's / FSDP's bucket sizes
             groups.setdefault("all · mid, 1-64 MiB", []).append(i)

@@ -222,10 +222,9 @@ def effective_gbps(link_gbps, nodes, transport, gpus_per_node=1.0) -> np.ndarray
 
 def step_latency_s(transport) -> np.ndarray:
     """Per row, the class's small-message latency per hop (:data:`STEP_LATENCY_S`)."""
-    table = STEP_LATENCY_S
     t = np.asarray(transport)
-    out = np.full(t.shape, table["rdma"])
-    for cls, lat in table.items():
+    out = np.full(t.shape, STEP_LATENCY_S["rdma"])
+    for cls, lat in STEP_LATENCY_S.items():
         out = np.where(t == cls, lat, out)
     return out
 
@@ -253,7 +252,12 @@ def ramp_factor(message_bytes, transport) -> np.ndarray:
     for cls in RAMP_BYTES:
         sh = np.where(t == cls, RAMP_BYTES[cls], sh)
         p = np.where(t == cls, RAMP_EXP[cls], p)
-    return 1.0 / (1.0 + (sh / s) ** p)
+    return _ramp(s, sh, p)
+
+
+def _ramp(s, half_bytes, p):
+    """1 / (1 + (S_h / S)^p): the share of the plateau at message size S (1 at S_h = 0: no ramp)."""
+    return 1.0 / (1.0 + (half_bytes / s) ** p)
 
 
 def collective_s(message_bytes, ranks, nodes, link_gbps, transport, collective="all_reduce", tree=True) -> np.ndarray:
@@ -286,6 +290,11 @@ def busbw_gbs(message_bytes, ranks, nodes, link_gbps, transport, collective="all
     return factor * s / collective_s(s, ranks, nodes, link_gbps, transport, collective, tree) / 1e9
 
 
+def row_fabric(row: dict) -> str:
+    """The fabric a csv row ran on (its ``fabric``, else its transport; ``tcp`` rows are ``sockets``)."""
+    return row.get("fabric") or ("sockets" if row["transport"] == "tcp" else row["transport"])
+
+
 def _source_key(row: dict) -> tuple[str, str]:
     """One public source: the thread or file (before its commit / date note) and the fabric it measured."""
     src = row["source"]
@@ -307,8 +316,7 @@ def _row_share(row: dict, ramp: dict | None = None, cls: str | None = None) -> t
         return None
     r = 1.0
     if ramp is not None and cls in ramp:
-        sh, p = ramp[cls]
-        r = 1.0 / (1.0 + (sh / float(row["bytes"])) ** p)
+        r = _ramp(float(row["bytes"]), *ramp[cls])
     nodes, gpn = float(row["nodes"]), float(row["gpus_per_node"])
     tree = row["collective"] == "all_reduce" and row["algo"] == "default"
     gain = float(tree_gain(nodes, gpn)) if tree else 1.0
@@ -401,13 +409,10 @@ def fit(rows: list[dict], ramp_by: str = "class") -> dict:
     Returns ``classes`` (fabric → class), ``share`` (class → (2, 3–7, ≥ 8 VMs)), ``tcp_ceiling_gbps``,
     ``latency_s`` (class → s), ``ramp_bytes`` and ``ramp_exp`` (class → S_h, p) and ``sources`` ((class, node
     class) → source keys behind it; ``latency`` and ``ramp`` too)."""
-    def fabric_of_row(r):
-        return r.get("fabric") or ("sockets" if r["transport"] == "tcp" else r["transport"])
-
     def source_shares(ramp=None, classes=None):
         shares: dict = {}  # (fabric, source, node class) -> list of (share, needs tree)
         for r in rows:
-            fabric = fabric_of_row(r)
+            fabric = row_fabric(r)
             if BASE_CLASS.get(fabric) == "tcp":
                 continue
             s = _row_share(r, ramp, classes[fabric] if classes else None)
@@ -418,7 +423,7 @@ def fit(rows: list[dict], ramp_by: str = "class") -> dict:
     lats: dict = {}  # (fabric, source) -> list of seconds
     tcp_pts = []
     for r in rows:
-        fabric = fabric_of_row(r)
+        fabric = row_fabric(r)
         s = _row_share(r)
         if s is not None and BASE_CLASS.get(fabric) == "tcp" and r["quantity"] == "nccl_gbps_over_link":
             tcp_pts.append((float(r["link_gbps"]), s[0]))
@@ -499,7 +504,7 @@ def fit(rows: list[dict], ramp_by: str = "class") -> dict:
         latency[cls] = float(f"{v:.3g}")
         sources[(cls, "latency")] = lat_src[cls]
         sources[(cls, "ramp")] = ramp_src.get(cls, [])
-    tree = sorted({classes[fabric_of_row(r)] for r in rows
+    tree = sorted({classes[row_fabric(r)] for r in rows
                    if r["quantity"] == "busbw" and r["collective"] == "all_reduce" and r["algo"] == "default"
                    and float(r["nodes"]) == 2 and float(r["busbw_GBps"]) * 8 > float(r["link_gbps"])})
     return {"classes": classes, "share": share_out, "tcp_ceiling_gbps": float(grid[int(np.argmin(err))]), "tree": tree,
